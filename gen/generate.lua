@@ -1,0 +1,135 @@
+-- The generator: a tiling key -> the C source of one translation unit that
+-- defines kernel fd_k<key> (and fd_k<key>_merge for split kernels) and the
+-- descriptor fd_k<key>_desc. Only this module knows the templates.
+local key = require("key")
+local template = require("template")
+
+local M = {}
+M.ABI_VERSION = 1          -- bump when templates/abi.h.tpl changes
+M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
+M.MAX_CHUNK = 4096         -- sc[] is group_tile * chunk floats on the stack
+
+local STORAGE = { [0] = "float", "fd_u16", "fd_u16" }
+local OUT_NAME = { [0] = "f32", "f16", "bf16" }
+local F16_LOAD = "hu = %s; cv.u = ((hu & 0x7fffu) << 13) | ((((hu & 0x7c00u) + 0x400u) & 0x8000u) * 0xe000u);"
+  .. " cv.f *= 5.192296858534828e+33f; cv.u |= (hu & 0x8000u) << 16; %s = cv.f;"
+
+-- C statement(s) that load element src of storage dtype into float dst.
+local function load(dtype, dst, src)
+  if dtype == 0 then return ("%s = %s;"):format(dst, src) end
+  if dtype == 1 then return F16_LOAD:format(src, dst) end
+  return ("cv.u = (fd_u32)%s << 16; %s = cv.f;"):format(src, dst)
+end
+
+-- C statements of the exp polynomial: p = e^x for -87 <= x <= 0, using
+-- locals eb (fd_bits), et, er (float), en (int) of the enclosing block.
+local function exp_body(x, p, ind)
+  local lines = {
+    ("et = %s * 1.44269504088896341f;"):format(x),
+    "en = (int)(et - 0.5f);",
+    ("er = %s - (float)en * 0.693359375f;"):format(x),
+    "er = er + (float)en * 2.12194440e-4f;",
+    ("%s = 1.0f + er * (1.0f + er * (0.5f + er * (0.166666667f + er * (0.0416666667f"
+      .. " + er * (0.00833333333f + er * (0.00138888889f + er * 0.000198412698f))))));"):format(p),
+    "eb.u = (fd_u32)(en + 127) << 23;",
+    ("%s = %s * eb.f;"):format(p, p),
+  }
+  return ind .. table.concat(lines, "\n" .. ind)
+end
+
+-- The largest divisor of n that is at most cap (at least 1).
+local function divisor_at_most(n, cap)
+  for d = math.min(n, cap), 1, -1 do if n % d == 0 then return d end end
+  return 1
+end
+
+-- Refuse, with the field named, a decoded key this template cannot generate.
+local function check_supported(f)
+  local function no(field, why)
+    error(("gen: key %s: field %s: %s"):format(f.key, field, why), 0)
+  end
+  if f.kv_dtype > 2 then no("kv_dtype", key.value_name("kv_dtype", f.kv_dtype) .. " is not supported by template 1 yet") end
+  if f.layout == 2 then no("layout", "paged is not supported by template 1 yet") end
+  if f.isa ~= 0 then no("isa", key.value_name("isa", f.isa) .. " kernels are not generated yet") end
+  if f.chunk > M.MAX_CHUNK then no("chunk", ("%d exceeds %d"):format(f.chunk, M.MAX_CHUNK)) end
+  if f.flags % 2 == 1 and f.flags >= 2 then no("flags", "split kernels leave lse to the merge: use flag 1 or 2, not 3") end
+end
+
+-- The template parameters of a key: sizes, types and code-emitting helpers.
+function M.params(k)
+  local f = key.decode(k)
+  check_supported(f)
+  local D, T = f.head_dim, f.group_tile
+  local A = T >= 4 and 1 or math.ceil(4 / T)        -- independent accumulators per head
+  local DB = D * T <= M.UNROLL_BUDGET and D or divisor_at_most(D, math.max(1, math.floor(M.UNROLL_BUDGET / T)))
+  local p = {
+    KEY = f.key, DESC = key.describe(f.key), TEMPLATE = f.template, ABI_VERSION = M.ABI_VERSION,
+    D = D, T = T, CHUNK = f.chunk, DB = DB, A = A, REC = math.ceil((D + 2) / 16) * 16,
+    ISA = f.isa, FLAGS = f.flags, MASK_MODE = f.mask_mode, LAYOUT = f.layout,
+    Q_DTYPE = f.q_dtype, KV_DTYPE = f.kv_dtype, OUT_DTYPE = f.out_dtype,
+    QT = STORAGE[f.q_dtype], KVT = STORAGE[f.kv_dtype], OUTT = STORAGE[f.out_dtype],
+    OUT_NAME = OUT_NAME[f.out_dtype],
+    MASK = f.mask_mode == 1, SPLIT = f.flags % 2 == 1, LSE = f.flags >= 2,
+    STRIDE = f.layout == 0 and tostring(D) or "w->kv_stride",
+    NEED_BITS = f.q_dtype ~= 0 or f.kv_dtype ~= 0,
+    NEED_HU = f.q_dtype == 1 or f.kv_dtype == 1,
+    load = load, exp_body = exp_body,
+  }
+  -- Index expression of element j of the current head_dim block.
+  p.dix = function(j) return DB < D and ("d + " .. j) or tostring(j) end
+  p.acc_list = function(t)
+    local a = {}
+    for i = 0, A - 1 do a[#a + 1] = ("s%d_%d = 0.0f"):format(t, i) end
+    return table.concat(a, ", ")
+  end
+  p.acc_sum = function(t)
+    local a = {}
+    for i = 0, A - 1 do a[#a + 1] = ("s%d_%d"):format(t, i) end
+    return table.concat(a, " + ")
+  end
+  p.dot_terms = function(j)
+    local a = {}
+    for t = 0, T - 1 do a[#a + 1] = ("s%d_%d += q%d[%s] * x;"):format(t, j % A, t, p.dix(j)) end
+    return table.concat(a, " ")
+  end
+  p.p_decls = function()
+    local a = {}
+    for t = 0, T - 1 do a[#a + 1] = (", p%d = sc[%d + i]"):format(t, t * f.chunk) end
+    return table.concat(a)
+  end
+  p.pv_terms = function(j)
+    local a = {}
+    for t = 0, T - 1 do a[#a + 1] = ("st%d[%s] += p%d * x;"):format(t, p.dix(j), t) end
+    return table.concat(a, " ")
+  end
+  return p
+end
+
+-- Read a template from the templates/ directory next to gen/.
+local function default_reader(dir)
+  return function(name)
+    local fh, err = io.open(dir .. "/" .. name, "rb")
+    if not fh then return nil, err end
+    local s = fh:read("*a"); fh:close()
+    return s
+  end
+end
+
+-- A generator over templates read by opts.read (default: opts.dir or "templates").
+function M.new(opts)
+  opts = opts or {}
+  local eng = template.new { read = opts.read or default_reader(opts.dir or "templates"),
+                             line_directives = opts.line_directives }
+  local g = {}
+  -- The C source of the translation unit for key k.
+  function g.source(k)
+    return eng:render("unit.c.tpl", M.params(k), "templates/")
+  end
+  -- The kernel ABI header alone (for the runtime's build).
+  function g.abi_header()
+    return eng:render("abi.h.tpl", { ABI_VERSION = M.ABI_VERSION }, "templates/")
+  end
+  return g
+end
+
+return M

@@ -1,0 +1,135 @@
+-- Tiling key: one decimal digit group per kernel parameter (see DESIGN.md).
+-- Keys are handled as decimal strings so that 17-digit keys survive LuaJIT,
+-- whose numbers are doubles; Lua 5.4 integers are accepted on input too.
+local M = {}
+
+-- The field table: the single source of the key layout. gen/cdefs.lua turns
+-- it into a C header, so the C runtime never restates it.
+M.fields = {
+  { name = "layout",     pos = 0,  width = 1, min = 0, max = 2, names = { [0] = "bhsd", "bshd", "paged" } },
+  { name = "q_dtype",    pos = 1,  width = 1, min = 0, max = 2, names = { [0] = "f32", "f16", "bf16" } },
+  { name = "kv_dtype",   pos = 2,  width = 1, min = 0, max = 4, names = { [0] = "f32", "f16", "bf16", "i8", "fp8" } },
+  { name = "out_dtype",  pos = 3,  width = 1, min = 0, max = 2, names = { [0] = "f32", "f16", "bf16" } },
+  { name = "mask_mode",  pos = 4,  width = 1, min = 0, max = 2, names = { [0] = "causal", "mask", "full" } },
+  { name = "flags",      pos = 5,  width = 1, min = 0, max = 3 },
+  { name = "isa",        pos = 6,  width = 1, min = 0, max = 2, names = { [0] = "c", "avx2", "avx512" } },
+  { name = "group_tile", pos = 7,  width = 2, min = 1, max = 99 },
+  { name = "head_dim",   pos = 9,  width = 3, min = 1, max = 999 },
+  { name = "chunk",      pos = 12, width = 4, min = 1, max = 9999 },
+  { name = "template",   pos = 16, width = 1, min = 1, max = 1 },
+}
+M.DIGITS = 17
+M.FLAG_SPLIT, M.FLAG_LSE = 1, 2
+
+local by_name = {}
+for _, f in ipairs(M.fields) do by_name[f.name] = f end
+M.by_name = by_name
+
+-- Defaults for fields a caller may omit when encoding.
+M.defaults = { layout = 0, q_dtype = 0, kv_dtype = 0, out_dtype = 0, mask_mode = 0,
+               flags = 0, isa = 0, group_tile = 1, template = 1 }
+
+-- Turn a symbolic or numeric field value into an integer, or raise naming the field.
+local function field_value(f, v)
+  if type(v) == "string" and f.names then
+    for i = f.min, f.max do if f.names[i] == v:lower() then return i end end
+  end
+  local n = tonumber(v)
+  if n == nil or n ~= math.floor(n) then
+    error(("key: field %s: '%s' is not an integer%s"):format(f.name, tostring(v),
+      f.names and (" or one of " .. table.concat(f.names, "|", f.min, f.max)) or ""), 0)
+  end
+  if n < f.min or n > f.max then
+    error(("key: field %s: %d is out of range %d..%d"):format(f.name, n, f.min, f.max), 0)
+  end
+  return math.floor(n)
+end
+
+-- Check a key's fields beyond their ranges: the reserved flag bit (arithmetic,
+-- not bit operators, so LuaJIT parses it too).
+local function check_fields(t)
+  if math.floor(t.flags / 4) % 2 == 1 then error("key: field flags: bit 4 is reserved", 0) end
+end
+
+-- Encode a table of fields (names or numbers) into a decimal key string; a
+-- "key" entry (as left by decode) is ignored.
+function M.encode(t)
+  for k in pairs(t) do
+    if k ~= "key" and not by_name[k] then error(("key: unknown field '%s'"):format(tostring(k)), 0) end
+  end
+  local vals = {}
+  for _, f in ipairs(M.fields) do
+    local v = t[f.name]
+    if v == nil then v = M.defaults[f.name] end
+    if v == nil then error(("key: field %s is required"):format(f.name), 0) end
+    vals[f.name] = field_value(f, v)
+  end
+  check_fields(vals)
+  local parts = {}
+  for i = #M.fields, 1, -1 do
+    local f = M.fields[i]
+    parts[#parts + 1] = ("%0" .. f.width .. "d"):format(vals[f.name])
+  end
+  return (table.concat(parts):gsub("^0+", ""))
+end
+
+-- Normalize a key given as a string or Lua 5.4 integer into a 17-digit string.
+local function key_digits(key)
+  if math.type and math.type(key) == "integer" then
+    if key < 0 then error("key: a key is never negative", 0) end
+    key = ("%d"):format(key)
+  elseif type(key) == "number" then
+    error("key: pass keys as decimal strings (a float cannot hold 17 digits exactly)", 0)
+  end
+  if type(key) ~= "string" or not key:match("^%d+$") then
+    error(("key: '%s' is not a decimal key"):format(tostring(key)), 0)
+  end
+  key = key:gsub("^0+", "")
+  if #key > M.DIGITS then
+    error(("key: %s has %d digits, a key has at most %d"):format(key, #key, M.DIGITS), 0)
+  end
+  return ("0"):rep(M.DIGITS - #key) .. key
+end
+
+-- Decode a key into a table of integer fields, refusing malformed keys.
+function M.decode(key)
+  local s = key_digits(key)
+  local t = {}
+  for _, f in ipairs(M.fields) do
+    local hi = M.DIGITS - f.pos
+    local v = tonumber(s:sub(hi - f.width + 1, hi))
+    if v < f.min or v > f.max then
+      error(("key: %s: field %s (digit%s %d%s) is %d, out of range %d..%d"):format(
+        key, f.name, f.width > 1 and "s" or "", f.pos,
+        f.width > 1 and ("-" .. (f.pos + f.width - 1)) or "", v, f.min, f.max), 0)
+    end
+    t[f.name] = v
+  end
+  local ok, err = pcall(check_fields, t)
+  if not ok then error(("key: %s: %s"):format(key, err:gsub("^key: ", "")), 0) end
+  t.key = s:gsub("^0+", "")
+  return t
+end
+
+-- The symbolic name of a field's value ("bf16", "causal"), or the number.
+function M.value_name(field, v)
+  local f = by_name[field]
+  return f.names and f.names[v] or tostring(v)
+end
+
+-- Describe a key in words, most significant field first.
+function M.describe(key)
+  local t = M.decode(key)
+  local flags = {}
+  if t.flags % 2 == 1 then flags[#flags + 1] = "split partials" end
+  if math.floor(t.flags / 2) % 2 == 1 then flags[#flags + 1] = "lse" end
+  local isa = { [0] = "portable C", "AVX2+FMA+F16C", "AVX-512" }
+  local mask = { [0] = "causal", "additive mask", "full" }
+  return ("template %d, chunk %d, head_dim %d, group tile %d, %s, %s, %s, out %s, kv %s, q %s, %s"):format(
+    t.template, t.chunk, t.head_dim, t.group_tile, isa[t.isa],
+    #flags > 0 and table.concat(flags, " + ") or "no flags", mask[t.mask_mode],
+    M.value_name("out_dtype", t.out_dtype), M.value_name("kv_dtype", t.kv_dtype),
+    M.value_name("q_dtype", t.q_dtype), M.value_name("layout", t.layout):upper())
+end
+
+return M

@@ -1,0 +1,67 @@
+-- The candidate space: which variants a shape may use. The tuner searches it,
+-- `fdgen gen` writes all of it, and the planner's heuristic picks inside it.
+local key = require("key")
+local M = {}
+
+M.CHUNKS = { 32, 64, 128, 256, 512 }   -- keys per chunk the tuner may try
+M.MAX_TILE = 16                        -- largest group tile generated
+
+-- Group tiles for G query heads per kv head: divisors of G up to MAX_TILE.
+function M.tiles(G)
+  local t = {}
+  for d = 1, math.min(G, M.MAX_TILE) do if G % d == 0 then t[#t + 1] = d end end
+  return t
+end
+
+local REQUIRED = { "name", "batch", "n_q_heads", "n_kv_heads", "head_dim", "kv_len" }
+
+-- Check one shape of a shape set; errors name the shape and the field.
+function M.check_shape(s, where)
+  local function bad(field, why)
+    error(("%s: shape %s: field %s: %s"):format(where, tostring(s.name or "?"), field, why), 0)
+  end
+  for _, f in ipairs(REQUIRED) do if s[f] == nil then bad(f, "is required") end end
+  for _, f in ipairs { "batch", "n_q_heads", "n_kv_heads", "head_dim" } do
+    if type(s[f]) ~= "number" or s[f] < 1 or s[f] ~= math.floor(s[f]) then bad(f, "must be a positive integer") end
+  end
+  if s.n_q_heads % s.n_kv_heads ~= 0 then bad("n_q_heads", "must be a multiple of n_kv_heads") end
+  if type(s.kv_len) ~= "table" or #s.kv_len == 0 then bad("kv_len", "must be a non-empty list") end
+  for _, f in ipairs { "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
+    local ok, err = pcall(key.encode, { head_dim = 1, chunk = 1, [f] = s[f] })
+    if not ok then bad(f, err:gsub("^key: field %S+: ", "")) end
+  end
+end
+
+-- Load a shape set file (a Lua chunk returning a list of shapes).
+function M.load_shapes(path)
+  local chunk, err = loadfile(path)
+  if not chunk then error(err, 0) end
+  local shapes = chunk()
+  if type(shapes) ~= "table" then error(path .. ": error: a shape set returns a list of shapes", 0) end
+  for i, s in ipairs(shapes) do M.check_shape(s, ("%s: entry %d"):format(path, i)) end
+  return shapes
+end
+
+-- The key fields a shape fixes (dtypes, mask mode, layout, head_dim).
+function M.shape_fields(s)
+  return { head_dim = s.head_dim, q_dtype = s.q_dtype, kv_dtype = s.kv_dtype,
+           out_dtype = s.out_dtype, mask_mode = s.mask_mode, layout = s.layout }
+end
+
+-- Every key the tuner may try for a shape, in a deterministic order.
+function M.variants(s)
+  local out, G = {}, s.n_q_heads / s.n_kv_heads
+  local flag_sets = { s.lse and key.FLAG_LSE or 0, key.FLAG_SPLIT }
+  for _, chunk in ipairs(M.CHUNKS) do
+    for _, tile in ipairs(M.tiles(G)) do
+      for _, flags in ipairs(flag_sets) do
+        local f = M.shape_fields(s)
+        f.chunk, f.group_tile, f.flags = chunk, tile, flags
+        out[#out + 1] = key.encode(f)
+      end
+    end
+  end
+  return out
+end
+
+return M

@@ -1,0 +1,51 @@
+/* The kernel ABI shared by generated kernels and the runtime; rendered into
+   every generated translation unit and into the runtime's build/fd_abi.h, so
+   both sides read one definition. No #include: tcc compiles it bare. */
+#ifndef FD_ABI_H
+#define FD_ABI_H
+#define FD_ABI_VERSION $(ABI_VERSION)
+
+typedef long long fd_i64;
+typedef unsigned int fd_u32;
+typedef unsigned short fd_u16;
+typedef union { fd_u32 u; float f; } fd_bits;
+
+/* One call of a decode kernel: the G query heads of one (batch, kv head)
+   against keys [begin, end). State records hold acc[head_dim], m, l. */
+typedef struct fd_work {
+  const void *q;            /* n_heads query rows of head_dim elements, contiguous */
+  const void *k, *v;        /* key and value row 0 of this (batch, kv head) */
+  fd_i64 kv_stride;         /* elements from one key row to the next */
+  const float *mask;        /* additive mask of the first query head at key 0, or 0 */
+  fd_i64 mask_stride;       /* elements from one query head's mask row to the next */
+  fd_i64 begin, end;        /* the key range [begin, end), begin <= end */
+  int n_heads;              /* query heads per kv head, a multiple of the group tile */
+  float scale;              /* softmax scale applied to q.k */
+  float *qbuf;              /* scratch of n_heads * head_dim floats */
+  float *state;             /* n_heads records of state_floats floats */
+  void *out;                /* n_heads output rows (kernels without the split flag) */
+  float *lse;               /* n_heads floats or 0 (kernels with the lse flag) */
+} fd_work;
+
+/* Merge of split partials: split s, head g is the record at
+   part + s * split_stride + g * state_floats. */
+typedef struct fd_merge_args {
+  const float *part;
+  fd_i64 split_stride;
+  int n_splits, n_heads;
+  void *out;                /* n_heads output rows */
+  float *lse;               /* n_heads floats or 0 */
+} fd_merge_args;
+
+/* What the generator knows about a kernel, so no consumer re-parses its key. */
+typedef struct fd_kernel_desc {
+  const char *key;          /* the decimal tiling key, also the symbol fd_k<key> */
+  int template_id, chunk, head_dim, group_tile, isa, flags;
+  int mask_mode, out_dtype, kv_dtype, q_dtype, layout;
+  int state_floats;         /* floats per head in a state record (acc, m, l, padding) */
+  int abi_version;
+  void (*run)(const fd_work *w);
+  void (*merge)(const fd_merge_args *a);   /* 0 unless the split flag is set */
+} fd_kernel_desc;
+
+#endif /* FD_ABI_H */

@@ -1,0 +1,125 @@
+/* Decode kernel: the n_heads query heads of one (batch, kv head) against keys
+   [begin, end), chunk by chunk: scores of the whole chunk, max, exp, sum, then
+   the P.V pass, with an online softmax across chunks. Group tile $(T): that
+   many query heads share each pass over a K/V row. */
+void fd_k$(KEY)(const fd_work *w) {
+  const $(KVT) *kbase = (const $(KVT) *)w->k;
+  const $(KVT) *vbase = (const $(KVT) *)w->v;
+  const fd_i64 kvs = $(STRIDE);
+  const fd_i64 end = w->end;
+  const int nh = w->n_heads;
+  float *qbuf = w->qbuf, *state = w->state;
+  const float ninf = fd_ninf();
+  float sc[$(T * CHUNK)];
+@ if NEED_BITS then
+  fd_bits cv;
+@ end
+@ if NEED_HU then
+  fd_u32 hu;
+@ end
+  fd_i64 c, i, n;
+  int h, d, tp;
+  /* q in f32, pre-scaled; state records start empty (m = -inf, l = 0). */
+  {
+    const $(QT) *q = (const $(QT) *)w->q;
+    for (h = 0; h < nh * $(D); h++) {
+      float x;
+      $(load(Q_DTYPE, "x", "q[h]"))
+      qbuf[h] = x * w->scale;
+    }
+  }
+  for (h = 0; h < nh; h++) {
+    float *st = state + (fd_i64)h * $(REC);
+    for (d = 0; d < $(D); d++) st[d] = 0.0f;
+    st[$(D)] = ninf;
+    st[$(D + 1)] = 0.0f;
+  }
+  for (c = w->begin; c < end; c += $(CHUNK)) {
+    n = end - c < $(CHUNK) ? end - c : $(CHUNK);
+    for (tp = 0; tp < nh; tp += $(T)) {
+@ for t = 0, T - 1 do
+      const float *q$(t) = qbuf + (tp + $(t)) * $(D);
+      float *st$(t) = state + (fd_i64)(tp + $(t)) * $(REC);
+@   if MASK then
+      const float *mrow$(t) = w->mask + (fd_i64)(tp + $(t)) * w->mask_stride + c;
+@   end
+@ end
+      /* Scores of the chunk: each K row is loaded once for the whole tile. */
+      for (i = 0; i < n; i++) {
+        const $(KVT) *kr = kbase + (c + i) * kvs;
+        float x;
+@ for t = 0, T - 1 do
+        float $(acc_list(t)) ;
+@ end
+@ if DB < D then
+        for (d = 0; d < $(D); d += $(DB)) {
+@ end
+@ for j = 0, DB - 1 do
+        $(load(KV_DTYPE, "x", "kr[" .. dix(j) .. "]")) $(dot_terms(j))
+@ end
+@ if DB < D then
+        }
+@ end
+@ for t = 0, T - 1 do
+        sc[$(t * CHUNK) + i] = $(acc_sum(t))$(MASK and (" + mrow" .. t .. "[i]") or "");
+@ end
+      }
+      /* Online softmax over the chunk, one query head at a time. */
+@ for t = 0, T - 1 do
+      {
+        float *s = sc + $(t * CHUNK), mx = st$(t)[$(D)], sum = 0.0f, x, p, et, er;
+        fd_bits eb; int en;
+        for (i = 0; i < n; i++) if (s[i] > mx) mx = s[i];
+        if (mx == ninf) {
+          for (i = 0; i < n; i++) s[i] = 0.0f;
+        } else {
+          if (st$(t)[$(D)] != mx) {
+            float corr = fd_expf(st$(t)[$(D)] - mx);
+            for (d = 0; d < $(D); d++) st$(t)[d] *= corr;
+            st$(t)[$(D)] = mx;
+            st$(t)[$(D + 1)] *= corr;
+          }
+          for (i = 0; i < n; i++) {
+            x = s[i] - mx;
+            if (!(x >= -87.0f)) p = 0.0f;
+            else {
+$(exp_body("x", "p", "              "))
+            }
+            s[i] = p;
+            sum += p;
+          }
+          st$(t)[$(D + 1)] += sum;
+        }
+      }
+@ end
+      /* P.V: each V row is loaded once for the whole tile. */
+      for (i = 0; i < n; i++) {
+        const $(KVT) *vr = vbase + (c + i) * kvs;
+        float x$(p_decls());
+@ if DB < D then
+        for (d = 0; d < $(D); d += $(DB)) {
+@ end
+@ for j = 0, DB - 1 do
+        $(load(KV_DTYPE, "x", "vr[" .. dix(j) .. "]")) $(pv_terms(j))
+@ end
+@ if DB < D then
+        }
+@ end
+      }
+    }
+  }
+@ if not SPLIT then
+  /* Epilogue: normalize; a row with no valid key gives 0 and lse -inf. */
+  {
+    $(OUTT) *out = ($(OUTT) *)w->out;
+    for (h = 0; h < nh; h++) {
+      const float *st = state + (fd_i64)h * $(REC);
+      float l = st[$(D + 1)], inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, (fd_i64)h * $(D) + d, st[d] * inv);
+@   if LSE then
+      w->lse[h] = l > 0.0f ? st[$(D)] + fd_logf(l) : ninf;
+@   end
+    }
+  }
+@ end
+}

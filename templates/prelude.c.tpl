@@ -1,0 +1,52 @@
+/* Helpers shared by every kernel of a translation unit (or exported header). */
+#ifndef FD_PRELUDE
+#define FD_PRELUDE
+
+/* -inf without math.h or a division by zero. */
+static inline float fd_ninf(void) { fd_bits b; b.u = 0xff800000u; return b.f; }
+
+/* e^x for x <= 0 (softmax arguments), ~1e-7 relative; 0 below -87. */
+static inline float fd_expf(float x) {
+  fd_bits eb; float et, er, p; int en;
+  if (!(x >= -87.0f)) return 0.0f;
+$(exp_body("x", "p", "    "))
+  return p;
+}
+
+/* Natural log of x >= 1 (a softmax denominator), in double internally. */
+static inline float fd_logf(float x) {
+  fd_bits b; int e; double m, s, s2;
+  b.f = x;
+  e = (int)((b.u >> 23) & 0xffu) - 127;
+  b.u = (b.u & 0x7fffffu) | 0x3f800000u;
+  m = b.f;
+  if (m > 1.4142135623730951) { m *= 0.5; e += 1; }
+  s = (m - 1.0) / (m + 1.0); s2 = s * s;
+  return (float)(e * 0.6931471805599453 +
+                 2.0 * s * (1.0 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 / 11))))));
+}
+
+/* f32 -> bf16 bits, round to nearest even, NaN kept quiet. */
+static inline fd_u16 fd_f32_to_bf16(float f) {
+  fd_bits b; b.f = f;
+  if ((b.u & 0x7fffffffu) > 0x7f800000u) return (fd_u16)((b.u >> 16) | 0x40u);
+  return (fd_u16)((b.u + 0x7fffu + ((b.u >> 16) & 1u)) >> 16);
+}
+
+/* f32 -> f16 bits, round to nearest even, with subnormals, overflow to inf, NaN. */
+static inline fd_u16 fd_f32_to_f16(float f) {
+  fd_bits b; fd_u32 sign, u;
+  b.f = f; sign = (b.u >> 16) & 0x8000u; u = b.u & 0x7fffffffu;
+  if (u >= 0x7f800000u) return (fd_u16)(sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (u >= 0x477ff000u) return (fd_u16)(sign | 0x7c00u);
+  if (u < 0x38800000u) { b.u = u; b.f += 0.5f; return (fd_u16)(sign | (b.u - 0x3f000000u)); }
+  u += 0xc8000fffu + ((u >> 13) & 1u);
+  return (fd_u16)(sign | (u >> 13));
+}
+
+/* Store an f32 value as out dtype 0 f32, 1 f16, 2 bf16 at p[i]. */
+static inline void fd_store_f32(float *p, fd_i64 i, float x) { p[i] = x; }
+static inline void fd_store_f16(fd_u16 *p, fd_i64 i, float x) { p[i] = fd_f32_to_f16(x); }
+static inline void fd_store_bf16(fd_u16 *p, fd_i64 i, float x) { p[i] = fd_f32_to_bf16(x); }
+
+#endif /* FD_PRELUDE */

@@ -1,0 +1,147 @@
+/* Serial mini-executor for the kernel tests; see kexec.h. */
+#include "kexec.h"
+#include "jit.h"
+#include "key.h"
+#include "luagen.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_KERNELS 4096
+static struct { char key[FD_KEY_BUFSZ]; const fd_kernel_desc *desc; fd_jit_unit *unit; } cache[MAX_KERNELS];
+static int n_cached;
+static fd_gen *gen;
+
+/* The descriptor of a key's kernel, compiled once. */
+const fd_kernel_desc *kx_kernel(const char *key, char *err, size_t errlen) {
+  for (int i = 0; i < n_cached; i++) if (!strcmp(cache[i].key, key)) return cache[i].desc;
+  if (!gen && !(gen = fd_gen_new(err, errlen))) return NULL;
+  if (n_cached == MAX_KERNELS) { snprintf(err, errlen, "kernel cache full"); return NULL; }
+  char *src, sym[64];
+  if (fd_gen_source(gen, key, &src, err, errlen)) return NULL;
+  snprintf(sym, sizeof sym, "fd_k%s_desc", key);
+  void *addr;
+  int rc = fd_jit_compile(src, sym, &cache[n_cached].unit, &addr, err, errlen);
+  free(src);
+  if (rc) return NULL;
+  snprintf(cache[n_cached].key, FD_KEY_BUFSZ, "%s", key);
+  cache[n_cached].desc = addr;
+  return cache[n_cached++].desc;
+}
+
+/* Free every compiled kernel and the generator. */
+void kx_cleanup(void) {
+  for (int i = 0; i < n_cached; i++) fd_jit_free(cache[i].unit);
+  n_cached = 0;
+  fd_gen_free(gen);
+  gen = NULL;
+}
+
+/* Allocate and fill a random problem. */
+void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, int kv_dt,
+             int out_dt, int mask_mode, int layout, uint64_t seed) {
+  memset(p, 0, sizeof *p);
+  uint64_t st = seed * 0x9e3779b97f4a7c15ull + 1;
+  size_t nq = (size_t)B * Hq * D, nkv = (size_t)B * Hkv * S * D;
+  p->q_dtype = q_dt; p->kv_dtype = kv_dt; p->out_dtype = out_dt;
+  p->qf = malloc(nq * 4); p->kf = malloc(nkv * 4); p->vf = malloc(nkv * 4);
+  p->q = malloc(nq * t_dtype_size(q_dt));
+  p->k = malloc(nkv * t_dtype_size(kv_dt)); p->v = malloc(nkv * t_dtype_size(kv_dt));
+  p->cur_pos = malloc(sizeof(int32_t) * B);
+  for (size_t i = 0; i < nq; i++) p->qf[i] = t_rand(&st, -1, 1);
+  for (size_t i = 0; i < nkv; i++) { p->kf[i] = t_rand(&st, -1, 1); p->vf[i] = t_rand(&st, -1, 1); }
+  for (int b = 0; b < B; b++) p->cur_pos[b] = (int32_t)(b == 0 ? S - 1 : (int64_t)(t_rand(&st, 0, 1) * S) % S);
+  if (mask_mode == 1) {
+    size_t nm = (size_t)B * Hq * S;
+    p->mask = malloc(nm * 4);
+    for (size_t i = 0; i < nm; i++) {
+      float r = t_rand(&st, 0, 1);
+      p->mask[i] = r < 0.2f ? -INFINITY : t_rand(&st, -2, 2);
+    }
+  }
+  ref_problem r = { B, Hq, Hkv, D, S, mask_mode, layout, p->qf, p->kf, p->vf, p->cur_pos, p->mask,
+                    1.0 / sqrt((double)D) };
+  p->ref = r;
+  kp_sync(p);
+}
+
+/* Round the f32 values to their storage dtypes (the reference then sees the stored values). */
+void kp_sync(kproblem *p) {
+  const ref_problem *r = &p->ref;
+  size_t nq = (size_t)r->B * r->Hq * r->D, nkv = (size_t)r->B * r->Hkv * r->S * r->D;
+  for (size_t i = 0; i < nq; i++) p->qf[i] = t_store(p->q_dtype, p->q, i, p->qf[i]);
+  for (size_t i = 0; i < nkv; i++) {
+    p->kf[i] = t_store(p->kv_dtype, p->k, i, p->kf[i]);
+    p->vf[i] = t_store(p->kv_dtype, p->v, i, p->vf[i]);
+  }
+}
+
+/* Free a problem's buffers. */
+void kp_free(kproblem *p) {
+  free(p->q); free(p->k); free(p->v); free(p->qf); free(p->kf); free(p->vf);
+  free(p->mask); free(p->cur_pos);
+}
+
+/* The key of a kernel for problem p with cfg and flags. */
+static void key_for(const kproblem *p, const kconfig *cfg, int flags, char key[FD_KEY_BUFSZ]) {
+  int v[FD_KF_COUNT] = { 0 };
+  char err[128];
+  v[FD_KF_LAYOUT] = p->ref.layout; v[FD_KF_Q_DTYPE] = p->q_dtype; v[FD_KF_KV_DTYPE] = p->kv_dtype;
+  v[FD_KF_OUT_DTYPE] = p->out_dtype; v[FD_KF_MASK_MODE] = p->ref.mask_mode; v[FD_KF_FLAGS] = flags;
+  v[FD_KF_ISA] = 0; v[FD_KF_GROUP_TILE] = cfg->tile; v[FD_KF_HEAD_DIM] = p->ref.D;
+  v[FD_KF_CHUNK] = cfg->chunk; v[FD_KF_TEMPLATE] = 1;
+  if (fd_key_encode(v, key, err, sizeof err)) { fprintf(stderr, "%s\n", err); abort(); }
+}
+
+/* Run problem p per (b, kv head), split into cfg->splits ranges and merged. */
+int kx_run(const kproblem *p, const kconfig *cfg, float *out, float *lse, char *err, size_t errlen) {
+  const ref_problem *r = &p->ref;
+  int G = r->Hq / r->Hkv, S = cfg->splits;
+  char key1[FD_KEY_BUFSZ], keys[FD_KEY_BUFSZ];
+  key_for(p, cfg, cfg->lse ? 2 : 0, key1);
+  key_for(p, cfg, 1, keys);
+  const fd_kernel_desc *k1 = kx_kernel(key1, err, errlen);
+  const fd_kernel_desc *ks = S > 1 ? kx_kernel(keys, err, errlen) : k1;
+  if (!k1 || !ks) return -1;
+  int rec = ks->state_floats;
+  size_t osz = t_dtype_size(p->out_dtype);
+  float *qbuf = malloc(sizeof(float) * G * r->D);
+  float *part = malloc(sizeof(float) * (size_t)S * G * rec);
+  float *shuf = malloc(sizeof(float) * (size_t)S * G * rec);
+  void *obuf = malloc(osz * G * r->D);
+  int *order = malloc(sizeof(int) * S);
+  for (int b = 0; b < r->B; b++)
+    for (int j = 0; j < r->Hkv; j++) {
+      int64_t n = r->mask_mode == 0 ? (int64_t)r->cur_pos[b] + 1 : r->S;
+      int64_t row0 = ref_kv_offset(r, b, j, 0);
+      fd_work w = { 0 };
+      w.q = (const char *)p->q + ((size_t)b * r->Hq + (size_t)j * G) * r->D * t_dtype_size(p->q_dtype);
+      w.k = (const char *)p->k + row0 * t_dtype_size(p->kv_dtype);
+      w.v = (const char *)p->v + row0 * t_dtype_size(p->kv_dtype);
+      w.kv_stride = r->layout == 0 ? r->D : (int64_t)r->Hkv * r->D;
+      w.mask = r->mask ? r->mask + ((int64_t)b * r->Hq + (int64_t)j * G) * r->S : NULL;
+      w.mask_stride = r->S;
+      w.n_heads = G; w.scale = (float)r->scale; w.qbuf = qbuf;
+      float *lrow = lse + (size_t)b * r->Hq + (size_t)j * G;
+      if (S == 1) {
+        w.begin = 0; w.end = n; w.state = part; w.out = obuf; w.lse = cfg->lse ? lrow : NULL;
+        k1->run(&w);
+      } else {
+        for (int s = 0; s < S; s++) {
+          w.begin = n * s / S; w.end = n * (s + 1) / S; w.state = part + (size_t)s * G * rec;
+          ks->run(&w);
+        }
+        /* a shuffled order: a stride-7 walk when 7 is coprime to S, else reversed */
+        for (int s = 0; s < S; s++) order[s] = !cfg->shuffle ? s : S % 7 ? (s * 7 + 3) % S : S - 1 - s;
+        for (int s = 0; s < S; s++)
+          memcpy(shuf + (size_t)s * G * rec, part + (size_t)order[s] * G * rec, sizeof(float) * G * rec);
+        fd_merge_args m = { shuf, (fd_i64)G * rec, S, G, obuf, cfg->lse ? lrow : NULL };
+        ks->merge(&m);
+      }
+      for (int i = 0; i < G * r->D; i++)
+        out[((size_t)b * r->Hq + (size_t)j * G) * r->D + i] = t_load(p->out_dtype, obuf, i);
+    }
+  free(qbuf); free(part); free(shuf); free(obuf); free(order);
+  return 0;
+}

@@ -1,0 +1,129 @@
+/* Reference decode attention in double precision (the straightforward
+   two-pass softmax), and the test-data conversions. */
+#include "ref.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Element offset of K/V row (b, j, i) for a layout. */
+int64_t ref_kv_offset(const ref_problem *p, int b, int j, int64_t i) {
+  if (p->layout == 0) return (((int64_t)b * p->Hkv + j) * p->S + i) * p->D;
+  return (((int64_t)b * p->S + i) * p->Hkv + j) * p->D;
+}
+
+/* One query row (b, h): scores, softmax and output in double. */
+static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, double *lse) {
+  int G = p->Hq / p->Hkv, j = h / G;
+  const float *q = p->q + ((int64_t)b * p->Hq + h) * p->D;
+  int64_t n = p->mask_mode == 0 ? (int64_t)p->cur_pos[b] + 1 : p->S;
+  double m = -INFINITY;
+  for (int64_t i = 0; i < n; i++) {
+    const float *k = p->k + ref_kv_offset(p, b, j, i);
+    double dot = 0;
+    for (int d = 0; d < p->D; d++) dot += (double)q[d] * k[d];
+    s[i] = p->scale * dot;
+    if (p->mask_mode == 1) s[i] += p->mask[((int64_t)b * p->Hq + h) * p->S + i];
+    if (s[i] > m) m = s[i];
+  }
+  for (int d = 0; d < p->D; d++) out[d] = 0;
+  if (m == -INFINITY) { *lse = -INFINITY; return; }
+  double l = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = exp(s[i] - m);
+    const float *v = p->v + ref_kv_offset(p, b, j, i);
+    l += e;
+    for (int d = 0; d < p->D; d++) out[d] += e * v[d];
+  }
+  for (int d = 0; d < p->D; d++) out[d] /= l;
+  *lse = m + log(l);
+}
+
+/* The whole problem, row by row. */
+void ref_attention(const ref_problem *p, double *out, double *lse) {
+  double *s = malloc(sizeof(double) * (size_t)(p->S > 0 ? p->S : 1));
+  for (int b = 0; b < p->B; b++)
+    for (int h = 0; h < p->Hq; h++)
+      ref_row(p, b, h, s, out + ((int64_t)b * p->Hq + h) * p->D, lse + (int64_t)b * p->Hq + h);
+  free(s);
+}
+
+/* Round x to a float with `bits` mantissa bits (incl. the implicit one) and
+   exponent range [emin, emax], nearest even, as a double. */
+static double round_to_format(double x, int bits, int emin, int emax) {
+  if (isnan(x) || isinf(x) || x == 0) return x;
+  int e;
+  frexp(x, &e);                       /* x = f * 2^e, 0.5 <= |f| < 1 */
+  int exp = e - 1;                    /* x = 1.f * 2^exp */
+  if (exp < emin) exp = emin;         /* subnormal: fixed quantum */
+  double quantum = ldexp(1.0, exp - (bits - 1));
+  double r = nearbyint(x / quantum) * quantum;   /* default rounding: nearest even */
+  double maxv = ldexp(2.0 - ldexp(1.0, -(bits - 1)), emax);
+  if (fabs(r) > maxv) return x > 0 ? INFINITY : -INFINITY;
+  return r;
+}
+
+/* f32 -> f16 bits by value: sign, exponent and mantissa computed with frexp. */
+uint16_t t_f32_to_f16(float x) {
+  uint16_t sign = signbit(x) ? 0x8000 : 0;
+  if (isnan(x)) return sign | 0x7e00;
+  double r = fabs(round_to_format(x, 11, -14, 15));
+  if (isinf(r)) return sign | 0x7c00;
+  if (r == 0) return sign;
+  int e;
+  frexp(r, &e);
+  int exp = e - 1;
+  if (exp < -14) return sign | (uint16_t)(r / ldexp(1.0, -24));               /* subnormal */
+  return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)((r / ldexp(1.0, exp) - 1.0) * 1024.0);
+}
+
+/* f16 bits -> f32 by value. */
+float t_f16_to_f32(uint16_t h) {
+  int exp = (h >> 10) & 31, man = h & 1023;
+  double v;
+  if (exp == 31) v = man ? NAN : INFINITY;
+  else if (exp == 0) v = ldexp(man, -24);
+  else v = ldexp(1024 + man, exp - 25);
+  return (float)((h & 0x8000) ? -v : v);
+}
+
+/* f32 -> bf16 bits: round the value to 8 mantissa bits, then take the top half. */
+uint16_t t_f32_to_bf16(float x) {
+  uint32_t u;
+  if (isnan(x)) return signbit(x) ? 0xffc0 : 0x7fc0;
+  float r = (float)round_to_format(x, 8, -126, 127);
+  memcpy(&u, &r, 4);
+  return (uint16_t)(u >> 16);
+}
+
+/* bf16 bits -> f32. */
+float t_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Bytes per element of a dtype. */
+size_t t_dtype_size(int dtype) { return dtype == 0 ? 4 : 2; }
+
+/* Store x rounded to dtype; return the stored value. */
+float t_store(int dtype, void *buf, size_t i, float x) {
+  if (dtype == 0) { ((float *)buf)[i] = x; return x; }
+  uint16_t h = dtype == 1 ? t_f32_to_f16(x) : t_f32_to_bf16(x);
+  ((uint16_t *)buf)[i] = h;
+  return dtype == 1 ? t_f16_to_f32(h) : t_bf16_to_f32(h);
+}
+
+/* Load element i of dtype as f32. */
+float t_load(int dtype, const void *buf, size_t i) {
+  if (dtype == 0) return ((const float *)buf)[i];
+  uint16_t h = ((const uint16_t *)buf)[i];
+  return dtype == 1 ? t_f16_to_f32(h) : t_bf16_to_f32(h);
+}
+
+/* xorshift64* uniform in [lo, hi). */
+float t_rand(uint64_t *st, float lo, float hi) {
+  *st ^= *st >> 12; *st ^= *st << 25; *st ^= *st >> 27;
+  uint64_t r = *st * 2685821657736338717ull;
+  return lo + (hi - lo) * (float)((r >> 40) * (1.0 / 16777216.0));
+}

@@ -1,0 +1,39 @@
+/* Reference decode attention in double precision, and test-data helpers. */
+#ifndef FD_TEST_REF_H
+#define FD_TEST_REF_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* One decode-attention problem in f32 values (already rounded to the storage dtypes). */
+typedef struct ref_problem {
+  int B, Hq, Hkv, D;
+  int64_t S;                  /* kv_len */
+  int mask_mode, layout;      /* 0 causal, 1 mask, 2 full; 0 BHSD, 1 BSHD */
+  const float *q;             /* [B, Hq, D] */
+  const float *k, *v;         /* [B, Hkv, S, D] or [B, S, Hkv, D] */
+  const int32_t *cur_pos;     /* [B] (causal) */
+  const float *mask;          /* [B, Hq, S] (mask mode) */
+  double scale;
+} ref_problem;
+
+/* out [B, Hq, D] and lse [B, Hq] in double; a row with no valid key gives 0 and -inf. */
+void ref_attention(const ref_problem *p, double *out, double *lse);
+
+/* Element offset of K/V row (b, j, i) for a layout. */
+int64_t ref_kv_offset(const ref_problem *p, int b, int j, int64_t i);
+
+/* Storage conversions written independently of the kernels' (frexp/ldexp based). */
+uint16_t t_f32_to_f16(float x);
+float t_f16_to_f32(uint16_t h);
+uint16_t t_f32_to_bf16(float x);
+float t_bf16_to_f32(uint16_t h);
+/* Bytes per element of dtype 0 f32, 1 f16, 2 bf16. */
+size_t t_dtype_size(int dtype);
+/* Store x rounded to dtype at element i; returns the value actually stored. */
+float t_store(int dtype, void *buf, size_t i, float x);
+/* Load element i of dtype as f32. */
+float t_load(int dtype, const void *buf, size_t i);
+/* Uniform random in [lo, hi) from a per-test xorshift state. */
+float t_rand(uint64_t *state, float lo, float hi);
+
+#endif

@@ -1,0 +1,71 @@
+-- The generator and `fdgen`: variants of a shape set, index, rewrite-only-on-change,
+-- descriptor and banner in the source, refusals with the field named.
+package.path = "tests/?.lua;gen/?.lua;" .. package.path
+local T = require("check")
+local generate = require("generate")
+local space = require("space")
+local files = require("files")
+local interp = arg[-1] or "lua5.4"
+
+-- Run a shell command; return its combined output and whether it succeeded.
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("*a"); p:close()
+  local rc = tonumber(out:match("rc=(%d+)%s*$"))
+  return out:gsub("rc=%d+%s*$", ""), rc == 0
+end
+
+local g = generate.new()
+local k = "10064064020001110"
+local src = g.source(k)
+T.ok(src:find("do not edit", 1, true), "banner says generated, do not edit")
+T.ok(src:find("const fd_kernel_desc fd_k" .. k .. "_desc", 1, true), "descriptor beside the kernel")
+T.ok(src:find("void fd_k" .. k .. "(const fd_work *w)", 1, true), "kernel symbol is fd_k<key>")
+T.ok(src:find('#line %d+ "templates/decode.c.tpl"'), "#line directives back to the template")
+T.ok(not src:find("fd_k" .. k .. "_merge", 1, true), "no merge in an unsplit kernel")
+T.ok(g.source("10064064020101110"):find("fd_k10064064020101110_merge", 1, true), "split kernel has its merge")
+T.eq(g.source(k), src, "generation is deterministic")
+T.raises("field isa: avx512 kernels are not generated yet", "unsupported isa refused", g.source, "10064064022001110")
+T.raises("field kv_dtype: i8 is not supported", "unsupported dtype refused", g.source, "10064064020001310")
+T.raises("field layout: paged", "paged refused", g.source, "10064064020001112")
+T.raises("field flags", "split + lse refused", g.source, "10064064020301110")
+T.raises("field head_dim", "malformed key refused", g.source, "10064000020001110")
+
+-- Shape sets: candidates and validation.
+T.eq(table.concat(space.tiles(16), ","), "1,2,4,8,16", "tiles of G=16")
+T.eq(table.concat(space.tiles(7), ","), "1,7", "tiles of G=7")
+local shapes_ok = space.load_shapes("tuner/shapes/default.lua")
+T.ok(#shapes_ok >= 10, "default shape set loads")
+local tmp = os.tmpname()
+os.remove(tmp)
+files.mkdir(tmp)
+local function write(name, text) local fh = assert(io.open(tmp .. "/" .. name, "w")); fh:write(text); fh:close() end
+write("bad.lua", "return { { name = 'x', batch = 1, n_q_heads = 6, n_kv_heads = 4, head_dim = 64, kv_len = {8} } }")
+T.raises("shape x: field n_q_heads: must be a multiple", "bad shape refused naming the field",
+         space.load_shapes, tmp .. "/bad.lua")
+write("bad2.lua", "return { { name = 'y', batch = 1, n_q_heads = 4, n_kv_heads = 4, head_dim = 64, kv_len = {8}, kv_dtype = 'f64' } }")
+T.raises("shape y: field kv_dtype", "bad dtype in a shape refused", space.load_shapes, tmp .. "/bad2.lua")
+
+-- fdgen gen: files, index, unchanged files not rewritten.
+write("tiny.lua", "return { { name = 't', batch = 1, n_q_heads = 4, n_kv_heads = 2, head_dim = 32, kv_len = {64}," ..
+      " kv_dtype = 'f16' } }")
+local out, ok = sh(interp .. " gen/fdgen.lua gen " .. tmp .. "/tiny.lua -o " .. tmp .. "/out")
+local n = #space.CHUNKS * 2 * 2
+T.ok(ok and out:find(n .. " variants", 1, true) and out:find("(" .. n .. " rewritten)", 1, true), "fdgen gen writes " .. n .. " variants", out)
+local index = files.read(tmp .. "/out/index.tsv") or ""
+T.eq(select(2, index:gsub("\n", "")), n + 1, "index lists every variant")
+local ksorted, prev = true, ""
+for key in index:gmatch("\n(%d+)\t") do ksorted = ksorted and key > prev; prev = key end
+T.ok(ksorted, "index in a deterministic (sorted) order")
+out, ok = sh(interp .. " gen/fdgen.lua gen " .. tmp .. "/tiny.lua -o " .. tmp .. "/out")
+T.ok(ok and out:find("(0 rewritten)", 1, true), "second run rewrites nothing", out)
+out, ok = sh(interp .. " gen/fdgen.lua key encode head_dim=128 chunk=256 group_tile=4 q_dtype=bf16 kv_dtype=bf16 out_dtype=bf16")
+T.ok(ok and out:find("^10256128040002220"), "fdgen key encode", out)
+out, ok = sh(interp .. " gen/fdgen.lua key decode 10256128040002220")
+T.ok(ok and out:find("head_dim%s+128") and out:find("group tile 4", 1, true), "fdgen key decode", out)
+out, ok = sh(interp .. " gen/fdgen.lua key decode 10256000040002220")
+T.ok(not ok and out:find("field head_dim", 1, true), "fdgen key decode refuses a bad key", out)
+out, ok = sh(interp .. " gen/fdgen.lua source 10032032020001010")
+T.ok(ok and out:find("fd_k10032032020001010_desc", 1, true), "fdgen source")
+os.execute("rm -rf '" .. tmp .. "'")
+T.done()

@@ -1,0 +1,205 @@
+/* Generated kernels, compiled by tcc and called directly, against the
+   double-precision reference: mask modes, layouts, head_dims, groups, dtypes,
+   chunk sizes, edge lengths, split counts and merge order. */
+#include "kexec.h"
+#include "tcheck.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *DT[] = { "f32", "f16", "bf16" };
+static const char *MODE[] = { "causal", "mask", "full" };
+static const char *LAYOUT[] = { "bhsd", "bshd" };
+
+/* Largest |x| of a double array (the output scale errors are relative to). */
+static double max_abs(const double *x, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
+  return m;
+}
+
+/* Allowed error relative to output scale: 1e-5 for f32 KV, 2e-3 for f16/bf16 KV,
+   plus one unit in the last place of a 16-bit output dtype. */
+static double tolerance(const kproblem *p) {
+  double t = p->kv_dtype == 0 ? 1e-5 : 2e-3;
+  if (p->out_dtype == 1) t += ldexp(1, -10);
+  if (p->out_dtype == 2) t += ldexp(1, -7);
+  return t;
+}
+
+/* Compare kernel output with the reference: out within tolerance, lse within 1e-5 relative,
+   identical -inf for rows with no valid key, never NaN. Returns the max relative error. */
+static double compare(const kproblem *p, const float *out, const float *lse, const double *rout,
+                      const double *rlse, int check_lse, const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D;
+  double scale = max_abs(rout, n), err = 0;
+  if (scale == 0) scale = 1;
+  int nan = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (isnan(out[i])) nan = 1;
+    double e = fabs(out[i] - rout[i]) / scale;
+    if (e > err) err = e;
+  }
+  t_check(!nan, "%s: no NaN in out", name);
+  t_check(err <= tolerance(p), "%s: max error %.3g > tolerance %.3g", name, err, tolerance(p));
+  if (!check_lse) return err;
+  double lerr = 0;
+  int lbad = 0;
+  for (size_t i = 0; i < (size_t)r->B * r->Hq; i++) {
+    if (isinf(rlse[i]) || isinf(lse[i])) { if (rlse[i] != lse[i]) lbad = 1; continue; }
+    double e = fabs(lse[i] - rlse[i]) / fmax(1.0, fabs(rlse[i]));
+    if (isnan(lse[i]) || e > lerr) lerr = isnan(lse[i]) ? INFINITY : e;
+  }
+  t_check(!lbad && lerr <= 1e-5, "%s: lse error %.3g%s", name, lerr, lbad ? " (-inf mismatch)" : "");
+  return err;
+}
+
+/* Run one configuration against the reference. */
+static void run_case(int B, int Hq, int Hkv, int D, int64_t S, int qd, int kd, int od, int mode,
+                     int layout, int chunk, int tile, int splits, uint64_t seed) {
+  char name[256], err[4096];
+  snprintf(name, sizeof name, "B%d Hq%d Hkv%d D%d S%lld q%s kv%s out%s %s %s chunk%d tile%d splits%d",
+           B, Hq, Hkv, D, (long long)S, DT[qd], DT[kd], DT[od], MODE[mode], LAYOUT[layout], chunk, tile, splits);
+  kproblem p;
+  kp_init(&p, B, Hq, Hkv, D, S, qd, kd, od, mode, layout, seed);
+  size_t n = (size_t)B * Hq * D;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc((size_t)B * Hq * sizeof(double));
+  float *out = malloc(n * 4), *lse = malloc((size_t)B * Hq * 4);
+  ref_attention(&p.ref, rout, rlse);
+  kconfig cfg = { chunk, tile, splits, splits > 2, 1 };
+  if (t_check(kx_run(&p, &cfg, out, lse, err, sizeof err) == 0, "%s: run: %s", name, err))
+    compare(&p, out, lse, rout, rlse, 1, name);
+  free(rout); free(rlse); free(out); free(lse);
+  kp_free(&p);
+}
+
+/* Mask modes x layouts x head_dims x groups, dtypes rotated, chunks that do and do not divide. */
+static void sweep_shapes(void) {
+  static const int dims[] = { 64, 128, 256, 80, 96 }, groups[] = { 1, 4, 7, 8, 16 };
+  int idx = 0;
+  for (int mode = 0; mode < 3; mode++)
+    for (int layout = 0; layout < 2; layout++)
+      for (int di = 0; di < 5; di++)
+        for (int gi = 0; gi < 5; gi++, idx++) {
+          int G = groups[gi], combo = idx % 27;
+          int tile = idx % 2 ? G : (G % 4 == 0 ? 4 : 1);
+          int64_t S = idx % 3 == 0 ? 256 : 300;          /* chunk 64 divides 256, not 300 */
+          run_case(2, 2 * G, 2, dims[di], S, combo / 9, combo / 3 % 3, combo % 3, mode, layout,
+                   idx % 4 ? 64 : 32, tile, idx % 3 ? 1 : 3, 1000 + idx);
+        }
+}
+
+/* Every q x kv x out dtype combination on one GQA shape. */
+static void sweep_dtypes(void) {
+  for (int c = 0; c < 27; c++)
+    run_case(2, 8, 2, 128, 200, c / 9, c / 3 % 3, c % 3, c % 3, c % 2, 64, 4, 1 + c % 2, 2000 + c);
+}
+
+/* Short lengths: one key, cur_pos 0, lengths below and at a chunk. */
+static void edge_lengths(void) {
+  run_case(1, 4, 1, 64, 1, 0, 0, 0, 0, 0, 64, 4, 1, 3001);       /* kv_len 1 */
+  run_case(1, 4, 1, 64, 1, 0, 1, 0, 2, 1, 64, 2, 1, 3002);
+  run_case(1, 4, 1, 64, 1, 0, 2, 0, 1, 0, 64, 1, 2, 3003);
+  run_case(1, 4, 1, 128, 64, 0, 0, 0, 2, 0, 64, 4, 1, 3004);     /* exactly one chunk */
+  run_case(1, 4, 1, 128, 65, 0, 0, 0, 2, 0, 64, 4, 1, 3005);     /* one chunk and one key */
+  run_case(1, 4, 1, 128, 63, 0, 0, 0, 2, 1, 64, 4, 1, 3006);
+  run_case(3, 4, 1, 7, 33, 0, 0, 0, 0, 0, 16, 4, 1, 3007);       /* tiny odd head_dim */
+  /* cur_pos 0 in every batch row */
+  kproblem p;
+  kp_init(&p, 3, 8, 2, 128, 50, 0, 1, 0, 0, 0, 3008);
+  for (int b = 0; b < 3; b++) p.cur_pos[b] = 0;
+  double rout[3 * 8 * 128], rlse[24];
+  float out[3 * 8 * 128], lse[24];
+  char err[4096];
+  ref_attention(&p.ref, rout, rlse);
+  kconfig cfg = { 64, 4, 1, 0, 1 };
+  if (t_check(kx_run(&p, &cfg, out, lse, err, sizeof err) == 0, "cur_pos 0: run: %s", err))
+    compare(&p, out, lse, rout, rlse, 1, "cur_pos 0 everywhere");
+  kp_free(&p);
+}
+
+/* Run p with cfg and compare with the reference; out/lse returned for further checks. */
+static void run_and_compare(kproblem *p, kconfig cfg, float *out, float *lse, const char *name) {
+  size_t n = (size_t)p->ref.B * p->ref.Hq * p->ref.D;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc((size_t)p->ref.B * p->ref.Hq * sizeof(double));
+  char err[4096];
+  ref_attention(&p->ref, rout, rlse);
+  if (t_check(kx_run(p, &cfg, out, lse, err, sizeof err) == 0, "%s: run: %s", name, err))
+    compare(p, out, lse, rout, rlse, cfg.lse, name);
+  free(rout); free(rlse);
+}
+
+/* Split counts 1..100 and more splits than keys, in order and shuffled, match the
+   unsplit kernel within f32 rounding (and the reference). */
+static void merge_splits(void) {
+  static const int counts[] = { 1, 2, 3, 7, 32, 100, 51, 200 };
+  kproblem p;
+  kp_init(&p, 2, 8, 2, 64, 50, 0, 0, 0, 2, 0, 4001);
+  size_t n = 2 * 8 * 64;
+  float base[2 * 8 * 64], blse[16], out[2 * 8 * 64], lse[16];
+  run_and_compare(&p, (kconfig){ 16, 4, 1, 0, 1 }, base, blse, "merge: unsplit");
+  for (int c = 0; c < 8; c++)
+    for (int sh = 0; sh < 2; sh++) {
+      char name[96];
+      snprintf(name, sizeof name, "merge: %d splits of 50 keys%s", counts[c], sh ? ", shuffled" : "");
+      run_and_compare(&p, (kconfig){ 16, 4, counts[c], sh, 1 }, out, lse, name);
+      double d = 0, dl = 0;
+      for (size_t i = 0; i < n; i++) d = fmax(d, fabs(out[i] - base[i]));
+      for (int i = 0; i < 16; i++) dl = fmax(dl, fabs(lse[i] - blse[i]));
+      t_check(d <= 2e-6 && dl <= 2e-6, "%s: differs from unsplit by %.3g (lse %.3g)", name, d, dl);
+    }
+  kp_free(&p);
+}
+
+/* A row whose keys are all masked gives out 0 and lse -inf (no NaN), split or not;
+   a row masked in all but one split still gets the right answer. */
+static void masked_rows(void) {
+  for (int splits = 1; splits <= 4; splits += 3) {
+    kproblem p;
+    kp_init(&p, 2, 4, 1, 64, 40, 0, 2, 0, 1, 0, 4100 + splits);
+    for (int i = 0; i < 40; i++) {
+      p.mask[(0 * 4 + 1) * 40 + i] = -INFINITY;                     /* (b0, h1): all masked */
+      if (i < 30) p.mask[(1 * 4 + 2) * 40 + i] = -INFINITY;         /* (b1, h2): last split only */
+    }
+    float out[2 * 4 * 64], lse[8];
+    char name[64];
+    snprintf(name, sizeof name, "all-masked row, %d split(s)", splits);
+    run_and_compare(&p, (kconfig){ 16, 2, splits, 1, 1 }, out, lse, name);
+    int zero = 1;
+    for (int d = 0; d < 64; d++) zero &= out[1 * 64 + d] == 0.0f;
+    t_check(zero && isinf(lse[1]) && lse[1] < 0, "%s: out exactly 0 and lse -inf", name);
+    kp_free(&p);
+  }
+}
+
+/* A score of 200 in one split does not overflow the merge (e^200 > FLT_MAX). */
+static void huge_logit(void) {
+  for (int where = 0; where < 3; where++) {
+    kproblem p;
+    kp_init(&p, 1, 4, 1, 64, 60, 0, 0, 0, 2, 0, 4200 + where);
+    int row = where * 20 + 5;                       /* in split 0, 1 or 2 of 3 */
+    double qq = 0;
+    for (int d = 0; d < 64; d++) qq += (double)p.qf[d] * p.qf[d];
+    for (int d = 0; d < 64; d++) p.kf[row * 64 + d] = (float)(p.qf[d] * 200.0 / (p.ref.scale * qq));
+    kp_sync(&p);
+    float out[4 * 64], lse[4];
+    char name[64];
+    snprintf(name, sizeof name, "score 200 in split %d of 3", where);
+    run_and_compare(&p, (kconfig){ 16, 4, 3, 0, 1 }, out, lse, name);
+    t_check(fabs(lse[0] - 200) < 1e-3, "%s: lse %g is about 200", name, lse[0]);
+    kp_free(&p);
+  }
+}
+
+int main(void) {
+  sweep_shapes();
+  sweep_dtypes();
+  edge_lengths();
+  merge_splits();
+  masked_rows();
+  huge_logit();
+  kx_cleanup();
+  return t_done();
+}

@@ -1,0 +1,83 @@
+-- Tiling key: round trip of every value of every field, refusal of bad keys.
+package.path = "tests/?.lua;gen/?.lua;" .. package.path
+local T = require("check")
+local key = require("key")
+
+local base = { layout = 0, q_dtype = 0, kv_dtype = 0, out_dtype = 0, mask_mode = 0, flags = 0,
+               isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1 }
+
+-- A copy of base with one field changed.
+local function with(field, v)
+  local t = {}
+  for k, x in pairs(base) do t[k] = x end
+  t[field] = v
+  return t
+end
+
+-- Every value of every field survives encode -> decode, alone and with others set.
+for _, f in ipairs(key.fields) do
+  local values = {}
+  if f.max - f.min <= 99 then
+    for v = f.min, f.max do values[#values + 1] = v end
+  else
+    values = { f.min, f.min + 1, 7, 64, 80, 96, 128, 256, f.max - 1, f.max }
+    for v = 100, f.max, 97 do values[#values + 1] = v end
+  end
+  local bad = 0
+  for _, v in ipairs(values) do
+    do
+      local ok, k = pcall(key.encode, with(f.name, v))
+      if not ok then bad = bad + 1; T.ok(false, "encode " .. f.name .. "=" .. v, k)
+      else
+        local d = key.decode(k)
+        for _, g in ipairs(key.fields) do
+          local want = g.name == f.name and v or base[g.name]
+          if d[g.name] ~= want then bad = bad + 1 end
+        end
+        T.eq(key.encode(d), k, ("re-encode %s=%d"):format(f.name, v))
+      end
+    end
+  end
+  T.eq(bad, 0, "round trip of every value of " .. f.name)
+end
+
+-- The DESIGN.md example.
+local ex = "10256128040002220"
+local d = key.decode(ex)
+T.ok(d.chunk == 256 and d.head_dim == 128 and d.group_tile == 4 and d.kv_dtype == 2 and d.q_dtype == 2
+     and d.out_dtype == 2 and d.layout == 0 and d.isa == 0 and d.flags == 0 and d.mask_mode == 0, "decode example key")
+T.eq(key.encode { chunk = 256, head_dim = 128, group_tile = 4, q_dtype = "bf16", kv_dtype = "bf16",
+                  out_dtype = "bf16" }, ex, "encode example by names")
+T.ok(key.describe(ex):find("chunk 256, head_dim 128, group tile 4", 1, true) ~= nil, "describe in words")
+T.eq(key.decode("0" .. ex).key, ex, "leading zeros are accepted and dropped")
+if math.type then T.eq(key.decode(10256128040002220).key, ex, "Lua 5.4 integer key") end
+T.eq(key.encode(with("chunk", 9999)), "19999128040000000", "largest chunk")
+T.ok(#key.encode(base) == 17, "keys have 17 digits")
+
+-- Each kind of bad key is refused with the field named.
+T.raises("at most 17", "too many digits", key.decode, "110256128040002220")
+T.raises("not a decimal key", "letters", key.decode, "10256x28040002220")
+T.raises("not a decimal key", "empty", key.decode, "")
+T.raises("not a decimal key", "negative", key.decode, "-10256128040002220")
+T.raises("field head_dim", "head_dim 0", key.decode, "10256000040002220")
+T.raises("field chunk", "chunk 0", key.decode, "10000128040002220")
+T.raises("field group_tile", "group tile 0", key.decode, "10256128000002220")
+T.raises("field q_dtype", "q dtype digit out of range", key.decode, "10256128040002250")
+T.raises("field kv_dtype", "kv dtype digit out of range", key.decode, "10256128040002520")
+T.raises("field out_dtype", "out dtype digit out of range", key.decode, "10256128040005220")
+T.raises("field mask_mode", "mask mode digit out of range", key.decode, "10256128040032220")
+T.raises("field layout", "layout digit out of range", key.decode, "10256128040002223")
+T.raises("field isa", "isa digit out of range", key.decode, "10256128043002220")
+T.raises("field flags", "reserved flag bit", key.decode, "10256128040402220")
+T.raises("field template", "template 0", key.decode, "256128040002220")
+T.raises("field template", "template 2", key.decode, "20256128040002220")
+T.raises("field head_dim", "encode head_dim 0", key.encode, with("head_dim", 0))
+T.raises("field chunk", "encode chunk 0", key.encode, with("chunk", 0))
+T.raises("field chunk", "encode chunk 10000", key.encode, with("chunk", 10000))
+T.raises("field group_tile", "encode group tile 0", key.encode, with("group_tile", 0))
+T.raises("field group_tile", "encode group tile 100", key.encode, with("group_tile", 100))
+T.raises("field kv_dtype", "encode unknown dtype name", key.encode, with("kv_dtype", "f64"))
+T.raises("field head_dim is required", "encode without head_dim", key.encode, { chunk = 64 })
+T.raises("unknown field 'colour'", "encode unknown field", key.encode, with("colour", 1))
+T.raises("decimal strings", "float key refused", key.decode, 1.5)
+T.done()
