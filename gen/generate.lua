@@ -5,20 +5,27 @@ local key = require("key")
 local template = require("template")
 
 local M = {}
-M.ABI_VERSION = 1          -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 2          -- bump when templates/abi.h.tpl changes
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = 4096         -- sc[] is group_tile * chunk floats on the stack
 
-local STORAGE = { [0] = "float", "fd_u16", "fd_u16" }
+local STORAGE = { [0] = "float", "fd_u16", "fd_u16", "signed char", "unsigned char" }
 local OUT_NAME = { [0] = "f32", "f16", "bf16" }
 local F16_LOAD = "hu = %s; cv.u = ((hu & 0x7fffu) << 13) | ((((hu & 0x7c00u) + 0x400u) & 0x8000u) * 0xe000u);"
   .. " cv.f *= 5.192296858534828e+33f; cv.u |= (hu & 0x8000u) << 16; %s = cv.f;"
 
--- C statement(s) that load element src of storage dtype into float dst.
+-- fp8 e4m3: exponent and mantissa moved into f32 place, rebiased by 2^120; 0x7f is NaN.
+local FP8_LOAD = "hu = %s; cv.u = (hu & 0x7fu) << 20; cv.f *= 1.329227995784916e+36f; cv.u |= (hu & 0x80u) << 24;"
+  .. " if ((hu & 0x7fu) == 0x7fu) cv.u |= 0x7fc00000u; %s = cv.f;"
+
+-- C statement(s) that load element src of storage dtype into float dst
+-- (int8 and fp8 without their row scale, which the kernel applies per row).
 local function load(dtype, dst, src)
   if dtype == 0 then return ("%s = %s;"):format(dst, src) end
   if dtype == 1 then return F16_LOAD:format(src, dst) end
-  return ("cv.u = (fd_u32)%s << 16; %s = cv.f;"):format(src, dst)
+  if dtype == 2 then return ("cv.u = (fd_u32)%s << 16; %s = cv.f;"):format(src, dst) end
+  if dtype == 3 then return ("%s = (float)%s;"):format(dst, src) end
+  return FP8_LOAD:format(src, dst)
 end
 
 -- C statements of the exp polynomial: p = e^x for -87 <= x <= 0, using
@@ -48,7 +55,6 @@ local function check_supported(f)
   local function no(field, why)
     error(("gen: key %s: field %s: %s"):format(f.key, field, why), 0)
   end
-  if f.kv_dtype > 2 then no("kv_dtype", key.value_name("kv_dtype", f.kv_dtype) .. " is not supported by template 1 yet") end
   if f.layout == 2 then no("layout", "paged is not supported by template 1 yet") end
   if f.isa ~= 0 then no("isa", key.value_name("isa", f.isa) .. " kernels are not generated yet") end
   if f.chunk > M.MAX_CHUNK then no("chunk", ("%d exceeds %d"):format(f.chunk, M.MAX_CHUNK)) end
@@ -71,8 +77,9 @@ function M.params(k)
     OUT_NAME = OUT_NAME[f.out_dtype],
     MASK = f.mask_mode == 1, SPLIT = f.flags % 2 == 1, LSE = f.flags >= 2,
     STRIDE = f.layout == 0 and tostring(D) or "w->kv_stride",
-    NEED_BITS = f.q_dtype ~= 0 or f.kv_dtype ~= 0,
-    NEED_HU = f.q_dtype == 1 or f.kv_dtype == 1,
+    NEED_BITS = f.q_dtype ~= 0 or (f.kv_dtype ~= 0 and f.kv_dtype ~= 3),
+    NEED_HU = f.q_dtype == 1 or f.kv_dtype == 1 or f.kv_dtype == 4,
+    QUANT = f.kv_dtype >= 3,
     load = load, exp_body = exp_body,
   }
   -- Index expression of element j of the current head_dim block.
@@ -93,8 +100,9 @@ function M.params(k)
     return table.concat(a, " ")
   end
   p.p_decls = function()
-    local a = {}
-    for t = 0, T - 1 do a[#a + 1] = (", p%d = sc[%d + i]"):format(t, t * f.chunk) end
+    local a, vs = {}, ""
+    if f.kv_dtype >= 3 then a[1] = ", vsc = w->v_scale[(c + i) * w->scale_stride]"; vs = " * vsc" end
+    for t = 0, T - 1 do a[#a + 1] = (", p%d = sc[%d + i]%s"):format(t, t * f.chunk, vs) end
     return table.concat(a)
   end
   p.pv_terms = function(j)

@@ -16,6 +16,8 @@ typedef struct fd_work {
   const void *q;            /* n_heads query rows of head_dim elements, contiguous */
   const void *k, *v;        /* key and value row 0 of this (batch, kv head) */
   fd_i64 kv_stride;         /* elements from one key row to the next */
+  const float *k_scale, *v_scale;  /* int8/fp8: scale of row 0; row i at [i * scale_stride] */
+  fd_i64 scale_stride;
   const float *mask;        /* additive mask of the first query head at key 0, or 0 */
   fd_i64 mask_stride;       /* elements from one query head's mask row to the next */
   fd_i64 begin, end;        /* the key range [begin, end), begin <= end */

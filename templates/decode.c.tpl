@@ -60,8 +60,11 @@ void fd_k$(KEY)(const fd_work *w) {
 @ if DB < D then
         }
 @ end
+@ if QUANT then
+        x = w->k_scale[(c + i) * w->scale_stride];
+@ end
 @ for t = 0, T - 1 do
-        sc[$(t * CHUNK) + i] = $(acc_sum(t))$(MASK and (" + mrow" .. t .. "[i]") or "");
+        sc[$(t * CHUNK) + i] = ($(acc_sum(t)))$(QUANT and " * x" or "")$(MASK and (" + mrow" .. t .. "[i]") or "");
 @ end
       }
       /* Online softmax over the chunk, one query head at a time. */

@@ -49,6 +49,7 @@ void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, in
   p->q = malloc(nq * t_dtype_size(q_dt));
   p->k = malloc(nkv * t_dtype_size(kv_dt)); p->v = malloc(nkv * t_dtype_size(kv_dt));
   p->cur_pos = malloc(sizeof(int32_t) * B);
+  if (kv_dt >= 3) { p->k_scale = malloc(4 * nkv / D); p->v_scale = malloc(4 * nkv / D); }
   for (size_t i = 0; i < nq; i++) p->qf[i] = t_rand(&st, -1, 1);
   for (size_t i = 0; i < nkv; i++) { p->kf[i] = t_rand(&st, -1, 1); p->vf[i] = t_rand(&st, -1, 1); }
   for (int b = 0; b < B; b++) p->cur_pos[b] = (int32_t)(b == 0 ? S - 1 : (int64_t)(t_rand(&st, 0, 1) * S) % S);
@@ -66,11 +67,27 @@ void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, in
   kp_sync(p);
 }
 
+/* Quantize one row of n values with a per-row scale (int8: 127, fp8: 448 at the max). */
+static void quantize_row(int dtype, void *buf, float *vals, size_t off, int n, float *scale) {
+  float m = 0;
+  for (int d = 0; d < n; d++) m = fmaxf(m, fabsf(vals[off + d]));
+  *scale = m > 0 ? m / (dtype == 3 ? 127.0f : 448.0f) : 1.0f;
+  for (int d = 0; d < n; d++)
+    vals[off + d] = t_store(dtype, buf, off + d, vals[off + d] / *scale) * *scale;
+}
+
 /* Round the f32 values to their storage dtypes (the reference then sees the stored values). */
 void kp_sync(kproblem *p) {
   const ref_problem *r = &p->ref;
   size_t nq = (size_t)r->B * r->Hq * r->D, nkv = (size_t)r->B * r->Hkv * r->S * r->D;
   for (size_t i = 0; i < nq; i++) p->qf[i] = t_store(p->q_dtype, p->q, i, p->qf[i]);
+  if (p->kv_dtype >= 3) {
+    for (size_t row = 0; row < nkv / r->D; row++) {
+      quantize_row(p->kv_dtype, p->k, p->kf, row * r->D, r->D, &p->k_scale[row]);
+      quantize_row(p->kv_dtype, p->v, p->vf, row * r->D, r->D, &p->v_scale[row]);
+    }
+    return;
+  }
   for (size_t i = 0; i < nkv; i++) {
     p->kf[i] = t_store(p->kv_dtype, p->k, i, p->kf[i]);
     p->vf[i] = t_store(p->kv_dtype, p->v, i, p->vf[i]);
@@ -80,7 +97,7 @@ void kp_sync(kproblem *p) {
 /* Free a problem's buffers. */
 void kp_free(kproblem *p) {
   free(p->q); free(p->k); free(p->v); free(p->qf); free(p->kf); free(p->vf);
-  free(p->mask); free(p->cur_pos);
+  free(p->mask); free(p->cur_pos); free(p->k_scale); free(p->v_scale);
 }
 
 /* The key of a kernel for problem p with cfg and flags. */
@@ -120,6 +137,11 @@ int kx_run(const kproblem *p, const kconfig *cfg, float *out, float *lse, char *
       w.k = (const char *)p->k + row0 * t_dtype_size(p->kv_dtype);
       w.v = (const char *)p->v + row0 * t_dtype_size(p->kv_dtype);
       w.kv_stride = r->layout == 0 ? r->D : (int64_t)r->Hkv * r->D;
+      if (p->k_scale) {
+        w.k_scale = p->k_scale + row0 / r->D;
+        w.v_scale = p->v_scale + row0 / r->D;
+        w.scale_stride = r->layout == 0 ? 1 : r->Hkv;
+      }
       w.mask = r->mask ? r->mask + ((int64_t)b * r->Hq + (int64_t)j * G) * r->S : NULL;
       w.mask_stride = r->S;
       w.n_heads = G; w.scale = (float)r->scale; w.qbuf = qbuf;

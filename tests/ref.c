@@ -103,12 +103,42 @@ float t_bf16_to_f32(uint16_t h) {
   return f;
 }
 
+/* f32 -> fp8 e4m3 bits by value (saturating at 448). */
+uint8_t t_f32_to_e4m3(float x) {
+  uint8_t sign = signbit(x) ? 0x80 : 0;
+  double r = fabs(round_to_format(x, 4, -6, 8));
+  if (isnan(x)) return sign | 0x7f;
+  if (r > 448) r = 448;
+  if (r == 0) return sign;
+  int e;
+  frexp(r, &e);
+  int exp = e - 1;
+  if (exp < -6) return sign | (uint8_t)(r / ldexp(1.0, -9));                   /* subnormal */
+  return sign | (uint8_t)((exp + 7) << 3) | (uint8_t)((r / ldexp(1.0, exp) - 1.0) * 8.0);
+}
+
+/* fp8 e4m3 bits -> f32 by value. */
+float t_e4m3_to_f32(uint8_t b) {
+  int exp = (b >> 3) & 15, man = b & 7;
+  double v;
+  if ((b & 0x7f) == 0x7f) v = NAN;
+  else if (exp == 0) v = ldexp(man, -9);
+  else v = ldexp(8 + man, exp - 10);
+  return (float)((b & 0x80) ? -v : v);
+}
+
 /* Bytes per element of a dtype. */
-size_t t_dtype_size(int dtype) { return dtype == 0 ? 4 : 2; }
+size_t t_dtype_size(int dtype) { return dtype == 0 ? 4 : dtype <= 2 ? 2 : 1; }
 
 /* Store x rounded to dtype; return the stored value. */
 float t_store(int dtype, void *buf, size_t i, float x) {
   if (dtype == 0) { ((float *)buf)[i] = x; return x; }
+  if (dtype == 3) {
+    float r = nearbyintf(x < -127 ? -127 : x > 127 ? 127 : x);
+    ((int8_t *)buf)[i] = (int8_t)r;
+    return r;
+  }
+  if (dtype == 4) { ((uint8_t *)buf)[i] = t_f32_to_e4m3(x); return t_e4m3_to_f32(((uint8_t *)buf)[i]); }
   uint16_t h = dtype == 1 ? t_f32_to_f16(x) : t_f32_to_bf16(x);
   ((uint16_t *)buf)[i] = h;
   return dtype == 1 ? t_f16_to_f32(h) : t_bf16_to_f32(h);
@@ -117,6 +147,8 @@ float t_store(int dtype, void *buf, size_t i, float x) {
 /* Load element i of dtype as f32. */
 float t_load(int dtype, const void *buf, size_t i) {
   if (dtype == 0) return ((const float *)buf)[i];
+  if (dtype == 3) return ((const int8_t *)buf)[i];
+  if (dtype == 4) return t_e4m3_to_f32(((const uint8_t *)buf)[i]);
   uint16_t h = ((const uint16_t *)buf)[i];
   return dtype == 1 ? t_f16_to_f32(h) : t_bf16_to_f32(h);
 }

@@ -27,9 +27,13 @@ uint16_t t_f32_to_f16(float x);
 float t_f16_to_f32(uint16_t h);
 uint16_t t_f32_to_bf16(float x);
 float t_bf16_to_f32(uint16_t h);
-/* Bytes per element of dtype 0 f32, 1 f16, 2 bf16. */
+/* fp8 e4m3 (bias 7, max 448, 0x7f NaN) by value. */
+uint8_t t_f32_to_e4m3(float x);
+float t_e4m3_to_f32(uint8_t b);
+/* Bytes per element of dtype 0 f32, 1 f16, 2 bf16, 3 int8, 4 fp8. */
 size_t t_dtype_size(int dtype);
-/* Store x rounded to dtype at element i; returns the value actually stored. */
+/* Store x rounded to dtype at element i; returns the value actually stored
+   (int8: x rounded to an integer in -127..127; fp8: x rounded to e4m3). */
 float t_store(int dtype, void *buf, size_t i, float x);
 /* Load element i of dtype as f32. */
 float t_load(int dtype, const void *buf, size_t i);

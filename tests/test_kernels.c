@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *DT[] = { "f32", "f16", "bf16" };
+static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" };
 static const char *MODE[] = { "causal", "mask", "full" };
 static const char *LAYOUT[] = { "bhsd", "bshd" };
 
@@ -95,6 +95,13 @@ static void sweep_shapes(void) {
 static void sweep_dtypes(void) {
   for (int c = 0; c < 27; c++)
     run_case(2, 8, 2, 128, 200, c / 9, c / 3 % 3, c % 3, c % 3, c % 2, 64, 4, 1 + c % 2, 2000 + c);
+}
+
+/* int8 and fp8 KV with per-row scales, both layouts, split and unsplit. */
+static void sweep_quantized(void) {
+  for (int c = 0; c < 8; c++)
+    run_case(2, 8, 2, c % 2 ? 96 : 128, 150, c % 3, 3 + c % 2, (c + 1) % 3, c % 3, c / 2 % 2, 64,
+             c % 4 ? 4 : 2, 1 + 2 * (c % 2), 2500 + c);
 }
 
 /* Short lengths: one key, cur_pos 0, lengths below and at a chunk. */
@@ -196,6 +203,7 @@ static void huge_logit(void) {
 int main(void) {
   sweep_shapes();
   sweep_dtypes();
+  sweep_quantized();
   edge_lengths();
   merge_splits();
   masked_rows();
