@@ -14,12 +14,23 @@ LIBS    := -ltcc $(LUA_LIB) -ldl -lpthread -lm
 
 GEN_LUA   := $(wildcard gen/*.lua)
 TEMPLATES := $(wildcard templates/*.tpl)
-RT_SRC    := runtime/jit.c runtime/key.c runtime/luagen.c
-RT_OBJ    := $(RT_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
+RT_SRC    := $(wildcard runtime/*.c)
+LIB_SRC   := $(filter-out runtime/fdgen.c,$(RT_SRC))
+RT_OBJ    := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 GENERATED := $(B)/fd_abi.h $(B)/fd_keydefs.h $(B)/embedded.c
 
-.PHONY: all deps test clean gen-default
-all: deps $(B)/test_kernels
+.PHONY: all deps lib test clean gen-default sanitize
+all: deps lib $(B)/test_kernels $(B)/test_api $(B)/test_errors
+
+# libflashdecode, static and shared (Lua 5.4 and libtcc linked in; generator embedded).
+lib: $(B)/libflashdecode.a $(B)/libflashdecode.so
+$(B)/libflashdecode.a: $(RT_OBJ)
+	ar rcs $@ $^
+$(B)/libflashdecode.so: $(RT_OBJ) $(B)/obj/tcc_shim.o
+	$(CC) -shared -o $@ $^ -Wl,--exclude-libs,libtcc.a $(LIBS)
+$(B)/obj/tcc_shim.o: runtime/shared/tcc_shim.c
+	@mkdir -p $(B)/obj
+	$(CC) $(WARN) $(CFLAGS) -fPIC -c $< -o $@
 
 deps: $(B)/.deps
 $(B)/.deps: scripts/deps.sh
@@ -42,14 +53,32 @@ $(B)/obj/embedded.o: $(B)/embedded.c runtime/embedded.h
 	@mkdir -p $(B)/obj
 	$(CC) $(CFLAGS) -fPIC $(INC) -c $< -o $@
 
-$(B)/test_kernels: tests/test_kernels.c tests/kexec.c tests/ref.c $(RT_OBJ) $(wildcard tests/*.h)
-	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests tests/test_kernels.c tests/kexec.c tests/ref.c $(RT_OBJ) $(LIBS) -o $@
+TEST_LIB := tests/kexec.c tests/ref.c tests/compare.c tests/tcheck.c
+$(B)/test_kernels: tests/test_kernels.c $(TEST_LIB) $(RT_OBJ) $(wildcard tests/*.h)
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests tests/test_kernels.c $(TEST_LIB) $(RT_OBJ) $(LIBS) -o $@
+
+$(B)/test_%: tests/test_%.c $(TEST_LIB) $(B)/libflashdecode.a $(wildcard tests/*.h)
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests $< $(TEST_LIB) $(B)/libflashdecode.a $(LIBS) -o $@
+
+# The library and its C tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/san/%.o) $(B)/san/embedded.o
+SAN_TESTS := $(B)/san/test_api $(B)/san/test_errors $(B)/san/test_kernels
+sanitize: $(SAN_TESTS)
+$(B)/san/%.o: runtime/%.c $(GENERATED) $(wildcard runtime/*.h)
+	@mkdir -p $(B)/san
+	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -DFD_TCC_VERSION='"$(TCC_VER)"' -c $< -o $@
+$(B)/san/embedded.o: $(B)/embedded.c runtime/embedded.h
+	@mkdir -p $(B)/san
+	$(CC) -O1 -g $(SAN) $(INC) -c $< -o $@
+$(B)/san/test_%: tests/test_%.c $(TEST_LIB) $(SAN_OBJ) $(wildcard tests/*.h)
+	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -Itests $< $(TEST_LIB) $(SAN_OBJ) $(LIBS) -o $@
 
 # Every variant the default shape set needs, for the compile test.
 gen-default: deps
 	$(LUA) gen/fdgen.lua gen tuner/shapes/default.lua -o $(B)/gen/default
 
-test: all gen-default
+test: all gen-default sanitize
 	bash tests/run.sh
 
 clean:

@@ -99,6 +99,31 @@ function M.params(k)
     for t = 0, T - 1 do a[#a + 1] = ("s%d_%d += q%d[%s] * x;"):format(t, j % A, t, p.dix(j)) end
     return table.concat(a, " ")
   end
+  -- Loop form (optimizing compilers): 16 lane sums per head, L<t>[16].
+  p.lane_decls = function()
+    local a = {}
+    for t = 0, T - 1 do a[#a + 1] = ("L%d[16] = { 0 }"):format(t) end
+    return table.concat(a, ", ")
+  end
+  p.lane_terms = function(lane, ix)
+    local a = {}
+    for t = 0, T - 1 do a[#a + 1] = ("L%d[%s] += q%d[%s] * x;"):format(t, lane, t, ix) end
+    return table.concat(a, " ")
+  end
+  p.lane_reduce = function(ind)
+    local a = {}
+    for t = 0, T - 1 do
+      a[#a + 1] = ("%sfor (u = 0; u < 8; u++) L%d[u] += L%d[u + 8];"):format(ind, t, t)
+      a[#a + 1] = ("%sfor (u = 0; u < 4; u++) L%d[u] += L%d[u + 4];"):format(ind, t, t)
+      a[#a + 1] = ("%ss%d_0 = (L%d[0] + L%d[2]) + (L%d[1] + L%d[3]);"):format(ind, t, t, t, t, t)
+    end
+    return table.concat(a, "\n")
+  end
+  p.pv_terms_loop = function()
+    local a = {}
+    for t = 0, T - 1 do a[#a + 1] = ("st%d[d] += p%d * x;"):format(t, t) end
+    return table.concat(a, " ")
+  end
   p.p_decls = function()
     local a, vs = {}, ""
     if f.kv_dtype >= 3 then a[1] = ", vsc = w->v_scale[(c + i) * w->scale_stride]"; vs = " * vsc" end

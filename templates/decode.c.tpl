@@ -39,7 +39,7 @@ void fd_k$(KEY)(const fd_work *w) {
     for (tp = 0; tp < nh; tp += $(T)) {
 @ for t = 0, T - 1 do
       const float *q$(t) = qbuf + (tp + $(t)) * $(D);
-      float *st$(t) = state + (fd_i64)(tp + $(t)) * $(REC);
+      float *FD_RESTRICT st$(t) = state + (fd_i64)(tp + $(t)) * $(REC);
 @   if MASK then
       const float *mrow$(t) = w->mask + (fd_i64)(tp + $(t)) * w->mask_stride + c;
 @   end
@@ -51,6 +51,21 @@ void fd_k$(KEY)(const fd_work *w) {
 @ for t = 0, T - 1 do
         float $(acc_list(t)) ;
 @ end
+#if defined(__OPTIMIZE__)
+        /* optimizing compilers: 16 independent lane sums they can vectorize */
+        {
+          float $(lane_decls());
+          int u;
+          for (d = 0; d + 16 <= $(D); d += 16)
+            for (u = 0; u < 16; u++) {
+              $(load(KV_DTYPE, "x", "kr[d + u]")) $(lane_terms("u", "d + u"))
+            }
+          for (; d < $(D); d++) {
+            $(load(KV_DTYPE, "x", "kr[d]")) $(lane_terms("0", "d"))
+          }
+$(lane_reduce("          "))
+        }
+#else
 @ if DB < D then
         for (d = 0; d < $(D); d += $(DB)) {
 @ end
@@ -60,6 +75,7 @@ void fd_k$(KEY)(const fd_work *w) {
 @ if DB < D then
         }
 @ end
+#endif
 @ if QUANT then
         x = w->k_scale[(c + i) * w->scale_stride];
 @ end
@@ -99,6 +115,11 @@ $(exp_body("x", "p", "              "))
       for (i = 0; i < n; i++) {
         const $(KVT) *vr = vbase + (c + i) * kvs;
         float x$(p_decls());
+#if defined(__OPTIMIZE__)
+        for (d = 0; d < $(D); d++) {
+          $(load(KV_DTYPE, "x", "vr[d]")) $(pv_terms_loop())
+        }
+#else
 @ if DB < D then
         for (d = 0; d < $(D); d += $(DB)) {
 @ end
@@ -108,6 +129,7 @@ $(exp_body("x", "p", "              "))
 @ if DB < D then
         }
 @ end
+#endif
       }
     }
   }

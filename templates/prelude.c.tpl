@@ -2,6 +2,9 @@
 #ifndef FD_PRELUDE
 #define FD_PRELUDE
 
+/* restrict where the compiler is C99 or later (tcc and gcc both are). */
+#define FD_RESTRICT restrict
+
 /* -inf without math.h or a division by zero. */
 static inline float fd_ninf(void) { fd_bits b; b.u = 0xff800000u; return b.f; }
 

@@ -29,6 +29,12 @@ for lua in lua5.4 luajit; do
 done
 suite "compile every default variant with tcc and gcc -Werror" bash tests/compile_variants.sh "$B/gen/default"
 suite "kernels vs double reference (tcc)" "$B/test_kernels"
+suite "public API vs double reference (tcc, cc; 1-4 threads)" "$B/test_api"
+suite "bad input, tuned tables, lifetime, concurrency, 64-bit indexing" "$B/test_errors"
+export FD_TEST_CACHE_DIR="$B/san/cache"
+for t in test_kernels test_api test_errors; do
+  suite "$t under AddressSanitizer + UndefinedBehaviorSanitizer" "$B/san/$t"
+done
 
 rm -f "$log"
 echo "$total_pass passed, $total_fail failed"

@@ -1,6 +1,7 @@
 /* Generated kernels, compiled by tcc and called directly, against the
    double-precision reference: mask modes, layouts, head_dims, groups, dtypes,
    chunk sizes, edge lengths, split counts and merge order. */
+#include "compare.h"
 #include "kexec.h"
 #include "tcheck.h"
 #include <math.h>
@@ -11,50 +12,6 @@
 static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" };
 static const char *MODE[] = { "causal", "mask", "full" };
 static const char *LAYOUT[] = { "bhsd", "bshd" };
-
-/* Largest |x| of a double array (the output scale errors are relative to). */
-static double max_abs(const double *x, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; i++) if (fabs(x[i]) > m) m = fabs(x[i]);
-  return m;
-}
-
-/* Allowed error relative to output scale: 1e-5 for f32 KV, 2e-3 for f16/bf16 KV,
-   plus one unit in the last place of a 16-bit output dtype. */
-static double tolerance(const kproblem *p) {
-  double t = p->kv_dtype == 0 ? 1e-5 : 2e-3;
-  if (p->out_dtype == 1) t += ldexp(1, -10);
-  if (p->out_dtype == 2) t += ldexp(1, -7);
-  return t;
-}
-
-/* Compare kernel output with the reference: out within tolerance, lse within 1e-5 relative,
-   identical -inf for rows with no valid key, never NaN. Returns the max relative error. */
-static double compare(const kproblem *p, const float *out, const float *lse, const double *rout,
-                      const double *rlse, int check_lse, const char *name) {
-  const ref_problem *r = &p->ref;
-  size_t n = (size_t)r->B * r->Hq * r->D;
-  double scale = max_abs(rout, n), err = 0;
-  if (scale == 0) scale = 1;
-  int nan = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (isnan(out[i])) nan = 1;
-    double e = fabs(out[i] - rout[i]) / scale;
-    if (e > err) err = e;
-  }
-  t_check(!nan, "%s: no NaN in out", name);
-  t_check(err <= tolerance(p), "%s: max error %.3g > tolerance %.3g", name, err, tolerance(p));
-  if (!check_lse) return err;
-  double lerr = 0;
-  int lbad = 0;
-  for (size_t i = 0; i < (size_t)r->B * r->Hq; i++) {
-    if (isinf(rlse[i]) || isinf(lse[i])) { if (rlse[i] != lse[i]) lbad = 1; continue; }
-    double e = fabs(lse[i] - rlse[i]) / fmax(1.0, fabs(rlse[i]));
-    if (isnan(lse[i]) || e > lerr) lerr = isnan(lse[i]) ? INFINITY : e;
-  }
-  t_check(!lbad && lerr <= 1e-5, "%s: lse error %.3g%s", name, lerr, lbad ? " (-inf mismatch)" : "");
-  return err;
-}
 
 /* Run one configuration against the reference. */
 static void run_case(int B, int Hq, int Hkv, int D, int64_t S, int qd, int kd, int od, int mode,
@@ -70,7 +27,7 @@ static void run_case(int B, int Hq, int Hkv, int D, int64_t S, int qd, int kd, i
   ref_attention(&p.ref, rout, rlse);
   kconfig cfg = { chunk, tile, splits, splits > 2, 1 };
   if (t_check(kx_run(&p, &cfg, out, lse, err, sizeof err) == 0, "%s: run: %s", name, err))
-    compare(&p, out, lse, rout, rlse, 1, name);
+    t_compare(&p, out, lse, rout, rlse, 1, name);
   free(rout); free(rlse); free(out); free(lse);
   kp_free(&p);
 }
@@ -123,7 +80,7 @@ static void edge_lengths(void) {
   ref_attention(&p.ref, rout, rlse);
   kconfig cfg = { 64, 4, 1, 0, 1 };
   if (t_check(kx_run(&p, &cfg, out, lse, err, sizeof err) == 0, "cur_pos 0: run: %s", err))
-    compare(&p, out, lse, rout, rlse, 1, "cur_pos 0 everywhere");
+    t_compare(&p, out, lse, rout, rlse, 1, "cur_pos 0 everywhere");
   kp_free(&p);
 }
 
@@ -134,7 +91,7 @@ static void run_and_compare(kproblem *p, kconfig cfg, float *out, float *lse, co
   char err[4096];
   ref_attention(&p->ref, rout, rlse);
   if (t_check(kx_run(p, &cfg, out, lse, err, sizeof err) == 0, "%s: run: %s", name, err))
-    compare(p, out, lse, rout, rlse, cfg.lse, name);
+    t_compare(p, out, lse, rout, rlse, cfg.lse, name);
   free(rout); free(rlse);
 }
 

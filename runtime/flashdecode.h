@@ -1,0 +1,130 @@
+/* flashdecode: decode-phase attention (flash-decode) for CPUs, with kernels
+   generated per shape and compiled at run time. See DESIGN.md and README.md.
+
+   Per batch row b and query head h (kv head j = h / G, G = n_q_heads / n_kv_heads):
+     s_i = scale * q[b,h].K[b,j,i] (+ mask[b,h,i]),  out = softmax(s) V,  lse = log sum exp s
+   over the valid keys: 0..cur_pos[b] (causal) or all kv_len keys (mask, full).
+
+   Thread safety: a context may be used from several threads at once (plans are
+   created and run concurrently; runs of one context share its thread pool and
+   take turns). A plan must not be destroyed while it runs.
+   Lifetime: fd_destroy ends the context's thread pool and frees its kernels;
+   plans of a destroyed context stay safe to pass to fd_plan_destroy, and
+   fd_run on them fails with FD_EDESTROYED (nothing is written). */
+#ifndef FLASHDECODE_H
+#define FLASHDECODE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FD_VERSION "0.1.0"
+
+/* Return codes: 0 or one of these. Every failure leaves a message in fd_errmsg. */
+enum {
+  FD_OK = 0,
+  FD_EINVAL = -1,        /* a bad argument; the message names the field */
+  FD_ENOMEM = -2,
+  FD_ECOMPILE = -3,      /* generation or compilation of a kernel failed */
+  FD_EUNSUPPORTED = -4,  /* a valid request this build cannot serve */
+  FD_ETABLE = -5,        /* a tuned table was refused (the heuristic is used instead) */
+  FD_EDESTROYED = -6,    /* the plan's context was destroyed */
+  FD_ESYS = -7           /* a system call failed */
+};
+
+/* Enum values are the tiling-key digits. */
+typedef enum fd_dtype { FD_F32 = 0, FD_F16 = 1, FD_BF16 = 2, FD_I8 = 3, FD_FP8_E4M3 = 4 } fd_dtype;
+typedef enum fd_mask_mode { FD_CAUSAL = 0, FD_MASK = 1, FD_FULL = 2 } fd_mask_mode;
+typedef enum fd_layout { FD_BHSD = 0, FD_BSHD = 1, FD_PAGED = 2 } fd_layout;
+typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
+/* ISA choices for fd_config.isa_limit and fd_plan_opts.isa: the tiling-key isa
+   digit plus one, so that 0 (a zeroed struct) means "best available". */
+enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3 };
+
+typedef struct fd_config {
+  int threads;              /* worker threads; 0 = all online cores */
+  fd_backend backend;       /* FD_BACKEND_TCC (default, embedded) or FD_BACKEND_CC (system compiler) */
+  const char *table;        /* tuned table to plan from; NULL = heuristic only */
+  const char *cache_dir;    /* cc backend cache; NULL = $FD_CACHE_DIR, else $XDG_CACHE_HOME/flashdecode,
+                               else ~/.cache/flashdecode */
+  int isa_limit;            /* FD_ISA_AUTO: best supported (lowered by $FD_MAX_ISA=0|1|2, a key digit);
+                               FD_ISA_C / FD_ISA_AVX2 / FD_ISA_AVX512: the highest allowed */
+} fd_config;
+
+typedef struct fd_shape {
+  int batch, n_q_heads, n_kv_heads, head_dim;
+  int64_t kv_len;           /* cache capacity along S */
+  fd_dtype q_dtype, kv_dtype, out_dtype;
+  fd_mask_mode mask_mode;
+  fd_layout layout;
+  int page_size;            /* paged layout only */
+} fd_shape;
+
+typedef struct fd_args {
+  const void *q;            /* [B, Hq, D] q_dtype */
+  const void *k, *v;        /* [B, Hkv, S, D] (BHSD) or [B, S, Hkv, D] (BSHD), kv_dtype */
+  const int32_t *cur_pos;   /* [B], causal: the query's position, 0 <= cur_pos[b] < kv_len */
+  const float *mask;        /* [B, Hq, kv_len] additive, mask mode; -inf masks a key out */
+  const float *k_scale, *v_scale;  /* int8/fp8: one float per K/V row, laid out as K without D */
+  const int32_t *block_table;      /* paged layout */
+  float scale;              /* 0 = 1/sqrt(head_dim) */
+  void *out;                /* [B, Hq, D] out_dtype */
+  float *lse;               /* [B, Hq] natural-log sum-exp, or NULL */
+} fd_args;
+
+typedef struct fd_ctx fd_ctx;
+typedef struct fd_plan fd_plan;
+
+fd_ctx *fd_create(const fd_config *cfg);            /* NULL cfg: defaults; NULL result: see fd_errmsg(NULL) */
+void fd_destroy(fd_ctx *ctx);
+int fd_plan_create(fd_ctx *ctx, const fd_shape *shape, fd_plan **plan);
+int fd_run(const fd_plan *plan, const fd_args *args);
+void fd_plan_destroy(fd_plan *plan);
+const char *fd_errmsg(const fd_ctx *ctx);           /* why the calling thread's last call failed */
+
+/* ---- Additions for tools and tuning (not in the minimal API) ---- */
+
+/* Force parts of a plan; 0 leaves a field to the planner (a zeroed struct forces nothing). */
+typedef struct fd_plan_opts {
+  int chunk;                /* keys per chunk */
+  int group_tile;           /* query heads per pass over K/V; must divide n_q_heads / n_kv_heads */
+  int splits;               /* splits of every (batch, kv head) range; > kv_len is allowed */
+  int threads;              /* at most the context's threads */
+  int isa;                  /* FD_ISA_C, FD_ISA_AVX2 or FD_ISA_AVX512 */
+} fd_plan_opts;
+
+int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **plan);
+
+/* What a plan runs for a given longest valid length. */
+typedef struct fd_plan_info {
+  char key[24];             /* tiling key of the main kernel */
+  char split_key[24];       /* tiling key of the split kernel ("" when unsplit) */
+  int chunk, group_tile, splits, threads;
+  int isa;                  /* the key's isa digit: 0 portable C, 1 AVX2, 2 AVX-512 */
+  int from_table;           /* 1 when a tuned-table row chose it */
+  double compile_ms;        /* time spent generating and compiling this plan's kernels */
+} fd_plan_info;
+int fd_plan_info_get(const fd_plan *plan, int64_t kv_len, fd_plan_info *info);
+
+/* Context facts: its threads, the backend in use (cc falls back to tcc), the highest isa digit it may use. */
+int fd_ctx_threads(const fd_ctx *ctx);
+int fd_ctx_backend(const fd_ctx *ctx);
+int fd_ctx_max_isa(const fd_ctx *ctx);
+/* Identification of this build, for tuned tables: template hash and tcc version. */
+const char *fd_build_templates_hash(void);
+const char *fd_build_tcc_version(void);
+/* Tuned tables (plain text, see README): the header this build on this machine
+   writes and accepts, the canonical text of a shape in table rows, and the
+   kv-length bucket (the smallest power of two >= len) a length falls in. */
+int fd_tuned_table_header(char *buf, size_t size);
+int fd_shape_signature(const fd_shape *shape, char *buf, size_t size);
+int64_t fd_length_bucket(int64_t len);
+/* The C source of a key's kernel (malloc'd, free() it), or NULL with the message in fd_errmsg(ctx). */
+char *fd_kernel_source(fd_ctx *ctx, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

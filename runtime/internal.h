@@ -1,0 +1,68 @@
+/* Library internals shared by the runtime's files (not installed). */
+#ifndef FD_INTERNAL_H
+#define FD_INTERNAL_H
+#include "flashdecode.h"
+#include "fd_abi.h"
+#include "kcache.h"
+#include "pool.h"
+#include "table.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define FD_MAX_BUCKETS 48
+#define FD_MAX_CHUNK 4096      /* keep in sync with gen/generate.lua M.MAX_CHUNK */
+#define FD_MAX_TILE 99         /* the group_tile key field */
+
+struct fd_ctx {
+  int threads, max_isa;
+  fd_backend backend;
+  fd_pool *pool;
+  fd_kcache *kernels;
+  fd_table *table;                 /* NULL: none, or refused */
+  pthread_mutex_t lock;            /* n_plans, destroyed, run serialization below */
+  pthread_mutex_t run_lock;        /* one fd_run at a time owns the pool */
+  int n_plans;
+  int released;                    /* fd_destroy was called: the last plan frees the struct */
+  atomic_int destroyed;
+  char table_note[1024];           /* why a table was refused ("" if accepted or none) */
+};
+
+/* The configuration of one kv-length bucket: lengths up to max_len. */
+typedef struct fd_bucket {
+  int64_t max_len;
+  int chunk, tile, splits, threads, isa, from_table;
+  const fd_kernel_desc *plain, *with_lse, *split;
+} fd_bucket;
+
+/* One work item: keys [begin, end) of (b, kv head j), split s of its row. */
+typedef struct fd_item { int b, j, s; int64_t begin, end; } fd_item;
+
+struct fd_plan {
+  fd_ctx *ctx;
+  fd_shape shape;
+  int G, rec, n_buckets, forced_splits, max_splits, max_threads;
+  fd_bucket buckets[FD_MAX_BUCKETS];
+  double compile_ms;
+  /* scratch, sized at plan time so fd_run never allocates */
+  float *partials;                 /* [B*Hkv][max_splits][G][rec] */
+  float *thread_scratch;           /* per thread: qbuf G*D, state G*rec */
+  size_t thread_scratch_floats;
+  atomic_int *remaining;           /* [B*Hkv] splits still running */
+  int *row_splits;                 /* [B] */
+  int *row_order;                  /* [B] rows by descending length */
+  int64_t *row_len;                /* [B] */
+  fd_item *items;                  /* [B*Hkv*max_splits] */
+};
+
+/* Record an error for ctx (and the calling thread) and return code. */
+int fd_fail(const fd_ctx *ctx, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Clear the calling thread's error for ctx. */
+void fd_clear_error(const fd_ctx *ctx);
+/* Free a context's memory (after fd_destroy and its last plan). */
+void fd_ctx_free(fd_ctx *ctx);
+/* Bytes per element of a dtype. */
+size_t fd_dtype_size(int dtype);
+/* Encode the key of a kernel; -1 with err on a field out of range. */
+int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,267 @@
+/* The planner: validates a shape, decides chunk size, group tile, split count
+   and threads per kv-length bucket (tuned table row or heuristic), compiles
+   the keys it needs and sizes the scratch fd_run uses. It never runs kernels. */
+#include "internal.h"
+#include "key.h"
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Heuristic constants (see README "Planner"); measured on the portable-C kernels. */
+#define H_CHUNK 128             /* keys per chunk */
+#define H_MAX_TILE 8            /* largest group tile the heuristic picks */
+#define H_MIN_SPLIT_KEYS 512    /* do not split a row into pieces shorter than this */
+
+static const char *DTYPE[] = { "f32", "f16", "bf16", "i8", "fp8" };
+static const char *MODE[] = { "causal", "mask", "full" };
+static const char *LAYOUT[] = { "bhsd", "bshd", "paged" };
+
+/* The smallest power of two >= len (len >= 1). */
+int64_t fd_length_bucket(int64_t len) {
+  int64_t b = 1;
+  while (b < len && b < (INT64_C(1) << 62)) b <<= 1;
+  return b;
+}
+
+/* Canonical text of a shape, as in tuned tables. */
+int fd_shape_signature(const fd_shape *s, char *buf, size_t size) {
+  if (s->q_dtype > 2u || s->kv_dtype > 4u || s->out_dtype > 2u || s->mask_mode > 2u || s->layout > 2u) return -1;
+  int n = snprintf(buf, size, "b%d.hq%d.hkv%d.d%d.q%s.kv%s.o%s.%s.%s", s->batch, s->n_q_heads, s->n_kv_heads,
+                   s->head_dim, DTYPE[s->q_dtype], DTYPE[s->kv_dtype], DTYPE[s->out_dtype],
+                   MODE[s->mask_mode], LAYOUT[s->layout]);
+  return n < 0 || (size_t)n >= size ? -1 : n;
+}
+
+/* Encode the key of a kernel for shape s. */
+int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen) {
+  int v[FD_KF_COUNT] = { 0 };
+  v[FD_KF_LAYOUT] = s->layout; v[FD_KF_Q_DTYPE] = s->q_dtype; v[FD_KF_KV_DTYPE] = s->kv_dtype;
+  v[FD_KF_OUT_DTYPE] = s->out_dtype; v[FD_KF_MASK_MODE] = s->mask_mode; v[FD_KF_FLAGS] = flags;
+  v[FD_KF_ISA] = isa; v[FD_KF_GROUP_TILE] = tile; v[FD_KF_HEAD_DIM] = s->head_dim;
+  v[FD_KF_CHUNK] = chunk; v[FD_KF_TEMPLATE] = 1;
+  return fd_key_encode(v, key, err, errlen);
+}
+
+/* Check every field of a shape; FD_OK or an error naming the field. */
+static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
+  if (!s) return fd_fail(ctx, FD_EINVAL, "shape is NULL");
+  if (s->batch < 1) return fd_fail(ctx, FD_EINVAL, "shape.batch is %d; it must be at least 1", s->batch);
+  if (s->n_q_heads < 1) return fd_fail(ctx, FD_EINVAL, "shape.n_q_heads is %d; it must be at least 1", s->n_q_heads);
+  if (s->n_kv_heads < 1) return fd_fail(ctx, FD_EINVAL, "shape.n_kv_heads is %d; it must be at least 1", s->n_kv_heads);
+  if (s->n_q_heads % s->n_kv_heads)
+    return fd_fail(ctx, FD_EINVAL, "shape.n_q_heads (%d) is not a multiple of shape.n_kv_heads (%d)", s->n_q_heads, s->n_kv_heads);
+  if (s->head_dim < 1 || s->head_dim > 999)
+    return fd_fail(ctx, FD_EINVAL, "shape.head_dim is %d; it must be 1..999 (the tiling key's field)", s->head_dim);
+  if (s->kv_len < 1) return fd_fail(ctx, FD_EINVAL, "shape.kv_len is %lld; it must be at least 1", (long long)s->kv_len);
+  if ((unsigned)s->q_dtype > 2) return fd_fail(ctx, FD_EINVAL, "shape.q_dtype %d is unknown (f32, f16 or bf16)", (int)s->q_dtype);
+  if ((unsigned)s->kv_dtype > 4) return fd_fail(ctx, FD_EINVAL, "shape.kv_dtype %d is unknown", (int)s->kv_dtype);
+  if ((unsigned)s->out_dtype > 2) return fd_fail(ctx, FD_EINVAL, "shape.out_dtype %d is unknown (f32, f16 or bf16)", (int)s->out_dtype);
+  if ((unsigned)s->mask_mode > 2) return fd_fail(ctx, FD_EINVAL, "shape.mask_mode %d is unknown", (int)s->mask_mode);
+  if ((unsigned)s->layout > 2) return fd_fail(ctx, FD_EINVAL, "shape.layout %d is unknown", (int)s->layout);
+  if (s->layout == FD_PAGED) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.layout FD_PAGED is not supported by this build yet");
+  if (s->mask_mode == FD_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
+    return fd_fail(ctx, FD_EINVAL, "shape.kv_len %lld is too large for int32 cur_pos positions", (long long)s->kv_len);
+  /* every element index (and the mask's) must fit int64 and every byte count size_t */
+  double elems = (double)s->batch * s->n_kv_heads * (double)s->kv_len * s->head_dim;
+  double mask = (double)s->batch * s->n_q_heads * (double)s->kv_len;
+  if (elems * 4 > 9.0e18 || mask * 4 > 9.0e18)
+    return fd_fail(ctx, FD_EINVAL, "shape.kv_len %lld is too large: the cache would have more than 2^63 bytes", (long long)s->kv_len);
+  return FD_OK;
+}
+
+/* Check forced options against the shape and context. */
+static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
+  int G = s->n_q_heads / s->n_kv_heads;
+  if (o->chunk < 0 || o->chunk > FD_MAX_CHUNK)
+    return fd_fail(ctx, FD_EINVAL, "opts.chunk %d is outside 1..%d (0 = planner's choice)", o->chunk, FD_MAX_CHUNK);
+  if (o->group_tile < 0 || o->group_tile > FD_MAX_TILE || (o->group_tile && G % o->group_tile))
+    return fd_fail(ctx, FD_EINVAL, "opts.group_tile %d does not divide the %d query heads per kv head (or exceeds %d)",
+                   o->group_tile, G, FD_MAX_TILE);
+  if (o->splits < 0) return fd_fail(ctx, FD_EINVAL, "opts.splits %d is negative", o->splits);
+  if (o->threads < 0 || o->threads > ctx->threads)
+    return fd_fail(ctx, FD_EINVAL, "opts.threads %d is outside 0..%d (the context's threads)", o->threads, ctx->threads);
+  if (o->isa < 0 || o->isa > FD_ISA_AVX512)
+    return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512 or 0)", o->isa);
+  if (o->isa - 1 > ctx->max_isa)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.isa %d is not available in this context (isa digit %d at most)", o->isa, ctx->max_isa);
+  return FD_OK;
+}
+
+/* The heuristic group tile: the largest divisor of G up to H_MAX_TILE. */
+static int heuristic_tile(int G) {
+  for (int t = G < H_MAX_TILE ? G : H_MAX_TILE; t > 1; t--) if (G % t == 0) return t;
+  return 1;
+}
+
+/* The heuristic split count for rows of up to len keys: none when the
+   (batch, kv head) items fill the threads, else enough to fill them, but no
+   piece shorter than H_MIN_SPLIT_KEYS. */
+static int heuristic_splits(const fd_shape *s, int threads, int64_t len) {
+  int64_t items = (int64_t)s->batch * s->n_kv_heads;
+  if (items >= threads) return 1;
+  int64_t want = (threads + items - 1) / items, most = len / H_MIN_SPLIT_KEYS;
+  if (want > most) want = most;
+  return want < 1 ? 1 : (int)want;
+}
+
+/* Decide one bucket: table row, then forced options, then the heuristic. */
+static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts *o, fd_bucket *b) {
+  const fd_ctx *ctx = p->ctx;
+  const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || o->isa ? NULL
+                            : fd_table_find(ctx->table, sig, b->max_len);
+  b->chunk = o->chunk ? o->chunk : H_CHUNK;
+  b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G);
+  b->threads = o->threads ? o->threads : ctx->threads;
+  b->isa = o->isa ? o->isa - 1 : 0;
+  int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
+  b->splits = o->splits ? o->splits : heuristic_splits(&p->shape, b->threads, len);
+  b->from_table = 0;
+  if (row) {
+    b->from_table = 1;
+    b->splits = row->splits;
+    b->threads = row->threads < ctx->threads ? row->threads : ctx->threads;
+  }
+}
+
+/* Compile the three variants (plain, lse, split) of a bucket's chunk and tile. */
+static int compile_bucket(fd_plan *p, fd_bucket *b) {
+  char key[FD_KEY_BUFSZ], err[4096];
+  const fd_kernel_desc **slot[] = { &b->plain, &b->with_lse, &b->split };
+  static const int flags[] = { 0, 2, 1 };
+  for (int i = 0; i < 3; i++) {
+    if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, flags[i], key, err, sizeof err))
+      return fd_fail(p->ctx, FD_EINVAL, "%s", err);
+    *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, err, sizeof err);
+    if (!*slot[i]) return fd_fail(p->ctx, FD_ECOMPILE, "kernel %s: %s", key, err);
+  }
+  return FD_OK;
+}
+
+/* Use a table row's key: compile it, then take chunk, tile and isa from its
+   descriptor; a key that does not fit the shape leaves the heuristic in charge. */
+static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
+  const fd_table_row *row = fd_table_find(p->ctx->table, sig, b->max_len);
+  char err[4096];
+  const fd_kernel_desc *d = fd_kcache_get(p->ctx->kernels, row->key, &p->compile_ms, err, sizeof err);
+  const fd_shape *s = &p->shape;
+  if (!d || d->head_dim != s->head_dim || d->q_dtype != (int)s->q_dtype || d->kv_dtype != (int)s->kv_dtype ||
+      d->out_dtype != (int)s->out_dtype || d->mask_mode != (int)s->mask_mode || d->layout != (int)s->layout ||
+      p->G % d->group_tile || d->isa > p->ctx->max_isa) {
+    int64_t len = b->max_len < s->kv_len ? b->max_len : s->kv_len;
+    b->from_table = 0;   /* a row that does not fit this shape or build is ignored whole */
+    b->threads = p->ctx->threads;
+    b->splits = heuristic_splits(s, b->threads, len);
+    return FD_OK;
+  }
+  b->chunk = d->chunk; b->tile = d->group_tile; b->isa = d->isa;
+  return FD_OK;
+}
+
+/* Allocate the scratch fd_run uses, sized for the largest bucket. */
+static int alloc_scratch(fd_plan *p) {
+  const fd_shape *s = &p->shape;
+  size_t rows = (size_t)s->batch * s->n_kv_heads;
+  p->thread_scratch_floats = (size_t)p->G * s->head_dim + (size_t)p->G * p->rec + 16;
+  p->partials = malloc(sizeof(float) * rows * p->max_splits * p->G * p->rec);
+  p->thread_scratch = malloc(sizeof(float) * p->thread_scratch_floats * p->max_threads);
+  p->remaining = malloc(sizeof(atomic_int) * rows);
+  p->row_splits = malloc(sizeof(int) * s->batch);
+  p->row_order = malloc(sizeof(int) * s->batch);
+  p->row_len = malloc(sizeof(int64_t) * s->batch);
+  p->items = malloc(sizeof(fd_item) * rows * p->max_splits);
+  if (!p->partials || !p->thread_scratch || !p->remaining || !p->row_splits || !p->row_order || !p->row_len || !p->items)
+    return fd_fail(p->ctx, FD_ENOMEM, "out of memory for the plan's scratch (%zu split rows)", rows * p->max_splits);
+  return FD_OK;
+}
+
+/* Free a plan's memory (not its context). */
+static void free_plan(fd_plan *p) {
+  free(p->partials); free(p->thread_scratch); free(p->remaining);
+  free(p->row_splits); free(p->row_order); free(p->row_len); free(p->items);
+  free(p);
+}
+
+/* Build every bucket of the plan. */
+static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
+  char sig[192];
+  fd_shape_signature(&p->shape, sig, sizeof sig);
+  int64_t top = fd_length_bucket(p->shape.kv_len);
+  p->n_buckets = 0;
+  for (int64_t len = 1; ; len <<= 1) {
+    fd_bucket *b = &p->buckets[p->n_buckets++];
+    memset(b, 0, sizeof *b);
+    b->max_len = len;
+    decide_bucket(p, sig, o, b);
+    if (b->from_table) adopt_table_key(p, sig, b);
+    int rc = compile_bucket(p, b);
+    if (rc) return rc;
+    if (b->splits > p->max_splits) p->max_splits = b->splits;
+    if (b->threads > p->max_threads) p->max_threads = b->threads;
+    if (len >= top) break;
+  }
+  p->rec = p->buckets[0].plain->state_floats;
+  return FD_OK;
+}
+
+/* Create a plan with some choices forced. */
+int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **out) {
+  if (!ctx) return fd_fail(NULL, FD_EINVAL, "ctx is NULL");
+  if (!out) return fd_fail(ctx, FD_EINVAL, "plan (the output pointer) is NULL");
+  *out = NULL;
+  if (atomic_load(&ctx->destroyed)) return fd_fail(ctx, FD_EDESTROYED, "the context was destroyed");
+  fd_plan_opts none = { 0 };
+  if (!opts) opts = &none;
+  int rc = check_shape(ctx, shape);
+  if (!rc) rc = check_opts(ctx, shape, opts);
+  if (rc) return rc;
+  fd_plan *p = calloc(1, sizeof *p);
+  if (!p) return fd_fail(ctx, FD_ENOMEM, "out of memory for a plan");
+  p->ctx = ctx;
+  p->shape = *shape;
+  p->G = shape->n_q_heads / shape->n_kv_heads;
+  p->forced_splits = opts->splits;
+  p->max_splits = p->max_threads = 1;
+  rc = plan_buckets(p, opts);
+  if (!rc) rc = alloc_scratch(p);
+  if (rc) { free_plan(p); return rc; }
+  pthread_mutex_lock(&ctx->lock);
+  ctx->n_plans++;
+  pthread_mutex_unlock(&ctx->lock);
+  fd_clear_error(ctx);
+  *out = p;
+  return FD_OK;
+}
+
+/* Create a plan with every choice left to the planner. */
+int fd_plan_create(fd_ctx *ctx, const fd_shape *shape, fd_plan **plan) {
+  return fd_plan_create_opts(ctx, shape, NULL, plan);
+}
+
+/* What the plan runs when the longest valid length is kv_len. */
+int fd_plan_info_get(const fd_plan *p, int64_t kv_len, fd_plan_info *info) {
+  if (!p || !info) return fd_fail(p ? p->ctx : NULL, FD_EINVAL, "plan or info is NULL");
+  if (kv_len < 1 || kv_len > p->shape.kv_len)
+    return fd_fail(p->ctx, FD_EINVAL, "kv_len %lld is outside 1..%lld", (long long)kv_len, (long long)p->shape.kv_len);
+  const fd_bucket *b = &p->buckets[0];
+  while (b->max_len < kv_len) b++;
+  memset(info, 0, sizeof *info);
+  snprintf(info->key, sizeof info->key, "%s", b->plain->key);
+  if (b->splits > 1) snprintf(info->split_key, sizeof info->split_key, "%s", b->split->key);
+  info->chunk = b->chunk; info->group_tile = b->tile; info->splits = b->splits;
+  info->threads = b->threads; info->isa = b->isa; info->from_table = b->from_table;
+  info->compile_ms = p->compile_ms;
+  return FD_OK;
+}
+
+/* Destroy a plan; the last plan of a destroyed context frees the context. */
+void fd_plan_destroy(fd_plan *p) {
+  if (!p) return;
+  fd_ctx *ctx = p->ctx;
+  free_plan(p);
+  pthread_mutex_lock(&ctx->lock);
+  int last = --ctx->n_plans == 0 && ctx->released;
+  pthread_mutex_unlock(&ctx->lock);
+  if (last) fd_ctx_free(ctx);
+}

@@ -1,0 +1,290 @@
+/* Bad input gets a clear error and nothing is lost: every refusal names its
+   field and leaves out untouched; tuned tables are refused whole; plans of a
+   destroyed context fail cleanly; concurrent runs match serial runs; indexing
+   is 64-bit. */
+#include "compare.h"
+#include "flashdecode.h"
+#include "kexec.h"
+#include "tcheck.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static fd_ctx *ctx;
+
+/* Expect fd_plan_create to fail with code and a message containing want. */
+static void plan_refused(fd_shape s, const fd_plan_opts *o, int code, const char *want, const char *name) {
+  fd_plan *p = (fd_plan *)0x1;
+  int rc = fd_plan_create_opts(ctx, &s, o, &p);
+  t_check(rc == code && strstr(fd_errmsg(ctx), want) && p == NULL, "%s: rc %d, message '%s' (want %d, '%s')",
+          name, rc, fd_errmsg(ctx), code, want);
+  if (rc == 0) fd_plan_destroy(p);
+}
+
+/* Every bad shape and option field. */
+static void bad_shapes(void) {
+  const fd_shape ok = { 2, 8, 2, 64, 128, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_shape s;
+#define BAD(field, value, code, want) s = ok; s.field = value; plan_refused(s, NULL, code, want, "shape." #field " = " #value)
+  BAD(batch, 0, FD_EINVAL, "shape.batch");
+  BAD(n_q_heads, 0, FD_EINVAL, "shape.n_q_heads");
+  BAD(n_kv_heads, 0, FD_EINVAL, "shape.n_kv_heads");
+  BAD(n_q_heads, 7, FD_EINVAL, "not a multiple of shape.n_kv_heads");
+  BAD(head_dim, 0, FD_EINVAL, "shape.head_dim");
+  BAD(head_dim, -3, FD_EINVAL, "shape.head_dim");
+  BAD(head_dim, 1000, FD_EINVAL, "shape.head_dim");
+  BAD(kv_len, 0, FD_EINVAL, "shape.kv_len");
+  BAD(kv_len, -5, FD_EINVAL, "shape.kv_len");
+  BAD(kv_len, (int64_t)1 << 40, FD_EINVAL, "int32 cur_pos");
+  BAD(q_dtype, (fd_dtype)7, FD_EINVAL, "shape.q_dtype");
+  BAD(q_dtype, FD_I8, FD_EINVAL, "shape.q_dtype");
+  BAD(kv_dtype, (fd_dtype)9, FD_EINVAL, "shape.kv_dtype");
+  BAD(out_dtype, FD_FP8_E4M3, FD_EINVAL, "shape.out_dtype");
+  BAD(mask_mode, (fd_mask_mode)3, FD_EINVAL, "shape.mask_mode");
+  BAD(layout, (fd_layout)5, FD_EINVAL, "shape.layout");
+  BAD(layout, FD_PAGED, FD_EUNSUPPORTED, "FD_PAGED");
+#undef BAD
+  s = ok; s.mask_mode = FD_FULL; s.kv_len = (int64_t)1 << 61;
+  plan_refused(s, NULL, FD_EINVAL, "too large", "kv_len beyond 2^63 bytes");
+  plan_refused(ok, &(fd_plan_opts){ .chunk = -1 }, FD_EINVAL, "opts.chunk", "opts.chunk -1");
+  plan_refused(ok, &(fd_plan_opts){ .chunk = 5000 }, FD_EINVAL, "opts.chunk", "opts.chunk 5000");
+  plan_refused(ok, &(fd_plan_opts){ .group_tile = 3 }, FD_EINVAL, "opts.group_tile", "opts.group_tile 3 of 4");
+  plan_refused(ok, &(fd_plan_opts){ .splits = -2 }, FD_EINVAL, "opts.splits", "opts.splits -2");
+  plan_refused(ok, &(fd_plan_opts){ .threads = 99 }, FD_EINVAL, "opts.threads", "opts.threads 99");
+  plan_refused(ok, &(fd_plan_opts){ .isa = 9 }, FD_EINVAL, "opts.isa", "opts.isa 9");
+  fd_plan *p;
+  t_check(fd_plan_create(ctx, NULL, &p) == FD_EINVAL && strstr(fd_errmsg(ctx), "shape is NULL"), "NULL shape");
+  t_check(fd_plan_create(ctx, &ok, NULL) == FD_EINVAL && strstr(fd_errmsg(ctx), "output pointer"), "NULL plan pointer");
+  t_check(fd_plan_create(NULL, &ok, &p) == FD_EINVAL && strstr(fd_errmsg(NULL), "ctx is NULL"), "NULL ctx");
+}
+
+/* Bad configurations refuse to create a context, saying why. */
+static void bad_configs(void) {
+  t_check(!fd_create(&(fd_config){ .threads = -1 }) && strstr(fd_errmsg(NULL), "config.threads"), "config.threads -1");
+  t_check(!fd_create(&(fd_config){ .backend = (fd_backend)7 }) && strstr(fd_errmsg(NULL), "config.backend"), "config.backend 7");
+  t_check(!fd_create(&(fd_config){ .isa_limit = 9 }) && strstr(fd_errmsg(NULL), "config.isa_limit"), "config.isa_limit 9");
+}
+
+#define SENTINEL 0xAB
+/* True if every byte of buf is the sentinel. */
+static int untouched(const void *buf, size_t n) {
+  for (size_t i = 0; i < n; i++) if (((const unsigned char *)buf)[i] != SENTINEL) return 0;
+  return 1;
+}
+
+/* Expect fd_run to fail with code, naming want, and write nothing to out or lse. */
+static void run_refused(const fd_plan *p, fd_args a, int code, const char *want, const char *name) {
+  float out[2 * 8 * 64], lse[16];
+  memset(out, SENTINEL, sizeof out); memset(lse, SENTINEL, sizeof lse);
+  if (a.out) a.out = out;
+  a.lse = lse;
+  int rc = fd_run(p, &a);
+  t_check(rc == code && strstr(fd_errmsg(ctx), want), "%s: rc %d, message '%s' (want %d, '%s')", name, rc,
+          fd_errmsg(ctx), code, want);
+  t_check(untouched(out, sizeof out) && untouched(lse, sizeof lse), "%s: out and lse untouched", name);
+}
+
+/* Every bad argument of fd_run, per mask mode and dtype that needs it. */
+static void bad_args(void) {
+  kproblem kp;
+  kp_init(&kp, 2, 8, 2, 64, 100, 0, 3, 0, 1, 0, 7);    /* int8 KV, mask mode */
+  fd_shape s = { 2, 8, 2, 64, 100, FD_F32, FD_I8, FD_F32, FD_MASK, FD_BHSD, 0 };
+  fd_plan *pm, *pc;
+  if (!t_check(fd_plan_create(ctx, &s, &pm) == 0, "mask plan: %s", fd_errmsg(ctx))) return;
+  s.mask_mode = FD_CAUSAL;
+  if (!t_check(fd_plan_create(ctx, &s, &pc) == 0, "causal plan: %s", fd_errmsg(ctx))) return;
+  const fd_args ok = { kp.q, kp.k, kp.v, kp.cur_pos, kp.mask, kp.k_scale, kp.v_scale, NULL, 0, (void *)1, NULL };
+  fd_args a;
+#define BADARG(plan, field, value, code, want) a = ok; a.field = value; run_refused(plan, a, code, want, "args." #field " = " #value)
+  BADARG(pm, q, NULL, FD_EINVAL, "args.q");
+  BADARG(pm, k, NULL, FD_EINVAL, "args.k");
+  BADARG(pm, v, NULL, FD_EINVAL, "args.v");
+  BADARG(pm, out, NULL, FD_EINVAL, "args.out");
+  BADARG(pm, mask, NULL, FD_EINVAL, "args.mask");
+  BADARG(pm, k_scale, NULL, FD_EINVAL, "args.k_scale");
+  BADARG(pm, v_scale, NULL, FD_EINVAL, "args.v_scale");
+  BADARG(pm, scale, NAN, FD_EINVAL, "args.scale");
+  BADARG(pm, scale, INFINITY, FD_EINVAL, "args.scale");
+  BADARG(pc, cur_pos, NULL, FD_EINVAL, "args.cur_pos");
+  int32_t neg[2] = { 5, -1 }, big[2] = { 100, 3 };
+  BADARG(pc, cur_pos, neg, FD_EINVAL, "args.cur_pos[1] is -1");
+  BADARG(pc, cur_pos, big, FD_EINVAL, "args.cur_pos[0] is 100");
+#undef BADARG
+  run_refused(NULL, ok, FD_EINVAL, "", "NULL plan");
+  t_check(fd_run(pm, NULL) == FD_EINVAL && strstr(fd_errmsg(ctx), "args is NULL"), "NULL args");
+  fd_plan_destroy(pm);
+  fd_plan_destroy(pc);
+  kp_free(&kp);
+}
+
+/* A plan used after its context is destroyed fails with FD_EDESTROYED and writes nothing. */
+static void destroyed_context(void) {
+  fd_ctx *c = fd_create(&(fd_config){ .threads = 2 });
+  kproblem kp;
+  kp_init(&kp, 2, 8, 2, 64, 100, 0, 0, 0, 2, 0, 8);
+  fd_shape s = { 2, 8, 2, 64, 100, FD_F32, FD_F32, FD_F32, FD_FULL, FD_BHSD, 0 };
+  fd_plan *p;
+  if (!t_check(c && fd_plan_create(c, &s, &p) == 0, "plan before destroy")) return;
+  fd_args a = { kp.q, kp.k, kp.v, NULL, NULL, NULL, NULL, NULL, 0, (void *)1, NULL };
+  fd_destroy(c);
+  fd_ctx *saved = ctx;
+  ctx = c;                                  /* run_refused reads fd_errmsg(ctx) */
+  run_refused(p, a, FD_EDESTROYED, "destroyed", "run after fd_destroy");
+  ctx = saved;
+  fd_plan_destroy(p);                       /* frees the context too (checked by ASan) */
+  t_check(1, "plan destroyed after its context");
+  kp_free(&kp);
+}
+
+/* Write text to a temporary file; returns its path (static buffer). */
+static const char *temp_file(const char *text) {
+  static char path[64];
+  snprintf(path, sizeof path, "/tmp/fd_table_XXXXXX");
+  int fd = mkstemp(path);
+  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) abort();
+  close(fd);
+  return path;
+}
+
+/* A context from table text: is the table used, and what does fd_errmsg say? */
+static void table_case(const char *text, int accept, const char *want, const char *name) {
+  const char *path = text ? temp_file(text) : "/nonexistent/table.tsv";
+  fd_ctx *c = fd_create(&(fd_config){ .threads = 2, .table = path });
+  if (!t_check(c != NULL, "%s: context still created", name)) return;
+  t_check(accept || !*want ? fd_errmsg(c)[0] == 0 : strstr(fd_errmsg(c), want) != NULL, "%s: message '%s' (want '%s')",
+          name, fd_errmsg(c), accept ? "" : want);
+  fd_shape s = { 1, 4, 1, 64, 2048, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_plan *p;
+  fd_plan_info info = { 0 };
+  if (t_check(fd_plan_create(c, &s, &p) == 0, "%s: plan", name)) {
+    fd_plan_info_get(p, 2000, &info);
+    t_check(info.from_table == accept && (accept ? info.splits == 3 && info.chunk == 32 && info.group_tile == 2
+                                                 : info.splits != 3 && info.chunk != 32),
+            "%s: from_table %d splits %d chunk %d tile %d", name, info.from_table, info.splits, info.chunk, info.group_tile);
+    fd_plan_destroy(p);
+  }
+  fd_destroy(c);
+  if (text) unlink(path);
+}
+
+/* Tuned tables: a good one is used; unreadable, truncated, foreign or malformed ones are refused whole. */
+static void tuned_tables(void) {
+  char head[4096], sig[256], good[8192], text[8192];
+  fd_tuned_table_header(head, sizeof head);
+  fd_shape s = { 1, 4, 1, 64, 2048, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_shape_signature(&s, sig, sizeof sig);
+  const char *key = "10032064020000100";   /* chunk 32, D 64, tile 2, kv f16, causal */
+  snprintf(good, sizeof good, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
+  table_case(good, 1, "", "good table");
+  table_case(NULL, 0, "cannot open", "unreadable table");
+  snprintf(text, sizeof text, "%.*s", (int)(strlen(good) - 6), good);
+  table_case(text, 0, "truncated", "table without its end line");
+  snprintf(text, sizeof text, "%.*s", (int)(strlen(head) / 2), head);
+  table_case(text, 0, "truncated", "table cut in its header");
+  snprintf(text, sizeof text, "%s", good);
+  char *cpu = strstr(text, "\ncpu\t") + 5;
+  memcpy(cpu, "Other", 5);
+  table_case(text, 0, "line 5 (cpu)", "table from another CPU");
+  snprintf(text, sizeof text, "%s", good);
+  memcpy(strstr(text, "\ntemplates\t") + 11, "0000", 4);
+  table_case(text, 0, "(templates)", "table from another build");
+  snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, "10032064020010100");
+  table_case(text, 0, "", "table row whose key does not fit the shape is ignored");
+  snprintf(text, sizeof text, "%s%s\t2048\t%s\t0\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
+  table_case(text, 0, "splits '0'", "table row with 0 splits");
+  snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\n", head, sig, key);
+  table_case(text, 0, "fields", "table row missing fields");
+  snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t2\n", head, sig, key);
+  table_case(text, 0, "end line", "table whose end line counts wrong");
+}
+
+typedef struct { const fd_plan *p; const fd_args *a; int rounds, failures; } runner;
+
+/* Thread body: run a plan repeatedly. */
+static void *run_loop(void *arg) {
+  runner *r = arg;
+  for (int i = 0; i < r->rounds; i++) r->failures += fd_run(r->p, r->a) != 0;
+  return NULL;
+}
+
+/* Two threads running two plans of one context at once give the serial results. */
+static void concurrent_runs(void) {
+  fd_ctx *c = fd_create(&(fd_config){ .threads = 2 });
+  kproblem k1, k2;
+  kp_init(&k1, 2, 8, 2, 64, 700, 0, 1, 0, 0, 0, 11);
+  kp_init(&k2, 1, 4, 4, 128, 900, 2, 2, 2, 2, 1, 12);
+  fd_shape s1 = { 2, 8, 2, 64, 700, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_shape s2 = { 1, 4, 4, 128, 900, FD_BF16, FD_BF16, FD_BF16, FD_FULL, FD_BSHD, 0 };
+  fd_plan *p1, *p2;
+  if (!t_check(fd_plan_create_opts(c, &s1, &(fd_plan_opts){ .splits = 3 }, &p1) == 0 &&
+               fd_plan_create(c, &s2, &p2) == 0, "concurrent: plans")) return;
+  float o1[2 * 8 * 64], l1[16], r1[2 * 8 * 64], rl1[16];
+  uint16_t o2[4 * 128], r2[4 * 128];
+  fd_args a1 = { k1.q, k1.k, k1.v, k1.cur_pos, NULL, NULL, NULL, NULL, 0, r1, rl1 };
+  fd_args a2 = { k2.q, k2.k, k2.v, NULL, NULL, NULL, NULL, NULL, 0, r2, NULL };
+  fd_run(p1, &a1);
+  fd_run(p2, &a2);                           /* serial reference results */
+  a1.out = o1; a1.lse = l1; a2.out = o2;
+  runner t1 = { p1, &a1, 200, 0 }, t2 = { p2, &a2, 200, 0 };
+  pthread_t th1, th2;
+  pthread_create(&th1, NULL, run_loop, &t1);
+  pthread_create(&th2, NULL, run_loop, &t2);
+  pthread_join(th1, NULL);
+  pthread_join(th2, NULL);
+  t_check(t1.failures == 0 && t2.failures == 0, "concurrent runs all succeed");
+  t_check(!memcmp(o1, r1, sizeof o1) && !memcmp(l1, rl1, sizeof l1) && !memcmp(o2, r2, sizeof o2),
+          "concurrent runs give the serial results bit for bit");
+  fd_plan_destroy(p1); fd_plan_destroy(p2); fd_destroy(c);
+  kp_free(&k1); kp_free(&k2);
+}
+
+/* A cache of more than 2^31 elements: batch row 1 starts past element 2^31. */
+static void big_cache(void) {
+  const int B = 2, D = 64;
+  const int64_t S = ((int64_t)1 << 25) + 1, n = (int64_t)B * S * D;       /* 2^32 + 128 elements */
+  uint16_t *k = mmap(NULL, (size_t)n * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  uint16_t *v = mmap(NULL, (size_t)n * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (!t_check(k != MAP_FAILED && v != MAP_FAILED, "map 2 x 8 GiB of address space")) return;
+  kproblem small;                            /* the same keys, compact, for the reference */
+  kp_init(&small, B, 4, 1, D, 40, 0, 1, 0, 0, 0, 13);
+  small.cur_pos[0] = 30; small.cur_pos[1] = 39;
+  for (int b = 0; b < B; b++)
+    for (int64_t i = 0; i < 40; i++)
+      for (int d = 0; d < D; d++) {
+        k[((int64_t)b * S + i) * D + d] = ((uint16_t *)small.k)[((int64_t)b * 40 + i) * D + d];
+        v[((int64_t)b * S + i) * D + d] = ((uint16_t *)small.v)[((int64_t)b * 40 + i) * D + d];
+      }
+  fd_shape s = { B, 4, 1, D, S, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_plan *p;
+  float out[2 * 4 * 64], lse[8];
+  double rout[2 * 4 * 64], rlse[8];
+  if (t_check(fd_plan_create(ctx, &s, &p) == 0, "big cache: plan: %s", fd_errmsg(ctx))) {
+    fd_args a = { small.q, k, v, small.cur_pos, NULL, NULL, NULL, NULL, 0, out, lse };
+    if (t_check(fd_run(p, &a) == 0, "big cache: run: %s", fd_errmsg(ctx))) {
+      ref_attention(&small.ref, rout, rlse);
+      t_compare(&small, out, lse, rout, rlse, 1, "cache of 2^32 elements, row 1 past 2^31");
+    }
+    fd_plan_destroy(p);
+  }
+  munmap(k, (size_t)n * 2); munmap(v, (size_t)n * 2);
+  kp_free(&small);
+}
+
+int main(void) {
+  ctx = fd_create(&(fd_config){ .threads = 2 });
+  if (!t_check(ctx != NULL, "fd_create: %s", fd_errmsg(NULL))) return t_done();
+  bad_configs();
+  bad_shapes();
+  bad_args();
+  destroyed_context();
+  tuned_tables();
+  concurrent_runs();
+  big_cache();
+  fd_destroy(ctx);
+  kx_cleanup();
+  return t_done();
+}
