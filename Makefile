@@ -19,8 +19,8 @@ LIB_SRC   := $(filter-out runtime/fdgen.c,$(RT_SRC))
 RT_OBJ    := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 GENERATED := $(B)/fd_abi.h $(B)/fd_keydefs.h $(B)/embedded.c
 
-.PHONY: all deps lib test clean gen-default sanitize
-all: deps lib $(B)/test_kernels $(B)/test_api $(B)/test_errors
+.PHONY: all deps lib test clean gen-default sanitize bench-plan
+all: deps lib $(B)/fdgen $(B)/test_kernels $(B)/test_api $(B)/test_errors
 
 # libflashdecode, static and shared (Lua 5.4 and libtcc linked in; generator embedded).
 lib: $(B)/libflashdecode.a $(B)/libflashdecode.so
@@ -53,6 +53,10 @@ $(B)/obj/embedded.o: $(B)/embedded.c runtime/embedded.h
 	@mkdir -p $(B)/obj
 	$(CC) $(CFLAGS) -fPIC $(INC) -c $< -o $@
 
+# The command line: the library plus the test problem generator and reference (for `fdgen run`).
+$(B)/fdgen: runtime/fdgen.c tests/kexec.c tests/ref.c tests/compare.c tests/tcheck.c $(B)/libflashdecode.a
+	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests $^ $(LIBS) -o $@
+
 TEST_LIB := tests/kexec.c tests/ref.c tests/compare.c tests/tcheck.c
 $(B)/test_kernels: tests/test_kernels.c $(TEST_LIB) $(RT_OBJ) $(wildcard tests/*.h)
 	$(CC) $(WARN) $(CFLAGS) $(INC) -Itests tests/test_kernels.c $(TEST_LIB) $(RT_OBJ) $(LIBS) -o $@
@@ -80,6 +84,12 @@ gen-default: deps
 
 test: all gen-default sanitize
 	bash tests/run.sh
+
+# Planning, JIT and fd_run times over the default shape set (a benchmark, not a test).
+bench-plan: all
+	@mkdir -p results/runtime
+	$(B)/fdgen bench tuner/shapes/default.lua -o results/runtime/plan-$$($(B)/fdgen machine).md
+	@cat results/runtime/plan-$$($(B)/fdgen machine).md
 
 clean:
 	rm -rf $(B)

@@ -1,14 +1,22 @@
--- fdgen: the generator's command line (Lua; the C CLI of the runtime wraps the same modules).
+-- fdgen: the generator's commands. Run by the C CLI (build/fdgen, from the
+-- copies embedded in the library, where fd_read is the template reader) or
+-- directly: lua5.4 gen/fdgen.lua ...
 --   fdgen key encode field=value ...     print the key
 --   fdgen key decode KEY                 print the fields and a description
 --   fdgen source KEY                     print the generated C source of KEY
 --   fdgen gen SHAPES.lua -o DIR          write every variant a shape set needs, and DIR/index.tsv
+local embedded = rawget(_G, "fd_read") ~= nil
 local here = (arg and arg[0] or ""):match("^(.*)/gen/[^/]*$") or "."
-package.path = here .. "/gen/?.lua;" .. package.path
+if not embedded then package.path = here .. "/gen/?.lua;" .. package.path end
 local key = require("key")
 local space = require("space")
 local generate = require("generate")
 local files = require("files")
+
+-- A generator over the embedded templates or the source tree's.
+local function generator()
+  return generate.new(embedded and { read = fd_read } or { dir = here .. "/templates" })
+end
 
 local function usage()
   io.stderr:write([[
@@ -17,6 +25,11 @@ usage: fdgen key encode field=value ...   (fields: layout q_dtype kv_dtype out_d
        fdgen key decode KEY
        fdgen source KEY
        fdgen gen SHAPES.lua -o DIR
+       fdgen run --shape NAME|SPEC [--shapes FILE] [--kv-len N] [--splits N] [--chunk N]
+                 [--tile N] [--threads N] [--backend tcc|cc]      (C CLI only)
+       fdgen bench [SHAPES.lua] [-o REPORT] [--splits N] [--chunk N] [--tile N]
+                   [--threads N] [--reps N]                         (C CLI only)
+       fdgen machine                                                (C CLI only: this machine's name)
 ]])
   os.exit(2)
 end
@@ -45,7 +58,7 @@ local function cmd_gen(a)
   local shapes_path, dir = a[2], nil
   for i = 3, #a do if a[i] == "-o" then dir = a[i + 1] end end
   if not shapes_path or not dir then usage() end
-  local g = generate.new { dir = here .. "/templates" }
+  local g = generator()
   local seen, keys, users = {}, {}, {}
   for _, s in ipairs(space.load_shapes(shapes_path)) do
     for _, k in ipairs(space.variants(s)) do
@@ -70,7 +83,7 @@ local commands = {
   gen = cmd_gen,
   source = function(a)
     if not a[2] then usage() end
-    io.write(generate.new { dir = here .. "/templates" }.source(a[2]))
+    io.write(generator().source(a[2]))
   end,
 }
 

@@ -48,6 +48,31 @@ function M.shape_fields(s)
            out_dtype = s.out_dtype, mask_mode = s.mask_mode, layout = s.layout }
 end
 
+-- A shape with its symbolic fields (dtypes, mask mode, layout) as key digits.
+function M.numeric(s)
+  local t = {}
+  for k, v in pairs(s) do t[k] = v end
+  for _, f in ipairs { "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
+    t[f] = key.decode(key.encode { head_dim = 1, chunk = 1, [f] = s[f] })[f]
+  end
+  return t
+end
+
+-- Parse an inline shape "batch=1,n_q_heads=32,...,kv_len=1024:4096" into a checked shape.
+function M.parse_spec(spec)
+  local s = { name = "inline" }
+  for k, v in spec:gmatch("([%w_]+)=([^,]+)") do
+    if k == "kv_len" then
+      s.kv_len = {}
+      for n in v:gmatch("[^:]+") do s.kv_len[#s.kv_len + 1] = tonumber(n) or n end
+    else
+      s[k] = tonumber(v) or v
+    end
+  end
+  M.check_shape(s, "--shape")
+  return s
+end
+
 -- Every key the tuner may try for a shape, in a deterministic order.
 function M.variants(s)
   local out, G = {}, s.n_q_heads / s.n_kv_heads

@@ -1,9 +1,12 @@
 /* CPU identification through CPUID (brand string) and the compiler's feature checks. */
 #include "cpu.h"
+#include "flashdecode.h"
 #include <cpuid.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <ctype.h>
 #include <string.h>
+#include <unistd.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char model[64], features[128];
@@ -37,3 +40,20 @@ const char *fd_cpu_model(void) { pthread_once(&once, probe); return model; }
 const char *fd_cpu_features(void) { pthread_once(&once, probe); return features; }
 /* Only portable C kernels are generated so far. */
 int fd_cpu_max_isa(void) { return 0; }
+
+static pthread_once_t name_once = PTHREAD_ONCE_INIT;
+static char machine[96];
+
+/* Build the machine slug: lower-case model words joined by '-', then the core count. */
+static void make_name(void) {
+  size_t n = 0;
+  for (const char *c = fd_cpu_model(); *c && n < 60; c++) {
+    if (isalnum((unsigned char)*c)) machine[n++] = (char)tolower((unsigned char)*c);
+    else if (n && machine[n - 1] != '-') machine[n++] = '-';
+  }
+  while (n && machine[n - 1] == '-') n--;
+  snprintf(machine + n, sizeof machine - n, "-%ldc", sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+/* A short name for this machine. */
+const char *fd_machine_name(void) { pthread_once(&name_once, make_name); return machine; }

@@ -1,7 +1,9 @@
 /* The executor: checks the arguments, picks the bucket from the actual
    lengths, lays out work items (b, kv head, split) balanced by length, runs
-   them on the pool and merges split partials (the last worker to finish a
-   (b, kv head) merges it). It never plans or compiles. */
+   them on the pool and merges split partials. The last worker to finish a
+   (b, kv head) merges it (default); FD_MERGE=pass at plan time selects a
+   second parallel pass instead (measured equal within noise, see README). It
+   never plans or compiles. */
 #include "internal.h"
 #include <math.h>
 #include <stdlib.h>
@@ -132,8 +134,23 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
   }
   w.state = p->partials + (row * p->max_splits + it->s) * p->G * p->rec;
   bk->split->run(&w);
-  if (atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
+  if (!p->merge_in_pass && atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
     merge_row(p, rs->a, bk, it->b, it->j, &w);
+}
+
+/* Second-pass pool task: merge the split rows (b, j) = item index. */
+static void merge_task(void *arg, int tid) {
+  run_state *rs = arg;
+  (void)tid;
+  for (;;) {
+    int i = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
+    if (i >= rs->n_items) return;
+    int b = i / rs->p->shape.n_kv_heads, j = i % rs->p->shape.n_kv_heads;
+    if (rs->p->row_splits[b] == 1) continue;
+    fd_work w;
+    fill_work(rs->p, rs->a, b, j, &w);
+    merge_row(rs->p, rs->a, rs->b, b, j, &w);
+  }
 }
 
 /* Pool task: take items until none are left. */
@@ -162,6 +179,11 @@ int fd_run(const fd_plan *cp, const fd_args *a) {
   rs.n_items = layout_items(p, rs.b);
   int threads = rs.b->threads < rs.n_items ? rs.b->threads : rs.n_items;
   fd_pool_run(ctx->pool, threads, task, &rs);
+  if (p->merge_in_pass) {
+    atomic_store(&rs.next, 0);
+    rs.n_items = p->shape.batch * p->shape.n_kv_heads;
+    fd_pool_run(ctx->pool, threads, merge_task, &rs);
+  }
   pthread_mutex_unlock(&ctx->run_lock);
   fd_clear_error(ctx);
   return FD_OK;

@@ -104,7 +104,8 @@ typedef struct fd_plan_info {
   int chunk, group_tile, splits, threads;
   int isa;                  /* the key's isa digit: 0 portable C, 1 AVX2, 2 AVX-512 */
   int from_table;           /* 1 when a tuned-table row chose it */
-  double compile_ms;        /* time spent generating and compiling this plan's kernels */
+  int kernels_compiled;     /* kernels this plan generated and compiled (not already cached) */
+  double compile_ms;        /* time spent generating and compiling them */
 } fd_plan_info;
 int fd_plan_info_get(const fd_plan *plan, int64_t kv_len, fd_plan_info *info);
 
@@ -112,6 +113,9 @@ int fd_plan_info_get(const fd_plan *plan, int64_t kv_len, fd_plan_info *info);
 int fd_ctx_threads(const fd_ctx *ctx);
 int fd_ctx_backend(const fd_ctx *ctx);
 int fd_ctx_max_isa(const fd_ctx *ctx);
+/* A short name for this machine, for result file names: the CPU model as a slug
+   and the online core count, e.g. "amd-epyc-2c". */
+const char *fd_machine_name(void);
 /* Identification of this build, for tuned tables: template hash and tcc version. */
 const char *fd_build_templates_hash(void);
 const char *fd_build_tcc_version(void);

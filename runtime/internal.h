@@ -41,8 +41,10 @@ struct fd_plan {
   fd_ctx *ctx;
   fd_shape shape;
   int G, rec, n_buckets, forced_splits, max_splits, max_threads;
+  int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];
   double compile_ms;
+  int kernels_compiled;
   /* scratch, sized at plan time so fd_run never allocates */
   float *partials;                 /* [B*Hkv][max_splits][G][rec] */
   float *thread_scratch;           /* per thread: qbuf G*D, state G*rec */

@@ -81,7 +81,8 @@ static int compile_locked(fd_kcache *c, const char *key, entry *out, char *err, 
 }
 
 /* The kernel of key, compiled on first use. */
-const fd_kernel_desc *fd_kcache_get(fd_kcache *c, const char *key, double *compile_ms, char *err, size_t errlen) {
+const fd_kernel_desc *fd_kcache_get(fd_kcache *c, const char *key, double *compile_ms, int *compiled,
+                                    char *err, size_t errlen) {
   const fd_kernel_desc *d = NULL;
   pthread_mutex_lock(&c->m);
   for (size_t i = 0; i < c->n && !d; i++) if (!strcmp(c->e[i].key, key)) d = c->e[i].desc;
@@ -94,6 +95,7 @@ const fd_kernel_desc *fd_kcache_get(fd_kcache *c, const char *key, double *compi
     double t0 = now_ms();
     if (compile_locked(c, key, &c->e[c->n], err, errlen) == 0) d = c->e[c->n++].desc;
     if (compile_ms) *compile_ms += now_ms() - t0;
+    if (compiled && d) (*compiled)++;
   } else if (!d) {
     snprintf(err, errlen, "out of memory");
   }

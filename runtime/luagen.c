@@ -38,18 +38,25 @@ static int l_search(lua_State *L) {
   return 2;
 }
 
+/* A Lua state whose require() and template reader see the embedded files. */
+static lua_State *embedded_state(void) {
+  lua_State *L = luaL_newstate();
+  if (!L) return NULL;
+  luaL_openlibs(L);
+  lua_register(L, "fd_read", l_read);
+  lua_register(L, "fd_search", l_search);
+  if (luaL_dostring(L, "table.insert(package.searchers, 2, fd_search)") != LUA_OK) { lua_close(L); return NULL; }
+  return L;
+}
+
 static const char *BOOT =
-  "table.insert(package.searchers, 2, fd_search)\n"
   "local g = require('generate').new { read = fd_read }\n"
   "return function(k) return g.source(k) end\n";
 
 /* Start a Lua state whose registry holds the generator's source function. */
 fd_gen *fd_gen_new(char *err, size_t errlen) {
   fd_gen *g = calloc(1, sizeof *g);
-  if (!g || !(g->L = luaL_newstate())) { free(g); snprintf(err, errlen, "out of memory starting Lua"); return NULL; }
-  luaL_openlibs(g->L);
-  lua_register(g->L, "fd_read", l_read);
-  lua_register(g->L, "fd_search", l_search);
+  if (!g || !(g->L = embedded_state())) { free(g); snprintf(err, errlen, "out of memory starting Lua"); return NULL; }
   if (luaL_loadstring(g->L, BOOT) != LUA_OK || lua_pcall(g->L, 0, 1, 0) != LUA_OK) {
     snprintf(err, errlen, "generator start-up failed: %s", lua_tostring(g->L, -1));
     fd_gen_free(g);
@@ -95,4 +102,82 @@ void fd_gen_free(fd_gen *g) {
   if (!g) return;
   if (g->L) lua_close(g->L);
   free(g);
+}
+
+/* Integer field k of the table on top of the stack (0 when absent). */
+static int64_t int_field(lua_State *L, const char *k) {
+  lua_getfield(L, -1, k);
+  int64_t v = (int64_t)lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Copy the numeric shape on top of the stack into e. */
+static void read_shape(lua_State *L, fd_gen_shape *e) {
+  memset(e, 0, sizeof *e);
+  lua_getfield(L, -1, "name");
+  snprintf(e->name, sizeof e->name, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+  lua_pop(L, 1);
+  fd_shape *s = &e->shape;
+  s->batch = (int)int_field(L, "batch"); s->n_q_heads = (int)int_field(L, "n_q_heads");
+  s->n_kv_heads = (int)int_field(L, "n_kv_heads"); s->head_dim = (int)int_field(L, "head_dim");
+  s->q_dtype = (fd_dtype)int_field(L, "q_dtype"); s->kv_dtype = (fd_dtype)int_field(L, "kv_dtype");
+  s->out_dtype = (fd_dtype)int_field(L, "out_dtype"); s->mask_mode = (fd_mask_mode)int_field(L, "mask_mode");
+  s->layout = (fd_layout)int_field(L, "layout");
+  lua_getfield(L, -1, "lse");
+  e->lse = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "kv_len");
+  int n = (int)luaL_len(L, -1);
+  for (int i = 1; i <= n && i <= 32; i++) {
+    lua_geti(L, -1, i);
+    e->kv_lens[e->n_lens++] = (int64_t)lua_tonumber(L, -1);
+    if (e->kv_lens[e->n_lens - 1] > s->kv_len) s->kv_len = e->kv_lens[e->n_lens - 1];
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);   /* kv_len and the shape */
+}
+
+static const char *SHAPES =
+  "local src, name = ...\n"
+  "local space = require('space')\n"
+  "local list = src:find('=', 1, true) and { space.parse_spec(src) } or space.load_shapes(src)\n"
+  "local out = {}\n"
+  "for _, s in ipairs(list) do if not name or s.name == name then out[#out + 1] = space.numeric(s) end end\n"
+  "if #out == 0 then error((name and ('no shape called ' .. name .. ' in ') or 'no shapes in ') .. src, 0) end\n"
+  "return out\n";
+
+/* Load shapes from a file or inline spec; see luagen.h. */
+int fd_gen_shapes(const char *src, const char *name, fd_gen_shape **out, int *n, char *err, size_t errlen) {
+  lua_State *L = embedded_state();
+  if (!L) { snprintf(err, errlen, "out of memory starting Lua"); return -1; }
+  lua_pushstring(L, src);
+  name ? (void)lua_pushstring(L, name) : lua_pushnil(L);
+  int rc = luaL_loadstring(L, SHAPES);
+  if (rc == LUA_OK) { lua_insert(L, -3); rc = lua_pcall(L, 2, 1, 0); }
+  if (rc != LUA_OK) { snprintf(err, errlen, "%s", lua_tostring(L, -1)); lua_close(L); return -1; }
+  *n = (int)luaL_len(L, -1);
+  *out = calloc((size_t)*n, sizeof **out);
+  for (int i = 0; *out && i < *n; i++) {
+    lua_geti(L, -1, i + 1);
+    read_shape(L, &(*out)[i]);
+  }
+  lua_close(L);
+  if (!*out) { snprintf(err, errlen, "out of memory"); return -1; }
+  return 0;
+}
+
+/* Run the embedded gen/fdgen.lua as a command line. */
+int fd_gen_cli(int argc, char **argv) {
+  lua_State *L = embedded_state();
+  const fd_embedded_file *f = embedded("fdgen.lua");
+  if (!L || !f) { fprintf(stderr, "fdgen: cannot start the embedded generator\n"); return 1; }
+  lua_createtable(L, argc, 1);
+  for (int i = 0; i < argc; i++) { lua_pushstring(L, argv[i]); lua_rawseti(L, -2, i); }
+  lua_setglobal(L, "arg");
+  int rc = luaL_loadbuffer(L, f->text, f->len, "=fdgen.lua");
+  if (rc == LUA_OK) rc = lua_pcall(L, 0, 0, 0);
+  if (rc != LUA_OK) fprintf(stderr, "fdgen: %s\n", lua_tostring(L, -1));
+  lua_close(L);
+  return rc == LUA_OK ? 0 : 1;
 }

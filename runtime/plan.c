@@ -133,7 +133,7 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
   for (int i = 0; i < 3; i++) {
     if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, flags[i], key, err, sizeof err))
       return fd_fail(p->ctx, FD_EINVAL, "%s", err);
-    *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, err, sizeof err);
+    *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, err, sizeof err);
     if (!*slot[i]) return fd_fail(p->ctx, FD_ECOMPILE, "kernel %s: %s", key, err);
   }
   return FD_OK;
@@ -144,7 +144,7 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
 static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   const fd_table_row *row = fd_table_find(p->ctx->table, sig, b->max_len);
   char err[4096];
-  const fd_kernel_desc *d = fd_kcache_get(p->ctx->kernels, row->key, &p->compile_ms, err, sizeof err);
+  const fd_kernel_desc *d = fd_kcache_get(p->ctx->kernels, row->key, &p->compile_ms, &p->kernels_compiled, err, sizeof err);
   const fd_shape *s = &p->shape;
   if (!d || d->head_dim != s->head_dim || d->q_dtype != (int)s->q_dtype || d->kv_dtype != (int)s->kv_dtype ||
       d->out_dtype != (int)s->out_dtype || d->mask_mode != (int)s->mask_mode || d->layout != (int)s->layout ||
@@ -222,6 +222,8 @@ int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *
   p->shape = *shape;
   p->G = shape->n_q_heads / shape->n_kv_heads;
   p->forced_splits = opts->splits;
+  const char *merge = getenv("FD_MERGE");
+  p->merge_in_pass = merge && !strcmp(merge, "pass");
   p->max_splits = p->max_threads = 1;
   rc = plan_buckets(p, opts);
   if (!rc) rc = alloc_scratch(p);
@@ -252,6 +254,7 @@ int fd_plan_info_get(const fd_plan *p, int64_t kv_len, fd_plan_info *info) {
   info->chunk = b->chunk; info->group_tile = b->tile; info->splits = b->splits;
   info->threads = b->threads; info->isa = b->isa; info->from_table = b->from_table;
   info->compile_ms = p->compile_ms;
+  info->kernels_compiled = p->kernels_compiled;
   return FD_OK;
 }
 

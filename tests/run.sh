@@ -28,6 +28,7 @@ for lua in lua5.4 luajit; do
   for t in tests/test_*.lua; do suite "$t ($lua)" "$lua" "$t"; done
 done
 suite "compile every default variant with tcc and gcc -Werror" bash tests/compile_variants.sh "$B/gen/default"
+suite "fdgen command line" bash tests/test_cli.sh
 suite "kernels vs double reference (tcc)" "$B/test_kernels"
 suite "public API vs double reference (tcc, cc; 1-4 threads)" "$B/test_api"
 suite "bad input, tuned tables, lifetime, concurrency, 64-bit indexing" "$B/test_errors"

@@ -142,6 +142,11 @@ int main(void) {
   shapes();
   uneven_and_growing();
   cc_backend();
+  setenv("FD_MERGE", "pass", 1);        /* the second-pass merge gives the same results */
+  for (int c = 0; c < 6; c++)
+    run(ctx_tcc[1 + c % 4], 3, 8, 2, 64, 257, c % 3, c % 3, c % 3, c % 3, c % 2, (fd_plan_opts){ 0, 0, 1 + c * 3, 0, 0 },
+        c % 2, 500 + c, "merge pass");
+  unsetenv("FD_MERGE");
   for (int t = 1; t <= 4; t++) fd_destroy(ctx_tcc[t]);
   fd_destroy(ctx_cc);
   kx_cleanup();
