@@ -20,6 +20,7 @@ RT_OBJ    := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 GENERATED := $(B)/fd_abi.h $(B)/fd_keydefs.h $(B)/embedded.c
 
 .PHONY: all deps lib test clean gen-default sanitize bench-plan
+.SECONDARY:
 all: deps lib $(B)/fdgen $(B)/test_kernels $(B)/test_api $(B)/test_errors
 
 # libflashdecode, static and shared (Lua 5.4 and libtcc linked in; generator embedded).
@@ -93,3 +94,7 @@ bench-plan: all
 
 clean:
 	rm -rf $(B)
+
+# The tuner (make tune, export) and the benchmark (make bench) keep their rules beside their code.
+-include tuner/tune.mk
+-include bench/bench.mk

@@ -81,6 +81,7 @@ end
 local commands = {
   key = cmd_key,
   gen = cmd_gen,
+  export = function(a) require("export").cli(a, embedded and fd_read or nil, here) end,
   source = function(a)
     if not a[2] then usage() end
     io.write(generator().source(a[2]))

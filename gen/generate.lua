@@ -3,6 +3,7 @@
 -- descriptor fd_k<key>_desc. Only this module knows the templates.
 local key = require("key")
 local template = require("template")
+local simd = require("simd")
 
 local M = {}
 M.ABI_VERSION = 2          -- bump when templates/abi.h.tpl changes
@@ -56,9 +57,43 @@ local function check_supported(f)
     error(("gen: key %s: field %s: %s"):format(f.key, field, why), 0)
   end
   if f.layout == 2 then no("layout", "paged is not supported by template 1 yet") end
-  if f.isa ~= 0 then no("isa", key.value_name("isa", f.isa) .. " kernels are not generated yet") end
+  if f.isa ~= 0 then simd.check(f.isa, f.head_dim, f.group_tile, no) end
   if f.chunk > M.MAX_CHUNK then no("chunk", ("%d exceeds %d"):format(f.chunk, M.MAX_CHUNK)) end
   if f.flags % 2 == 1 and f.flags >= 2 then no("flags", "split kernels leave lse to the merge: use flag 1 or 2, not 3") end
+end
+
+local ELEM = { [0] = 4, 2, 2, 1, 1 }
+
+-- Lanes of a constant: a float literal or an unsigned integer, 16 times.
+local function lanes(v)
+  local one = type(v) == "string" and v or ("%uu"):format(v)
+  local t = {}
+  for i = 1, 16 do t[i] = one end
+  return table.concat(t, ", ")
+end
+
+-- The parameters of SIMD kernels: geometry, constants and the asm blocks.
+local function add_simd(p)
+  p.W = p.ISA == 2 and 16 or 8
+  p.ISA_NAME = p.ISA == 2 and "AVX-512" or "AVX2"
+  p.SCW = math.ceil(p.CHUNK / p.W) * p.W
+  p.CHUNKP = p.SCW
+  p.KV_SIZE = ELEM[p.KV_DTYPE]
+  p.SIMD_FLOATS = { "1.44269504088896341f", "0.693359375f", "-2.12194440e-4f", "1.98412698e-4f",
+                    "1.38888889e-3f", "8.33333333e-3f", "4.16666667e-2f", "0.166666667f", "0.5f", "1.0f",
+                    "1.0f", "-87.0f", "1.329227995784916e+36f" }
+  p.SIMD_INTS = { 127, 2147483648, 133169152 }   -- 127, 0x80000000, 0x07f00000
+  p.lanes = lanes
+  p.xmm_list = function(a, b)
+    local t = {}
+    for i = a, b do t[#t + 1] = ('"xmm%d"'):format(i) end
+    return table.concat(t, ", ")
+  end
+  p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
+  p.simd_scores = function() return simd.scores(p.ISA, p) end
+  p.simd_max = function() return simd.max(p.ISA, p) end
+  p.simd_exp = function() return simd.exp(p.ISA, p) end
+  p.simd_pv = function(blk) return simd.pv(p.ISA, p, blk) end
 end
 
 -- The template parameters of a key: sizes, types and code-emitting helpers.
@@ -70,18 +105,20 @@ function M.params(k)
   local DB = D * T <= M.UNROLL_BUDGET and D or divisor_at_most(D, math.max(1, math.floor(M.UNROLL_BUDGET / T)))
   local p = {
     KEY = f.key, DESC = key.describe(f.key), TEMPLATE = f.template, ABI_VERSION = M.ABI_VERSION,
-    D = D, T = T, CHUNK = f.chunk, DB = DB, A = A, REC = math.ceil((D + 2) / 16) * 16,
+    D = D, T = T, CHUNK = f.chunk, SCW = f.chunk, DB = DB, A = A, REC = math.ceil((D + 2) / 16) * 16,
     ISA = f.isa, FLAGS = f.flags, MASK_MODE = f.mask_mode, LAYOUT = f.layout,
     Q_DTYPE = f.q_dtype, KV_DTYPE = f.kv_dtype, OUT_DTYPE = f.out_dtype,
     QT = STORAGE[f.q_dtype], KVT = STORAGE[f.kv_dtype], OUTT = STORAGE[f.out_dtype],
     OUT_NAME = OUT_NAME[f.out_dtype],
     MASK = f.mask_mode == 1, SPLIT = f.flags % 2 == 1, LSE = f.flags >= 2,
     STRIDE = f.layout == 0 and tostring(D) or "w->kv_stride",
-    NEED_BITS = f.q_dtype ~= 0 or (f.kv_dtype ~= 0 and f.kv_dtype ~= 3),
-    NEED_HU = f.q_dtype == 1 or f.kv_dtype == 1 or f.kv_dtype == 4,
+    -- the bit-cast temporaries serve q conversion, and K/V loads of portable kernels
+    NEED_BITS = f.q_dtype ~= 0 or (f.isa == 0 and f.kv_dtype ~= 0 and f.kv_dtype ~= 3),
+    NEED_HU = f.q_dtype == 1 or (f.isa == 0 and (f.kv_dtype == 1 or f.kv_dtype == 4)),
     QUANT = f.kv_dtype >= 3,
     load = load, exp_body = exp_body,
   }
+  if f.isa > 0 then add_simd(p) end
   -- Index expression of element j of the current head_dim block.
   p.dix = function(j) return DB < D and ("d + " .. j) or tostring(j) end
   p.acc_list = function(t)

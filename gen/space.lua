@@ -1,6 +1,7 @@
 -- The candidate space: which variants a shape may use. The tuner searches it,
 -- `fdgen gen` writes all of it, and the planner's heuristic picks inside it.
 local key = require("key")
+local simd = require("simd")
 local M = {}
 
 M.CHUNKS = { 32, 64, 128, 256, 512 }   -- keys per chunk the tuner may try
@@ -73,16 +74,27 @@ function M.parse_spec(spec)
   return s
 end
 
+-- The isa digits with a kernel for head_dim D and group tile T (gen/simd.lua decides).
+function M.isas(D, T)
+  local out = { 0 }
+  for isa = 1, 2 do
+    if pcall(simd.check, isa, D, T, function(f, why) error(f .. ": " .. why, 0) end) then out[#out + 1] = isa end
+  end
+  return out
+end
+
 -- Every key the tuner may try for a shape, in a deterministic order.
 function M.variants(s)
   local out, G = {}, s.n_q_heads / s.n_kv_heads
   local flag_sets = { s.lse and key.FLAG_LSE or 0, key.FLAG_SPLIT }
   for _, chunk in ipairs(M.CHUNKS) do
     for _, tile in ipairs(M.tiles(G)) do
-      for _, flags in ipairs(flag_sets) do
-        local f = M.shape_fields(s)
-        f.chunk, f.group_tile, f.flags = chunk, tile, flags
-        out[#out + 1] = key.encode(f)
+      for _, isa in ipairs(M.isas(s.head_dim, tile)) do
+        for _, flags in ipairs(flag_sets) do
+          local f = M.shape_fields(s)
+          f.chunk, f.group_tile, f.flags, f.isa = chunk, tile, flags, isa
+          out[#out + 1] = key.encode(f)
+        end
       end
     end
   end

@@ -150,6 +150,9 @@ local OPS = {
   { "vpermq",       "V",  "0F3A", "66", 0x00, 1, "RMI",  "V,VM,I",      "y",   "-",   "" },
   { "vpermq",       "E",  "0F3A", "66", 0x00, 1, "RMI",  "V,VM,I",      "yz",  "fv",  "b" },
   { "vshufps",      "VE", "0F",   "",   0xC6, 0, "RVMI", "V,V,VM,I",    "xyz", "fv",  "b" },
+  { "vshuff32x4",   "E",  "0F3A", "66", 0x23, 0, "RVMI", "V,V,VM,I",    "yz",  "fv",  "b" },
+  { "vshuff64x2",   "E",  "0F3A", "66", 0x23, 1, "RVMI", "V,V,VM,I",    "yz",  "fv",  "b" },
+  { "vperm2f128",   "V",  "0F3A", "66", 0x06, 0, "RVMI", "V,V,VM,I",    "y",   "-",   "" },
   -- compares: VEX writes a vector, EVEX an opmask
   { "vcmpps",       "V",  "0F",   "",   0xC2, 0, "RVMI", "V,V,VM,I",    "xy",  "-",   "" },
   { "vcmpps",       "E",  "0F",   "",   0xC2, 0, "RVMI", "K,V,VM,I",    "xyz", "fv",  "b nozero" },

@@ -38,8 +38,28 @@ static void probe(void) {
 const char *fd_cpu_model(void) { pthread_once(&once, probe); return model; }
 /* The SIMD features present. */
 const char *fd_cpu_features(void) { pthread_once(&once, probe); return features; }
-/* Only portable C kernels are generated so far. */
-int fd_cpu_max_isa(void) { return 0; }
+/* XCR0: the register state the OS saves (0 when XGETBV is unavailable). */
+static unsigned long long xcr0(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;   /* OSXSAVE */
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((unsigned long long)hi << 32) | lo;
+}
+
+/* The highest isa digit the CPU has and the OS enables:
+   1 = AVX2 + FMA + F16C with YMM state; 2 = AVX-512 F, BW, VL with opmask and ZMM state too. */
+int fd_cpu_max_isa(void) {
+  unsigned long long x = xcr0();
+  unsigned a, b, c, d;
+  int avx_os = (x & 0x6) == 0x6, avx512_os = (x & 0xe6) == 0xe6;
+  if (!avx_os || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  int fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  int avx2 = (b >> 5) & 1, f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+  if (!(avx2 && fma && f16c)) return 0;
+  return avx512_os && f && bw && vl ? 2 : 1;
+}
 
 static pthread_once_t name_once = PTHREAD_ONCE_INIT;
 static char machine[96];

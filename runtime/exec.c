@@ -128,7 +128,7 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
   w.qbuf = scratch;
   size_t row = (size_t)it->b * p->shape.n_kv_heads + it->j;
   if (p->row_splits[it->b] == 1) {
-    w.state = scratch + (size_t)p->G * p->shape.head_dim;
+    w.state = scratch + ((size_t)p->G * p->shape.head_dim + 15) / 16 * 16;
     (rs->a->lse ? bk->with_lse : bk->plain)->run(&w);
     return;
   }

@@ -204,6 +204,7 @@ static int usage(void) {
 int main(int argc, char **argv) {
   if (argc < 2) return usage();
   if (!strcmp(argv[1], "key") || !strcmp(argv[1], "source") || !strcmp(argv[1], "gen")) return fd_gen_cli(argc, argv);
+  if (!strcmp(argv[1], "export")) return fd_gen_cli(argc, argv);
   if (!strcmp(argv[1], "machine")) { printf("%s\n", fd_machine_name()); return 0; }
   run_opts o = { 0 };
   o.seed = 1;

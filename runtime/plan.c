@@ -114,7 +114,8 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   b->chunk = o->chunk ? o->chunk : H_CHUNK;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G);
   b->threads = o->threads ? o->threads : ctx->threads;
-  b->isa = o->isa ? o->isa - 1 : 0;
+  b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
+  b->forced_isa = o->isa != 0;
   int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
   b->splits = o->splits ? o->splits : heuristic_splits(&p->shape, b->threads, len);
   b->from_table = 0;
@@ -125,18 +126,30 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   }
 }
 
-/* Compile the three variants (plain, lse, split) of a bucket's chunk and tile. */
-static int compile_bucket(fd_plan *p, fd_bucket *b) {
-  char key[FD_KEY_BUFSZ], err[4096];
+/* Compile the three variants (plain, lse, split) of a bucket's chunk, tile and isa. */
+static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) {
+  char key[FD_KEY_BUFSZ];
   const fd_kernel_desc **slot[] = { &b->plain, &b->with_lse, &b->split };
   static const int flags[] = { 0, 2, 1 };
   for (int i = 0; i < 3; i++) {
-    if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, flags[i], key, err, sizeof err))
-      return fd_fail(p->ctx, FD_EINVAL, "%s", err);
-    *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, err, sizeof err);
-    if (!*slot[i]) return fd_fail(p->ctx, FD_ECOMPILE, "kernel %s: %s", key, err);
+    if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, flags[i], key, err, errlen)) return FD_EINVAL;
+    char why[3000];
+    *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
+    if (!*slot[i]) { snprintf(err, errlen, "kernel %s: %s", key, why); return FD_ECOMPILE; }
   }
   return FD_OK;
+}
+
+/* Compile a bucket's kernels; an isa the planner chose falls back to a lower
+   one when the shape has no variant there (e.g. head_dim not a multiple of the vector). */
+static int compile_bucket(fd_plan *p, fd_bucket *b) {
+  char err[4096];
+  for (;;) {
+    int rc = compile_variants(p, b, err, sizeof err);
+    if (rc == FD_OK) return FD_OK;
+    if (rc != FD_ECOMPILE || b->forced_isa || b->isa == 0) return fd_fail(p->ctx, rc, "%s", err);
+    b->isa--;
+  }
 }
 
 /* Use a table row's key: compile it, then take chunk, tile and isa from its
@@ -159,13 +172,20 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   return FD_OK;
 }
 
+/* n floats on a 64-byte boundary (free() releases them), or NULL. */
+static float *aligned_floats(size_t n) {
+  void *mem = NULL;
+  return posix_memalign(&mem, 64, n * sizeof(float) + 64) ? NULL : mem;
+}
+
 /* Allocate the scratch fd_run uses, sized for the largest bucket. */
 static int alloc_scratch(fd_plan *p) {
   const fd_shape *s = &p->shape;
   size_t rows = (size_t)s->batch * s->n_kv_heads;
-  p->thread_scratch_floats = (size_t)p->G * s->head_dim + (size_t)p->G * p->rec + 16;
-  p->partials = malloc(sizeof(float) * rows * p->max_splits * p->G * p->rec);
-  p->thread_scratch = malloc(sizeof(float) * p->thread_scratch_floats * p->max_threads);
+  /* 64-byte aligned, in whole multiples of 16 floats, so SIMD kernels touch whole cache lines */
+  p->thread_scratch_floats = ((size_t)p->G * s->head_dim + 15) / 16 * 16 + (size_t)p->G * p->rec;
+  p->partials = aligned_floats(rows * p->max_splits * p->G * p->rec);
+  p->thread_scratch = aligned_floats(p->thread_scratch_floats * p->max_threads);
   p->remaining = malloc(sizeof(atomic_int) * rows);
   p->row_splits = malloc(sizeof(int) * s->batch);
   p->row_order = malloc(sizeof(int) * s->batch);

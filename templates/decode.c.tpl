@@ -10,7 +10,14 @@ void fd_k$(KEY)(const fd_work *w) {
   const int nh = w->n_heads;
   float *qbuf = w->qbuf, *state = w->state;
   const float ninf = fd_ninf();
-  float sc[$(T * CHUNK)];
+@ if ISA > 0 then
+  /* score rows and staged K rows on 64-byte boundaries: whole cache lines per vector */
+  float sc_raw[$(T * SCW + 16)], stage_raw[$(W * D + 16)];
+  float *sc = (float *)(((unsigned long long)sc_raw + 63) & ~63ull);
+  float *stage = (float *)(((unsigned long long)stage_raw + 63) & ~63ull);
+@ else
+  float sc[$(T * SCW)];
+@ end
 @ if NEED_BITS then
   fd_bits cv;
 @ end
@@ -28,6 +35,9 @@ void fd_k$(KEY)(const fd_work *w) {
       qbuf[h] = x * w->scale;
     }
   }
+@ if ISA > 0 then
+  for (d = 0; d < $(W * D); d++) stage[d] = 0.0f;   /* staged rows past a chunk's end stay finite */
+@ end
   for (h = 0; h < nh; h++) {
     float *st = state + (fd_i64)h * $(REC);
     for (d = 0; d < $(D); d++) st[d] = 0.0f;
@@ -38,12 +48,77 @@ void fd_k$(KEY)(const fd_work *w) {
     n = end - c < $(CHUNK) ? end - c : $(CHUNK);
     for (tp = 0; tp < nh; tp += $(T)) {
 @ for t = 0, T - 1 do
+@   if ISA == 0 or t == 0 then
       const float *q$(t) = qbuf + (tp + $(t)) * $(D);
+@   end
       float *FD_RESTRICT st$(t) = state + (fd_i64)(tp + $(t)) * $(REC);
 @   if MASK then
       const float *mrow$(t) = w->mask + (fd_i64)(tp + $(t)) * w->mask_stride + c;
 @   end
 @ end
+@ if ISA > 0 then
+      /* $(ISA_NAME) micro-kernels (gen/simd.lua): scores, max, exp, P.V. */
+      {
+        fd_asm_args aa;
+        fd_i64 npad = (n + $(W - 1)) / $(W) * $(W);
+        float mx, sum;
+        aa.consts = &fd_simd_c;
+        aa.stage = stage;
+        aa.src = kbase + c * kvs;
+        aa.ptr = (float *)q0;
+        aa.sc = sc;
+        aa.n = n;
+        aa.stride = kvs * (fd_i64)sizeof(*kbase);
+@   if QUANT then
+        aa.scl = w->k_scale + c * w->scale_stride;
+        aa.scl_stride = w->scale_stride * 4;
+@   else
+        aa.scl = 0;
+        aa.scl_stride = 0;
+@   end
+$(simd_scores())
+@   if MASK then
+@     for t = 0, T - 1 do
+        for (i = 0; i < n; i++) sc[$(t * SCW) + i] += mrow$(t)[i];
+@     end
+@   end
+@   for t = 0, T - 1 do
+        {
+          float *s = sc + $(t * SCW);
+          for (i = n; i < npad; i++) s[i] = ninf;
+          aa.ptr = s;
+          aa.n = npad;
+          aa.in = st$(t) + $(D);
+          aa.out = &mx;
+$(simd_max())
+          if (mx == ninf) {
+            for (i = 0; i < n; i++) s[i] = 0.0f;
+          } else {
+            if (st$(t)[$(D)] != mx) {
+              float corr = fd_expf(st$(t)[$(D)] - mx);
+              for (d = 0; d < $(D); d++) st$(t)[d] *= corr;
+              st$(t)[$(D)] = mx;
+              st$(t)[$(D + 1)] *= corr;
+            }
+            aa.in = &mx;
+            aa.out = &sum;
+$(simd_exp())
+            st$(t)[$(D + 1)] += sum;
+          }
+        }
+@   end
+        aa.sc = sc;
+        aa.n = n;
+@   if QUANT then
+        aa.scl = w->v_scale + c * w->scale_stride;
+@   end
+@   for _, blk in ipairs(PV_BLOCKS) do
+        aa.src = (const char *)(vbase + c * kvs) + $(blk[1] * W * KV_SIZE);
+        aa.ptr = st0 + $(blk[1] * W);
+$(simd_pv(blk))
+@   end
+      }
+@ else
       /* Scores of the chunk: each K row is loaded once for the whole tile. */
       for (i = 0; i < n; i++) {
         const $(KVT) *kr = kbase + (c + i) * kvs;
@@ -131,6 +206,7 @@ $(exp_body("x", "p", "              "))
 @ end
 #endif
       }
+@ end
     }
   }
 @ if not SPLIT then

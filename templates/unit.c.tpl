@@ -2,6 +2,9 @@
    Kernel $(KEY): $(DESC). */
 @ include("abi.h.tpl")
 @ include("prelude.c.tpl")
+@ if ISA > 0 then
+@   include("simd_prelude.c.tpl")
+@ end
 @ include("decode.c.tpl")
 @ if SPLIT then
 @   include("merge.c.tpl")

@@ -106,7 +106,7 @@ static void key_for(const kproblem *p, const kconfig *cfg, int flags, char key[F
   char err[128];
   v[FD_KF_LAYOUT] = p->ref.layout; v[FD_KF_Q_DTYPE] = p->q_dtype; v[FD_KF_KV_DTYPE] = p->kv_dtype;
   v[FD_KF_OUT_DTYPE] = p->out_dtype; v[FD_KF_MASK_MODE] = p->ref.mask_mode; v[FD_KF_FLAGS] = flags;
-  v[FD_KF_ISA] = 0; v[FD_KF_GROUP_TILE] = cfg->tile; v[FD_KF_HEAD_DIM] = p->ref.D;
+  v[FD_KF_ISA] = cfg->isa; v[FD_KF_GROUP_TILE] = cfg->tile; v[FD_KF_HEAD_DIM] = p->ref.D;
   v[FD_KF_CHUNK] = cfg->chunk; v[FD_KF_TEMPLATE] = 1;
   if (fd_key_encode(v, key, err, sizeof err)) { fprintf(stderr, "%s\n", err); abort(); }
 }

@@ -20,6 +20,7 @@ typedef struct kconfig {
   int chunk, tile, splits;
   int shuffle;                /* merge partials in a shuffled split order */
   int lse;                    /* request lse */
+  int isa;                    /* the key's isa digit */
 } kconfig;
 
 /* Allocate and fill a random problem (seeded); mask mode gets some -inf entries. */

@@ -25,7 +25,12 @@ T.ok(src:find('#line %d+ "templates/decode.c.tpl"'), "#line directives back to t
 T.ok(not src:find("fd_k" .. k .. "_merge", 1, true), "no merge in an unsplit kernel")
 T.ok(g.source("10064064020101110"):find("fd_k10064064020101110_merge", 1, true), "split kernel has its merge")
 T.eq(g.source(k), src, "generation is deterministic")
-T.raises("field isa: avx512 kernels are not generated yet", "unsupported isa refused", g.source, "10064064022001110")
+T.ok(g.source("10064064022001110"):find(".byte 0x62", 1, true), "AVX-512 kernel carries EVEX .byte lines")
+T.ok(g.source("10064064021001110"):find(".byte 0xc", 1, true), "AVX2 kernel carries VEX .byte lines")
+T.raises("field head_dim: 72 is not a multiple of the AVX%-512 vector", "AVX-512 refuses head_dim 72",
+         g.source, "10064072022001110")
+T.raises("field group_tile: 16 exceeds", "AVX2 refuses group tile 16", g.source, "10064064161001110")
+T.eq(table.concat(space.isas(72, 4), ","), "0,1", "isas of head_dim 72")
 T.ok(g.source("10064064020001310"):find("signed char", 1, true), "int8 KV kernel generated")
 T.ok(g.source("10064064020001410"):find("unsigned char", 1, true), "fp8 KV kernel generated")
 T.raises("field layout: paged", "paged refused", g.source, "10064064020001112")
@@ -51,7 +56,7 @@ T.raises("shape y: field kv_dtype", "bad dtype in a shape refused", space.load_s
 write("tiny.lua", "return { { name = 't', batch = 1, n_q_heads = 4, n_kv_heads = 2, head_dim = 32, kv_len = {64}," ..
       " kv_dtype = 'f16' } }")
 local out, ok = sh(interp .. " gen/fdgen.lua gen " .. tmp .. "/tiny.lua -o " .. tmp .. "/out")
-local n = #space.CHUNKS * 2 * 2
+local n = #space.CHUNKS * 2 * 2 * 3      -- chunks x tiles {1,2} x flag sets x isas {0,1,2}
 T.ok(ok and out:find(n .. " variants", 1, true) and out:find("(" .. n .. " rewritten)", 1, true), "fdgen gen writes " .. n .. " variants", out)
 local index = files.read(tmp .. "/out/index.tsv") or ""
 T.eq(select(2, index:gsub("\n", "")), n + 1, "index lists every variant")

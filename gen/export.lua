@@ -1,0 +1,251 @@
+-- `fdgen export TABLE -o HEADER [--default KEY]`: a tuned table -> one C
+-- header with the table as static data, a lookup, a default row, the source
+-- of every kernel the rows select and a small executor, so an application
+-- compiled by its own compiler runs the tuned kernels without Lua or tcc.
+-- Also the tuned-table parser the tuner reuses (M.parse).
+local key = require("key")
+local template = require("template")
+local generate = require("generate")
+local files = require("files")
+
+local M = {}
+M.MAGIC = "flashdecode tuned table 1"
+M.IDENTITY = { "library", "templates", "tcc", "cpu", "features" }
+M.COLUMNS = "columns\tshape\tbucket\tkey\tsplits\tthreads\tmedian_us\tgbps\theuristic_us\tname"
+M.DEFAULT_CHUNK = 128   -- the default row's chunk (the planner heuristic's)
+
+local DTYPES = { f32 = 0, f16 = 1, bf16 = 2, i8 = 3, fp8 = 4 }
+local MODES = { causal = 0, mask = 1, full = 2 }
+local LAYOUTS = { bhsd = 0, bshd = 1, paged = 2 }
+
+-- Split a line on tabs (empty fields kept).
+local function fields_of(line)
+  local t = {}
+  for f in (line .. "\t"):gmatch("([^\t]*)\t") do t[#t + 1] = f end
+  return t
+end
+M.fields_of = fields_of
+
+-- A shape signature (fd_shape_signature text) as numeric fields, or nil.
+function M.parse_signature(sig)
+  local b, hq, hkv, d, q, kv, o, mode, layout =
+    sig:match("^b(%d+)%.hq(%d+)%.hkv(%d+)%.d(%d+)%.q(%w+)%.kv(%w+)%.o(%w+)%.(%w+)%.(%w+)$")
+  if not b then return nil end
+  local s = { batch = tonumber(b), n_q_heads = tonumber(hq), n_kv_heads = tonumber(hkv), head_dim = tonumber(d),
+              q_dtype = DTYPES[q], kv_dtype = DTYPES[kv], out_dtype = DTYPES[o],
+              mask_mode = MODES[mode], layout = LAYOUTS[layout] }
+  for _, f in ipairs { "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
+    if s[f] == nil then return nil end
+  end
+  if s.n_kv_heads < 1 or s.n_q_heads % s.n_kv_heads ~= 0 then return nil end
+  return s
+end
+
+-- Why a decoded key cannot serve shape s, or nil when it can.
+function M.misfit(f, s)
+  for _, n in ipairs { "head_dim", "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
+    if f[n] ~= s[n] then return ("its %s is %s but the shape's is %s"):format(n, f[n], s[n]) end
+  end
+  if (s.n_q_heads / s.n_kv_heads) % f.group_tile ~= 0 then
+    return ("its group tile %d does not divide the shape's %d query heads per kv head"):format(
+      f.group_tile, s.n_q_heads / s.n_kv_heads)
+  end
+  return nil
+end
+
+-- A positive integer field, or an error naming it.
+local function pos_int(v, name, bad)
+  if not v:match("^%d+$") or tonumber(v) < 1 then bad(("field %s '%s' is not a positive integer"):format(name, v)) end
+  return tonumber(v)
+end
+
+-- A finite number field, or an error naming it.
+local function number(v, name, bad)
+  local n = tonumber(v)
+  if not n or n ~= n or n == math.huge or n == -math.huge or not v:match("^[-+%d.eE]+$") then
+    bad(("field %s '%s' is not a number"):format(name, v))
+  end
+  return n
+end
+
+-- Parse one row line; bad(why) raises naming the file and line.
+local function parse_row(line, bad)
+  local f = fields_of(line)
+  if #f ~= 9 then bad(("has %d fields, want 9 (%s)"):format(#f, M.COLUMNS:gsub("^columns\t", ""):gsub("\t", " "))) end
+  local r = { shape = f[1], key = f[3], median_text = f[6], gbps_text = f[7], heuristic_text = f[8], name = f[9] }
+  r.s = M.parse_signature(f[1]) or bad(("field shape '%s' is not a shape signature"):format(f[1]))
+  r.bucket = pos_int(f[2], "bucket", bad)
+  local ok, dec = pcall(key.decode, f[3])
+  if not ok or #f[3] ~= key.DIGITS then bad(("field key '%s' is not a tiling key: %s"):format(f[3], ok and "not 17 digits" or dec)) end
+  if dec.flags ~= 0 then bad(("field key %s: flags digit is %d; a row holds the plain key (flags 0)"):format(f[3], dec.flags)) end
+  local why = M.misfit(dec, r.s)
+  if why then bad(("field key %s does not fit shape %s: %s"):format(f[3], f[1], why)) end
+  r.fields = dec
+  r.splits, r.threads = pos_int(f[4], "splits", bad), pos_int(f[5], "threads", bad)
+  r.median_us, r.gbps = number(f[6], "median_us", bad), number(f[7], "gbps", bad)
+  r.heuristic_us = number(f[8], "heuristic_us", bad)
+  if r.name == "" then bad("field name is empty") end
+  return r
+end
+
+-- Parse tuned-table text: { header (text), identity = {library=..}, rows };
+-- any defect raises "path:line: why" (the table is taken whole or not at all).
+function M.parse(text, path)
+  local lines, n = {}, 0
+  for l in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  local function bad(why) error(("%s:%d: %s"):format(path, n, why), 0) end
+  n = 1
+  if lines[1] ~= M.MAGIC then bad(("not a flashdecode tuned table (want '%s')"):format(M.MAGIC)) end
+  local ident = {}
+  for i, name in ipairs(M.IDENTITY) do
+    n = i + 1
+    local l = lines[n] or bad("truncated in its header")
+    local k, v = l:match("^(%w+)\t(.*)$")
+    if k ~= name then bad(("want the %s line, got '%s'"):format(name, l)) end
+    ident[name] = v
+  end
+  n = 7
+  if lines[7] ~= M.COLUMNS then bad("the columns line is not '" .. M.COLUMNS:gsub("\t", " ") .. "'") end
+  local t = { header = table.concat(lines, "\n", 1, 7) .. "\n", identity = ident, rows = {} }
+  for i = 8, #lines do
+    n = i
+    local count = lines[i]:match("^end\t(%d+)$")
+    if count then
+      if tonumber(count) ~= #t.rows then bad(("the end line counts %s rows but the table has %d"):format(count, #t.rows)) end
+      if i ~= #lines or text:sub(-1) ~= "\n" then n = i + 1; bad("text after the end line") end
+      return t
+    end
+    t.rows[#t.rows + 1] = parse_row(lines[i], bad)
+  end
+  n = #lines + 1
+  bad("truncated (no end line)")
+end
+
+-- The key of a variant: key k with flags digit set to flags.
+function M.variant(k, flags)
+  local f = key.decode(k)
+  f.flags = flags
+  return key.encode(f)
+end
+
+-- A C string literal.
+local function c_str(s)
+  return '"' .. s:gsub('[%c"\\\128-\255]', function(c) return ("\\%03o"):format(c:byte()) end) .. '"'
+end
+
+-- The default row: key default_key, or the first row's fields with the
+-- heuristic chunk and group tile 1 (which divides every group size).
+local function default_row(t, default_key)
+  local k = default_key
+  if not k then
+    if #t.rows == 0 then error("fdgen export: the table has no rows; give --default KEY", 0) end
+    local f = key.decode(t.rows[1].key)
+    f.chunk, f.group_tile, f.flags = M.DEFAULT_CHUNK, 1, 0
+    k = key.encode(f)
+  end
+  local ok, f = pcall(key.decode, k)
+  if not ok then error("fdgen export: --default: " .. f, 0) end
+  if f.flags ~= 0 then error(("fdgen export: --default %s: field flags must be 0"):format(k), 0) end
+  return { key = f.key, fields = f, default = true, splits = 1, threads = 1, bucket = 0, shape = "default",
+           name = "default", median_text = "0", gbps_text = "0", heuristic_text = "0" }
+end
+
+-- Make a kernel unit's external definitions static (several units and
+-- several including files coexist); raises if the unit's shape changed.
+local function make_static(src, k)
+  local n1, n2, n3
+  src, n1 = src:gsub("\nvoid (fd_k%d+%()", "\nstatic void %1")
+  src, n2 = src:gsub("\nvoid (fd_k%d+_merge%()", "\nstatic void %1")
+  src, n3 = src:gsub("\nconst fd_kernel_desc (fd_k%d+_desc)", "\nstatic const fd_kernel_desc %1")
+  if n1 ~= 1 or n3 ~= 1 or n2 > 1 then
+    error(("fdgen export: kernel %s: cannot find its definitions to make them static"):format(k), 0)
+  end
+  return src
+end
+
+-- Row data for the template: numeric shape fields and the three kernel symbols.
+local function row_params(r)
+  local s = r.s or { batch = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, q_dtype = 0, kv_dtype = 0,
+                     out_dtype = 0, mask_mode = 0, layout = 0 }
+  return { sig = c_str(r.shape), name = c_str(r.name), key = c_str(r.key), s = s, bucket = r.bucket,
+           splits = r.splits, threads = r.threads, median = r.median_text, gbps = r.gbps_text,
+           heuristic = r.heuristic_text, plain = "fd_k" .. r.key .. "_desc",
+           lse = "fd_k" .. M.variant(r.key, key.FLAG_LSE) .. "_desc",
+           split = "fd_k" .. M.variant(r.key, key.FLAG_SPLIT) .. "_desc" }
+end
+
+-- Every kernel key the rows and the default row select, sorted.
+local function kernel_keys(rows)
+  local seen, keys = {}, {}
+  for _, r in ipairs(rows) do
+    for _, fl in ipairs { 0, key.FLAG_LSE, key.FLAG_SPLIT } do
+      local k = M.variant(r.key, fl)
+      if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+    end
+  end
+  table.sort(keys)
+  return keys
+end
+
+-- 1/sqrt(D) as a C double literal for every head_dim (matches the runtime's (float)(1.0 / sqrt(D))).
+local function inv_sqrt(rows)
+  local seen, out = {}, {}
+  for _, r in ipairs(rows) do
+    local d = r.fields.head_dim
+    if not seen[d] then seen[d] = true; out[#out + 1] = { d = d, v = ("%.17g"):format(1 / math.sqrt(d)) } end
+  end
+  table.sort(out, function(a, b) return a.d < b.d end)
+  return out
+end
+
+-- The header text for parsed table t, and its number of kernels. opts: source (name shown in the
+-- banner), default_key, read (template reader) or dir (templates folder).
+function M.render(t, opts)
+  local def = default_row(t, opts.default_key)
+  local all = {}
+  for _, r in ipairs(t.rows) do all[#all + 1] = r end
+  all[#all + 1] = def
+  local g = generate.new { read = opts.read, dir = opts.dir, line_directives = false }
+  local kernels = {}
+  for _, k in ipairs(kernel_keys(all)) do kernels[#kernels + 1] = { key = k, source = make_static(g.source(k), k) } end
+  local rows = {}
+  for i, r in ipairs(t.rows) do rows[i] = row_params(r) end
+  local reader = opts.read or function(name)
+    local s = files.read((opts.dir or "templates") .. "/" .. name)
+    return s, s == nil and "cannot open" or nil
+  end
+  local eng = template.new { read = reader, line_directives = false }
+  return eng:render("export.h.tpl", {
+    SOURCE = opts.source, IDENT = t.identity, ROWS = rows, DEFAULT = row_params(def),
+    DEFAULT_DESC = key.describe(def.key), KERNELS = kernels, INV_SQRT = inv_sqrt(all),
+  }, "templates/"), #kernels
+end
+
+-- The directory part of a path ("." when none).
+local function dirname(p) return p:match("^(.*)/[^/]*$") or "." end
+
+-- `fdgen export TABLE -o HEADER [--default KEY]`; read is the embedded
+-- template reader (nil: the source tree's templates under here).
+function M.cli(a, read, here)
+  local path, out, def
+  local i = 2
+  while a[i] do
+    if a[i] == "-o" then out = a[i + 1]; i = i + 2
+    elseif a[i] == "--default" then def = a[i + 1]; i = i + 2
+    elseif not path and a[i]:sub(1, 1) ~= "-" then path = a[i]; i = i + 1
+    else error(("fdgen export: unknown argument '%s'"):format(a[i]), 0) end
+  end
+  if not path or not out then
+    error("usage: fdgen export TABLE -o HEADER [--default KEY]", 0)
+  end
+  local text = files.read(path) or error(("fdgen export: %s: cannot read the table"):format(path), 0)
+  local t = M.parse(text, path)
+  local src, nk = M.render(t, { source = path:match("[^/]*$"), default_key = def, read = read,
+                            dir = (here or ".") .. "/templates" })
+  files.mkdir(dirname(out))
+  local written = files.write_if_changed(out, src)
+  io.stderr:write(("fdgen export: %s: %d rows, %d kernels (%s)\n"):format(out, #t.rows, nk,
+    written and "written" or "unchanged"))
+end
+
+return M

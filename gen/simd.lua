@@ -1,0 +1,394 @@
+-- SIMD micro-kernels for isa 1 (AVX2+FMA+F16C, 8 lanes, 16 registers) and
+-- isa 2 (AVX-512 F/BW/VL, 16 lanes, 32 registers), emitted as inline asm
+-- statements whose vector instructions are `.byte` lines from gen/x86.lua
+-- (tcc's assembler knows no AVX) and whose loop control is plain AT&T
+-- general-purpose code (which tcc and gas both assemble).
+--
+-- Every statement reads its inputs from one fd_asm_args struct (see
+-- templates/prelude.c.tpl), touches only caller-saved registers, declares them
+-- clobbered (vector registers through FD_VCLOBBER, empty under tcc, which
+-- keeps no values in vector registers across statements) and ends with
+-- vzeroupper. Blocks:
+--   scores  q tile (T rows, f32) . K rows of the chunk -> sc[t][i]
+--   max     running max of a padded score row, starting at *in
+--   exp     p = e^(s - *in) in place, *out = sum p
+--   pv      acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
+local x86 = require("x86")
+local M = {}
+
+-- fd_asm_args field offsets (keep in sync with templates/prelude.c.tpl).
+local ARG = { src = 0, ptr = 8, sc = 16, n = 24, stride = 32, scl = 40, scl_stride = 48,
+              consts = 56, inp = 64, out = 72, stage = 80 }
+M.ARG = ARG
+-- Constant rows of fd_simd_c, 16 lanes (64 bytes) each (keep in sync with the prelude).
+M.CONSTS = { "log2e", "ln2_hi", "ln2_lo", "c7", "c6", "c5", "c4", "c3", "c2", "c1", "c0",
+             "min_x", "two120", "i127", "sign", "fp8_mag" }
+local C = {}
+for i, name in ipairs(M.CONSTS) do C[name] = (i - 1) * 64 end
+
+-- Vector geometry of an isa.
+local GEOM = {
+  [1] = { W = 8, reg = "ymm", nregs = 16, name = "AVX2" },
+  [2] = { W = 16, reg = "zmm", nregs = 32, name = "AVX-512" },
+}
+local ELEM = { [0] = 4, 2, 2, 1, 1 }   -- bytes per KV element
+
+-- Refuse, with the field named, what the micro-kernels cannot do.
+function M.check(isa, D, T, fail)
+  local g = GEOM[isa]
+  if D % g.W ~= 0 then fail("head_dim", ("%d is not a multiple of the %s vector (%d floats)"):format(D, g.name, g.W)) end
+  if isa == 1 and T > 12 then fail("group_tile", ("%d exceeds the 12 AVX2 can hold in registers"):format(T)) end
+end
+
+-- A buffer of assembler lines for one asm statement.
+local function new_block(isa)
+  local b = { lines = {}, g = GEOM[isa], isa = isa }
+  -- A vector instruction: its bytes, with the Intel text as a comment.
+  function b.v(mn, ...)
+    b.lines[#b.lines + 1] = { x86.line(mn, ...), x86.text(mn, ...) }
+  end
+  -- A general-purpose instruction or label in AT&T syntax (assembled by the compiler).
+  function b.gp(text) b.lines[#b.lines + 1] = { (text:gsub("%%(%a)", "%%%%%1")), nil } end
+  -- Vector register n of the isa's width (xmm/ymm for narrower views).
+  function b.r(n, kind) return (kind or b.g.reg) .. n end
+  return b
+end
+
+-- Memory operand helper.
+local function mem(base, disp, index, scale, bcst)
+  return { base = base, disp = disp ~= 0 and disp or nil, index = index, scale = index and scale or nil, bcst = bcst }
+end
+
+-- Load the fd_asm_args fields a block uses into registers.
+local function prologue(b, fields)
+  b.gp("mov %0, %rax")
+  local regs = { src = "rsi", ptr = "rdi", sc = "rdx", n = "rcx", stride = "r8", scl = "r9",
+                 scl_stride = "r10", consts = "r11" }
+  for _, f in ipairs(fields) do b.gp(("mov %d(%%rax), %%%s"):format(ARG[f], regs[f])) end
+end
+
+-- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
+local function load_kv(b, dtype, dst, m, tmp)
+  local r = b.g.reg
+  if dtype == 0 then b.v("vmovups", dst, m)
+  elseif dtype == 1 then b.v("vcvtph2ps", dst, m)
+  elseif dtype == 2 then b.v("vpmovzxwd", dst, m); b.v("vpslld", dst, dst, 16)
+  elseif dtype == 3 then b.v("vpmovsxbd", dst, m); b.v("vcvtdq2ps", dst, dst)
+  else  -- fp8 e4m3: magnitude bits to f32 place, rebias by 2^120, sign from bit 7
+    b.v("vpmovzxbd", dst, m)
+    b.v("vpslld", dst, dst, 20)
+    b.v("vpslld", tmp, dst, 4)
+    b.v(b.isa == 2 and "vpandd" or "vpand", tmp, tmp, mem("r11", C.sign))
+    b.v(b.isa == 2 and "vpandd" or "vpand", dst, dst, mem("r11", C.fp8_mag))
+    b.v("vmulps", dst, dst, mem("r11", C.two120))
+    b.v(b.isa == 2 and "vpord" or "vpor", dst, dst, tmp)
+  end
+  return r
+end
+
+-- Horizontal reduction of vector register n (op vaddps or vmaxps) into its
+-- lowest lane, using scratch register s.
+local function reduce(b, n, s, op)
+  local scalar = op == "vaddps" and "vaddss" or "vmaxss"
+  if b.isa == 2 then
+    b.v("vextractf64x4", b.r(s, "ymm"), b.r(n, "zmm"), 1)
+    b.v(op, b.r(n, "ymm"), b.r(n, "ymm"), b.r(s, "ymm"))
+    b.v("vextractf32x4", b.r(s, "xmm"), b.r(n, "ymm"), 1)
+  else
+    b.v("vextractf128", b.r(s, "xmm"), b.r(n, "ymm"), 1)
+  end
+  b.v(op, b.r(n, "xmm"), b.r(n, "xmm"), b.r(s, "xmm"))
+  b.v("vpermilps", b.r(s, "xmm"), b.r(n, "xmm"), 0x4e)
+  b.v(op, b.r(n, "xmm"), b.r(n, "xmm"), b.r(s, "xmm"))
+  b.v("vpermilps", b.r(s, "xmm"), b.r(n, "xmm"), 0xb1)
+  b.v(scalar, b.r(n, "xmm"), b.r(n, "xmm"), b.r(s, "xmm"))
+end
+
+-- The accumulator slot of key k in a group, chosen so the reduction tree
+-- leaves the sums in key order (16 lanes: a 4x4 transpose; 8 lanes: 2x4).
+local function slot_of(isa, k)
+  if isa == 2 then return 4 * (k % 4) + math.floor(k / 4) end
+  return 2 * (k % 4) + math.floor(k / 4)
+end
+
+-- One tree level: pairs (A, B) of registers -> A = shuffle(A,B,lo) + shuffle(A,B,hi).
+local function tree_level(b, mn, pairs, imm_lo, imm_hi, tmp)
+  for _, pr in ipairs(pairs) do
+    local A, B = b.r(pr[1]), b.r(pr[2])
+    b.v(mn, tmp, A, B, imm_lo)
+    b.v(mn, A, A, B, imm_hi)
+    b.v("vaddps", A, A, tmp)
+  end
+end
+
+-- Pairs of registers first..first+count-1 at distance step, as {a, a + step}.
+local function pairs_of(count, step)
+  local t = {}
+  for a = 0, count - 1, 2 * step do t[#t + 1] = { a, a + step } end
+  return t
+end
+
+-- Reduce W accumulators (registers 0..W-1) to one vector of W sums in register 0.
+local function tree(b, tmp)
+  tmp = b.r(tmp)
+  if b.isa == 2 then
+    tree_level(b, "vshuff64x2", pairs_of(16, 1), 0x44, 0xEE, tmp)
+    tree_level(b, "vshuff64x2", pairs_of(16, 2), 0x88, 0xDD, tmp)
+    tree_level(b, "vshufps", pairs_of(16, 4), 0x44, 0xEE, tmp)
+    tree_level(b, "vshufps", pairs_of(16, 8), 0x88, 0xDD, tmp)
+  else
+    tree_level(b, "vperm2f128", pairs_of(8, 1), 0x20, 0x31, tmp)
+    tree_level(b, "vshufps", pairs_of(8, 2), 0x44, 0xEE, tmp)
+    tree_level(b, "vshufps", pairs_of(8, 4), 0x88, 0xDD, tmp)
+  end
+end
+
+-- Save the callee-saved registers a block uses, below the red zone.
+local function save_regs(b)
+  b.gp("sub $128, %rsp")
+  b.gp("push %rbx")
+  b.gp("push %r12")
+  b.gp("push %r13")
+end
+
+-- Restore what save_regs saved.
+local function restore_regs(b)
+  b.gp("pop %r13")
+  b.gp("pop %r12")
+  b.gp("pop %rbx")
+  b.gp("add $128, %rsp")
+end
+
+-- Convert the group's rows (count in r12) from K into the f32 staging block at
+-- rbx, row stride D floats; int8/fp8 rows are scaled by their k_scale here.
+local function stage_rows(b, p)
+  local W, NCH, esz = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE]
+  local v0, tmp, sreg = b.isa == 2 and 19 or 11, b.isa == 2 and 21 or 13, b.isa == 2 and 22 or 14
+  b.gp("mov %rbx, %r13")
+  b.gp("5:")
+  if p.QUANT and b.isa == 1 then b.v("vbroadcastss", b.r(sreg), mem("r9", 0)) end
+  for c = 0, NCH - 1 do
+    local vr = b.r(v0 + c % 2)
+    load_kv(b, p.KV_DTYPE, vr, mem("rsi", c * W * esz), b.r(tmp))
+    if p.QUANT then
+      if b.isa == 2 then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
+      else b.v("vmulps", vr, vr, b.r(sreg)) end
+    end
+    b.v("vmovups", mem("r13", c * W * 4), vr)
+  end
+  b.gp("add %r8, %rsi")
+  b.gp(("add $%d, %%r13"):format(p.D * 4))
+  if p.QUANT then b.gp("add %r10, %r9") end
+  b.gp("dec %r12")
+  b.gp("jnz 5b")
+end
+
+-- Dot products of one head (q at rax) with the W staged rows, reduced into
+-- key order and stored at r12.
+local function head_dots(b, p)
+  local W, NCH = b.g.W, math.floor(p.D / b.g.W)
+  local q0, tmp = b.isa == 2 and 17 or 9, b.isa == 2 and 16 or 8
+  for c = 0, NCH - 1 do
+    local qr = b.r(q0 + c % 2)
+    b.v("vmovups", qr, mem("rax", c * W * 4))
+    for k = 0, W - 1 do
+      local m = mem("rbx", k * p.D * 4 + c * W * 4)
+      b.v(c == 0 and "vmulps" or "vfmadd231ps", b.r(slot_of(b.isa, k)), qr, m)
+    end
+  end
+  tree(b, tmp)
+  b.v("vmovups", mem("r12", 0), b.r(0))
+end
+
+-- Scores of one tile pass over the chunk's n keys: groups of W keys are
+-- staged as f32, then each head's W dot products are accumulated in W
+-- registers and reduced together by a shuffle tree (no per-key horizontal
+-- sums). Lanes past n hold scores of stale staged rows; the caller pads them.
+function M.scores(isa, p)
+  local b = new_block(isa)
+  local W = b.g.W
+  b.gp("mov %0, %rax")
+  save_regs(b)
+  local regs = { src = "rsi", ptr = "rdi", sc = "rdx", n = "rcx", stride = "r8", scl = "r9",
+                 scl_stride = "r10", consts = "r11", stage = "rbx" }
+  for _, f in ipairs { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage" } do
+    b.gp(("mov %d(%%rax), %%%s"):format(ARG[f], regs[f]))
+  end
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 9f")
+  b.gp("1:")
+  b.gp(("mov $%d, %%r12"):format(W))
+  b.gp("cmp %r12, %rcx")
+  b.gp("cmovb %rcx, %r12")
+  b.gp("sub %r12, %rcx")
+  stage_rows(b, p)
+  b.gp("mov %rdi, %rax")
+  b.gp("mov %rdx, %r12")
+  b.gp(("mov $%d, %%r13"):format(p.T))
+  b.gp("6:")
+  head_dots(b, p)
+  b.gp(("add $%d, %%rax"):format(p.D * 4))
+  b.gp(("add $%d, %%r12"):format(p.CHUNKP * 4))
+  b.gp("dec %r13")
+  b.gp("jnz 6b")
+  b.gp(("add $%d, %%rdx"):format(W * 4))
+  b.gp("test %rcx, %rcx")
+  b.gp("jnz 1b")
+  b.gp("9:")
+  restore_regs(b)
+  return M.statement(b)
+end
+
+-- Running max of the padded score row (n a multiple of W) from *in into *out.
+function M.max(isa, p)
+  local b = new_block(isa)
+  prologue(b, { "ptr", "n" })
+  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
+  b.v("vbroadcastss", b.r(0), mem("rsi", 0))
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 2f")
+  b.gp("1:")
+  b.v("vmaxps", b.r(0), b.r(0), mem("rdi", 0))
+  b.gp(("add $%d, %%rdi"):format(b.g.W * 4))
+  b.gp(("sub $%d, %%rcx"):format(b.g.W))
+  b.gp("jnz 1b")
+  b.gp("2:")
+  reduce(b, 0, 1, "vmaxps")
+  b.v("vmovss", mem("rdx", 0), b.r(0, "xmm"))
+  return M.statement(b)
+end
+
+-- p = e^(s - *in) in place over the padded row, *out = sum of p. Arguments
+-- below -87 (and -inf) give exactly 0.
+function M.exp(isa, p)
+  local b = new_block(isa)
+  local r = function(n) return b.r(n) end
+  prologue(b, { "ptr", "n", "consts" })
+  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
+  b.v("vbroadcastss", r(1), mem("rsi", 0))                -- 1: max
+  b.v("vxorps", b.r(2, "xmm"), b.r(2, "xmm"), b.r(2, "xmm"))  -- 2: sum
+  b.gp("1:")
+  b.v("vmovups", r(3), mem("rdi", 0))                      -- 3: x
+  b.v("vsubps", r(3), r(3), r(1))
+  if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x1d)
+  else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x1d) end   -- keep x >= -87
+  b.v("vmaxps", r(3), r(3), mem("r11", C.min_x))
+  b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
+  if isa == 2 then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
+  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
+  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
+  b.v("vmovups", r(5), mem("r11", C.c7))                   -- 5: p
+  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
+    b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
+  end
+  if isa == 2 then
+    b.v("vscalefps", r(5), r(5), r(4))
+    b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
+  else
+    b.v("vcvtps2dq", r(6), r(4))
+    b.v("vpaddd", r(6), r(6), mem("r11", C.i127))
+    b.v("vpslld", r(6), r(6), 23)
+    b.v("vmulps", r(5), r(5), r(6))
+    b.v("vandps", r(5), r(5), r(7))
+  end
+  b.v("vmovups", mem("rdi", 0), r(5))
+  b.v("vaddps", r(2), r(2), r(5))
+  b.gp(("add $%d, %%rdi"):format(b.g.W * 4))
+  b.gp(("sub $%d, %%rcx"):format(b.g.W))
+  b.gp("jnz 1b")
+  reduce(b, 2, 3, "vaddps")
+  b.v("vmovss", mem("rdx", 0), b.r(2, "xmm"))
+  return M.statement(b)
+end
+
+-- AVX2 register plan of the P.V pass: 16 registers hold T*cb accumulators,
+-- the p_t broadcasts (T of them, or one reused), two V registers and, for
+-- int8/fp8, one scratch (scale broadcast and fp8 decoding).
+local function avx2_pv_plan(T, quant_or_fp8)
+  local budget = 16 - 2 - (quant_or_fp8 and 1 or 0)
+  local cb = math.floor((budget - T) / T)
+  if cb >= 1 then return cb, true end
+  return math.max(1, math.floor((budget - 1) / T)), false
+end
+
+-- The d-blocks of the P.V pass: {first chunk, chunks} pairs sized to the registers.
+function M.pv_blocks(isa, p)
+  local g, T = GEOM[isa], p.T
+  local NCH = math.floor(p.D / g.W)
+  local cb = isa == 2 and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.KV_DTYPE >= 3)
+  if cb > NCH then cb = NCH end
+  local blocks = {}
+  for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
+  return blocks
+end
+
+-- P.V for one d-block: acc[t][c0*W ..] += sum over keys of p_t[i] * V[i][...].
+function M.pv(isa, p, block)
+  local b = new_block(isa)
+  local W, T, cb = b.g.W, p.T, block[2]
+  local esz = ELEM[p.KV_DTYPE]
+  local nacc = T * cb
+  local preload, preg, vreg, tmp = false, nil, 28, 30
+  if isa == 1 then
+    local _, fits = avx2_pv_plan(T, p.KV_DTYPE >= 3)
+    preload = fits and nacc + T + 2 + (p.KV_DTYPE >= 3 and 1 or 0) <= 16
+    preg = nacc
+    vreg = nacc + (preload and T or 1)
+    tmp = vreg + 2
+  end
+  prologue(b, { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts" })
+  for t = 0, T - 1 do
+    for k = 0, cb - 1 do b.v("vmovups", b.r(t * cb + k), mem("rdi", (t * p.REC + k * W) * 4)) end
+  end
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 2f")
+  b.gp("1:")
+  if preload then
+    for t = 0, T - 1 do b.v("vbroadcastss", b.r(preg + t), mem("rdx", t * p.CHUNKP * 4)) end
+  end
+  for k = 0, cb - 1 do
+    local vr = b.r(vreg + k % 2)
+    load_kv(b, p.KV_DTYPE, vr, mem("rsi", k * W * esz), b.r(tmp))
+    if p.QUANT then
+      if isa == 2 then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
+      else b.v("vbroadcastss", b.r(tmp), mem("r9", 0)); b.v("vmulps", vr, vr, b.r(tmp)) end
+    end
+    for t = 0, T - 1 do
+      local acc = b.r(t * cb + k)
+      if isa == 2 then
+        b.v("vfmadd231ps", acc, vr, mem("rdx", t * p.CHUNKP * 4, nil, nil, true))
+      elseif preload then
+        b.v("vfmadd231ps", acc, vr, b.r(preg + t))
+      else
+        b.v("vbroadcastss", b.r(preg), mem("rdx", t * p.CHUNKP * 4))
+        b.v("vfmadd231ps", acc, vr, b.r(preg))
+      end
+    end
+  end
+  b.gp("add %r8, %rsi")
+  b.gp("add $4, %rdx")
+  if p.QUANT then b.gp("add %r10, %r9") end
+  b.gp("dec %rcx")
+  b.gp("jnz 1b")
+  b.gp("2:")
+  for t = 0, T - 1 do
+    for k = 0, cb - 1 do b.v("vmovups", mem("rdi", (t * p.REC + k * W) * 4), b.r(t * cb + k)) end
+  end
+  return M.statement(b)
+end
+
+-- The C asm statement of a block: one string line per instruction.
+function M.statement(b, ind)
+  ind = ind or "        "
+  local out = { ind .. "__asm__ __volatile__(" }
+  for _, l in ipairs(b.lines) do
+    out[#out + 1] = ('%s  "%s\\n\\t"%s'):format(ind, l[1], l[2] and ("  /* " .. l[2] .. " */") or "")
+  end
+  out[#out + 1] = ('%s  "%s\\n\\t"  /* vzeroupper */'):format(ind, x86.line("vzeroupper"))
+  out[#out + 1] = ind .. '  : : "r"(&aa) : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "memory", "cc" FD_VCLOBBER);'
+  return table.concat(out, "\n")
+end
+
+return M

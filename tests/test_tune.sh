@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The tuner and the exported header: a tiny shape set tuned end to end,
+# interrupted and resumed from its log, tables from another CPU refused (Lua
+# loader and fd_create), `fdgen export` rewritten only on change, and a
+# program compiled against the exported header with gcc -O2 (and tcc), no
+# library linked, giving the JIT path's outputs for every row; then the same
+# for this machine's table from `make tune` when it belongs to this build.
+set -u
+cd "$(dirname "$0")/.."
+B=${B:-build}
+LUAJIT=${LUAJIT:-luajit}
+F=$B/fdgen
+pass=0; fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export TUNE_PROGRESS=0
+
+# Record one check: name, then a command that must succeed.
+check() {
+  local name=$1; shift
+  if "$@" >"$tmp/check.out" 2>&1; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL - $name"; sed 's/^/    /' "$tmp/check.out" | tail -n 15; fi
+}
+has() { grep -q -- "$2" <<<"$1"; }
+# Measurement lines of a log.
+measurements() { grep -vc '^#' "$1"; }
+# Tune the tiny set into $tmp/$1.{tsv,log,h}.
+tune() { local n=$1; shift; env TUNE_TABLE="$tmp/$n.tsv" TUNE_BUDGET=5 "$@" "$LUAJIT" tuner/tune.lua "$tmp/tiny.lua"; }
+
+cat > "$tmp/tiny.lua" <<'LUA'
+return {
+  { name = "tiny-gqa", batch = 1, n_q_heads = 4, n_kv_heads = 1, head_dim = 64, q_dtype = "f32",
+    kv_dtype = "f16", out_dtype = "f32", kv_len = { 200, 1024 } },
+  { name = "tiny-mask", batch = 2, n_q_heads = 8, n_kv_heads = 2, head_dim = 32, q_dtype = "bf16",
+    kv_dtype = "i8", out_dtype = "bf16", mask_mode = "mask", layout = "bshd", kv_len = { 300 }, lse = true },
+  { name = "tiny-full", batch = 3, n_q_heads = 6, n_kv_heads = 3, head_dim = 80, q_dtype = "f16",
+    kv_dtype = "fp8", out_dtype = "f16", mask_mode = "full", kv_len = { 100 } },
+}
+LUA
+
+# --- 1. end to end --------------------------------------------------------
+out=$(tune t 2>&1)
+check "tiny tune exits 0" has "$out" "header $tmp/t.h (written)"
+check "table has a row per shape and bucket" test "$(grep -c $'\ttiny-' "$tmp/t.tsv")" -eq 4
+check "table ends with its row count" test "$(tail -n 1 "$tmp/t.tsv")" = $'end\t4'
+check "table header is fd_tuned_table_header()" bash -c "$LUAJIT tuner/tuned.lua check $tmp/t.tsv"
+check "summary names every bucket" test "$(grep -c '^tiny-' <<<"$out")" -eq 4
+check "log holds a line per measurement" test "$(measurements "$tmp/t.log")" -ge 20
+check "tuned rows no slower than the heuristic (recorded)" \
+  awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
+cat > "$tmp/ctx.lua" <<'LUA'
+package.path = "./?.lua;./gen/?.lua;" .. package.path
+local fd = require("tuner.ffi")
+local ctx = fd.create { table = arg[1] }
+io.write(fd.errmsg(ctx), "\n")
+LUA
+check "fd_create accepts the table" test -z "$($LUAJIT "$tmp/ctx.lua" "$tmp/t.tsv")"
+n=$(measurements "$tmp/t.log")
+out=$(tune t 2>&1)
+check "a second run measures nothing" has "$out" "(0 measurements, $n reused from the log)"
+check "a second run leaves the table and header" has "$out" "t.tsv (unchanged)"
+check "  ... and the header" has "$out" "t.h (unchanged)"
+
+# --- 2. interrupted and resumed -------------------------------------------
+tune r FD_TUNE_STOP_AFTER=12 >"$tmp/r1.out" 2>&1
+rc=$?
+check "FD_TUNE_STOP_AFTER stops with exit 3" test "$rc" -eq 3
+check "the stopped run says how to resume" grep -q "run again to resume" "$tmp/r1.out"
+check "the stopped run logged 12 measurements" test "$(measurements "$tmp/r.log")" -eq 12
+check "the stopped run wrote no table" test ! -e "$tmp/r.tsv"
+out=$(tune r 2>&1)
+check "the resumed run reuses the 12" has "$out" "12 reused from the log"
+check "no measurement logged twice" test -z "$(grep -v '^#' "$tmp/r.log" | cut -f1-7 | sort | uniq -d)"
+check "the resumed run writes the table" bash -c "$LUAJIT tuner/tuned.lua check $tmp/r.tsv"
+
+# --- 3. refusals -----------------------------------------------------------
+sed 's/^cpu\t.*/cpu\tOther CPU 9000/' "$tmp/t.tsv" >"$tmp/other.tsv"
+out=$($LUAJIT tuner/tuned.lua check "$tmp/other.tsv" 2>&1)
+check "Lua loader refuses a table from another CPU" has "$out" "other.tsv:5: refused: cpu is 'Other CPU 9000'"
+out=$($LUAJIT "$tmp/ctx.lua" "$tmp/other.tsv")
+check "fd_create refuses a table from another CPU" has "$out" "refused: line 5 (cpu)"
+sed '8s/\t[0-9]*\t/\tx\t/' "$tmp/t.tsv" >"$tmp/bad.tsv"
+out=$($F export "$tmp/bad.tsv" -o "$tmp/bad.h" 2>&1)
+check "export refuses a malformed row naming file, line and field" has "$out" "bad.tsv:8: field bucket 'x'"
+head -n 8 "$tmp/t.tsv" >"$tmp/cut.tsv"
+out=$($LUAJIT tuner/tuned.lua check "$tmp/cut.tsv" 2>&1)
+check "a table without its end line is refused" has "$out" "truncated (no end line)"
+
+# --- 4. export: the header against the JIT ---------------------------------
+# Export TABLE to HEADER, build the header-only program (gcc -O2, and tcc) and
+# the JIT program, and compare every row.
+compare_table() {
+  local name=$1 table=$2 h=$tmp/$1.h
+  check "$name: export" $F export "$table" -o "$h"
+  check "$name: gcc -O2 compiles a program against the header alone" \
+    gcc -std=c11 -O2 -Wall -Wextra -Werror -pedantic -DFDT_HEADER="\"$h\"" tests/test_export.c -lm -o "$tmp/$name.aot"
+  check "$name: ... with no libtcc or Lua linked" bash -c "! ldd $tmp/$name.aot | grep -Eq 'tcc|lua'"
+  check "$name: tcc compiles it too" tcc -DFDT_HEADER="\"$h\"" tests/test_export.c -lm -o "$tmp/$name.tcc"
+  check "$name: the JIT program builds" gcc -std=c11 -O2 -D_GNU_SOURCE -DFDT_JIT -DFDT_HEADER="\"$h\"" -Iruntime \
+    tests/test_export.c "$B/libflashdecode.a" -ltcc -llua5.4 -ldl -lpthread -lm -o "$tmp/$name.jit"
+  check "$name: the header runs every row (gcc -O2)" "$tmp/$name.aot" "$tmp/$name.gcc.bin"
+  check "$name: the header runs every row (tcc)" "$tmp/$name.tcc" "$tmp/$name.tcc.bin"
+  check "$name: gcc -O2 header == JIT for every row" "$tmp/$name.jit" "$table" "$tmp/$name.gcc.bin"
+  check "$name: tcc header == JIT for every row" "$tmp/$name.jit" "$table" "$tmp/$name.tcc.bin"
+}
+compare_table tiny "$tmp/t.tsv"
+out=$($F export "$tmp/t.tsv" -o "$tmp/tiny.h" 2>&1)
+check "export rewrites nothing when nothing changed" has "$out" "(unchanged)"
+check "header has the banner" grep -q "do not edit" "$tmp/tiny.h"
+# The same rows forced to 3 and 5 splits (the header's split and merge path).
+awk -F'\t' -v OFS='\t' 'NR > 7 && $1 != "end" { $4 = NR % 2 ? 3 : 5 } { print }' "$tmp/t.tsv" >"$tmp/split.tsv"
+compare_table split "$tmp/split.tsv"
+
+# --- 5. this machine's table from `make tune` -------------------------------
+mt=results/tuned/$($F machine).tsv
+if [ -f "$mt" ] && $LUAJIT tuner/tuned.lua check "$mt" >/dev/null 2>&1; then
+  check "machine table: tuned rows no slower than the heuristic by 3% (final verification)" \
+    awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$mt"
+  compare_table machine "$mt"
+else
+  echo "note: $mt missing or from another build (run make tune): its checks skipped"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
