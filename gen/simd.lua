@@ -391,4 +391,17 @@ function M.statement(b, ind)
   return table.concat(out, "\n")
 end
 
+-- Blocks depend only on these parameters; memoize them, since a kernel emits
+-- max and exp once per head and a plan compiles three variants of one kernel.
+local memo = {}
+for _, name in ipairs { "scores", "max", "exp", "pv" } do
+  local build = M[name]
+  M[name] = function(isa, p, blk)
+    local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, tostring(p.QUANT), p.REC,
+                             blk and blk[1] or "", blk and blk[2] or "" }, ":")
+    if not memo[k] then memo[k] = build(isa, p, blk) end
+    return memo[k]
+  end
+end
+
 return M

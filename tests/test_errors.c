@@ -6,6 +6,7 @@
 #include "flashdecode.h"
 #include "kexec.h"
 #include "tcheck.h"
+#include "cpu.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -274,6 +275,51 @@ static void big_cache(void) {
   kp_free(&small);
 }
 
+/* The isa a plan uses for shape s in context c (-1 when planning fails). */
+static int plan_isa(fd_ctx *c, fd_shape s, int forced) {
+  fd_plan *p;
+  fd_plan_info info;
+  if (fd_plan_create_opts(c, &s, &(fd_plan_opts){ .isa = forced }, &p)) return -1;
+  fd_plan_info_get(p, s.kv_len, &info);
+  fd_plan_destroy(p);
+  return info.isa;
+}
+
+/* ISA choice: the best the CPU has by default, lowered by config or $FD_MAX_ISA,
+   forced per plan, and a lower one when a head_dim has no vector variant. */
+static void isa_choice(void) {
+  int best = fd_cpu_max_isa();
+  fd_shape s = { 1, 8, 2, 128, 300, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  printf("note: this CPU's best isa digit is %d\n", best);
+  t_check(plan_isa(ctx, s, 0) == best, "default plan uses isa %d (got %d)", best, plan_isa(ctx, s, 0));
+  fd_ctx *c = fd_create(&(fd_config){ .threads = 1, .isa_limit = FD_ISA_C });
+  t_check(c && fd_ctx_max_isa(c) == 0 && plan_isa(c, s, 0) == 0, "config.isa_limit FD_ISA_C gives portable C");
+  fd_destroy(c);
+  setenv("FD_MAX_ISA", "0", 1);
+  c = fd_create(&(fd_config){ .threads = 1 });
+  t_check(c && fd_ctx_max_isa(c) == 0, "FD_MAX_ISA=0 lowers the context to portable C");
+  fd_destroy(c);
+  unsetenv("FD_MAX_ISA");
+  if (best >= 1) {
+    t_check(plan_isa(ctx, s, FD_ISA_AVX2) == 1, "opts.isa FD_ISA_AVX2 is honoured");
+    t_check(plan_isa(ctx, s, FD_ISA_C) == 0, "opts.isa FD_ISA_C is honoured");
+    fd_shape odd = s;
+    odd.head_dim = 7;
+    t_check(plan_isa(ctx, odd, 0) == 0, "head_dim 7 falls back to portable C");
+  }
+  if (best >= 2) {
+    fd_shape d72 = s;
+    d72.head_dim = 72;
+    t_check(plan_isa(ctx, d72, 0) == 1, "head_dim 72 falls back from AVX-512 to AVX2");
+    plan_refused(d72, &(fd_plan_opts){ .isa = FD_ISA_AVX512 }, FD_ECOMPILE, "field head_dim: 72 is not a multiple",
+                 "forced AVX-512 with head_dim 72 is refused, naming the field");
+  } else {
+    printf("note: this CPU lacks AVX-512: forced-AVX-512 checks skipped\n");
+    t_check(!fd_create(&(fd_config){ .isa_limit = FD_ISA_AVX512 }) && strstr(fd_errmsg(NULL), "lacks"),
+            "config.isa_limit above the CPU is refused");
+  }
+}
+
 int main(void) {
   ctx = fd_create(&(fd_config){ .threads = 2 });
   if (!t_check(ctx != NULL, "fd_create: %s", fd_errmsg(NULL))) return t_done();
@@ -284,6 +330,7 @@ int main(void) {
   tuned_tables();
   concurrent_runs();
   big_cache();
+  isa_choice();
   fd_destroy(ctx);
   kx_cleanup();
   return t_done();
