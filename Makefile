@@ -11,6 +11,7 @@ LUA_LIB := $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
 TCC_VER := $(shell tcc -v 2>/dev/null | sed -n 's/^tcc version \([^ ]*\).*/\1/p')
 INC     := -Iruntime -I$(B) $(LUA_CF)
 LIBS    := -ltcc $(LUA_LIB) -ldl -lpthread -lm
+LUA_STATIC := $(firstword $(wildcard /usr/lib/$(shell gcc -dumpmachine)/liblua5.4.a /usr/lib/liblua5.4.a) -llua5.4)
 
 GEN_LUA   := $(wildcard gen/*.lua)
 TEMPLATES := $(wildcard templates/*.tpl)
@@ -28,7 +29,7 @@ lib: $(B)/libflashdecode.a $(B)/libflashdecode.so
 $(B)/libflashdecode.a: $(RT_OBJ)
 	ar rcs $@ $^
 $(B)/libflashdecode.so: $(RT_OBJ) $(B)/obj/tcc_shim.o
-	$(CC) -shared -o $@ $^ -Wl,--exclude-libs,libtcc.a $(LIBS)
+	$(CC) -shared -o $@ $^ -Wl,--exclude-libs,libtcc.a:liblua5.4.a -ltcc $(LUA_STATIC) -ldl -lpthread -lm
 $(B)/obj/tcc_shim.o: runtime/shared/tcc_shim.c
 	@mkdir -p $(B)/obj
 	$(CC) $(WARN) $(CFLAGS) -fPIC -c $< -o $@
@@ -83,7 +84,7 @@ $(B)/san/test_%: tests/test_%.c $(TEST_LIB) $(SAN_OBJ) $(wildcard tests/*.h)
 gen-default: deps
 	$(LUA) gen/fdgen.lua gen tuner/shapes/default.lua -o $(B)/gen/default
 
-test: all gen-default sanitize
+test: all gen-default sanitize $(B)/check_vanilla
 	bash tests/run.sh
 
 # Planning, JIT and fd_run times over the default shape set (a benchmark, not a test).

@@ -106,10 +106,12 @@ static int heuristic_splits(const fd_shape *s, int threads, int64_t len) {
   return want < 1 ? 1 : (int)want;
 }
 
-/* Decide one bucket: table row, then forced options, then the heuristic. */
+/* Decide one bucket: table row (unless chunk, tile, splits or threads are
+   forced; a forced isa keeps the row's other choices), then forced options,
+   then the heuristic. */
 static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts *o, fd_bucket *b) {
   const fd_ctx *ctx = p->ctx;
-  const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || o->isa ? NULL
+  const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads ? NULL
                             : fd_table_find(ctx->table, sig, b->max_len);
   b->chunk = o->chunk ? o->chunk : H_CHUNK;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G);
@@ -168,7 +170,8 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
     b->splits = heuristic_splits(s, b->threads, len);
     return FD_OK;
   }
-  b->chunk = d->chunk; b->tile = d->group_tile; b->isa = d->isa;
+  b->chunk = d->chunk; b->tile = d->group_tile;
+  if (!b->forced_isa) b->isa = d->isa;   /* a forced isa keeps the row's chunk, tile and splits */
   return FD_OK;
 }
 

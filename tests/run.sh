@@ -13,7 +13,7 @@ suite() {
   local rc=$?
   cat "$log"
   local line p f
-  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+  line=$(grep -E '^([A-Za-z_-]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 | sed -E 's/^[A-Za-z_-]+: //')
   if [ -z "$line" ]; then
     echo "FAIL - $name: exit $rc without a result line"; total_fail=$((total_fail + 1)); return
   fi
@@ -31,6 +31,7 @@ suite "compile every default variant with tcc and gcc -Werror" bash tests/compil
 suite "fdgen command line" bash tests/test_cli.sh
 suite "kernels vs double reference (tcc)" "$B/test_kernels"
 suite "public API vs double reference (tcc, cc; 1-4 threads)" "$B/test_api"
+suite "benchmark's vanilla baseline vs a double loop" "$B/check_vanilla"
 suite "bad input, tuned tables, lifetime, concurrency, 64-bit indexing" "$B/test_errors"
 export FD_TEST_CACHE_DIR="$B/san/cache"
 for t in test_kernels test_api test_errors; do

@@ -181,6 +181,25 @@ static void tuned_tables(void) {
   const char *key = "10032064020000100";   /* chunk 32, D 64, tile 2, kv f16, causal */
   snprintf(good, sizeof good, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
   table_case(good, 1, "", "good table");
+  {   /* forcing only the isa keeps the row's chunk, tile and splits (row: the best isa here) */
+    char simd_key[24], simd_table[8192];
+    snprintf(simd_key, sizeof simd_key, "%s", key);
+    simd_key[10] = (char)('0' + fd_cpu_max_isa());                 /* digit 6, the isa */
+    snprintf(simd_table, sizeof simd_table, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, simd_key);
+    const char *path = temp_file(simd_table);
+    fd_ctx *c = fd_create(&(fd_config){ .threads = 2, .table = path });
+    fd_plan *p;
+    fd_plan_info info = { 0 };
+    if (t_check(c && fd_plan_create_opts(c, &s, &(fd_plan_opts){ .isa = FD_ISA_C }, &p) == 0, "table + forced isa: plan")) {
+      fd_plan_info_get(p, 2000, &info);
+      t_check(info.from_table && info.isa == 0 && info.chunk == 32 && info.group_tile == 2 && info.splits == 3,
+              "forced isa keeps the table row (from_table %d isa %d chunk %d tile %d splits %d)", info.from_table,
+              info.isa, info.chunk, info.group_tile, info.splits);
+      fd_plan_destroy(p);
+    }
+    fd_destroy(c);
+    unlink(path);
+  }
   table_case(NULL, 0, "cannot open", "unreadable table");
   snprintf(text, sizeof text, "%.*s", (int)(strlen(good) - 6), good);
   table_case(text, 0, "truncated", "table without its end line");

@@ -1,0 +1,36 @@
+# The benchmark (`make bench`), included by the main Makefile. Uses B and CC.
+# `make bench`: every shape of tuner/shapes/bench.lua (~10 min on 2 cores);
+# `QUICK=1 make bench`: a short run writing results/bench/<machine>-quick.md;
+# `make bench-check`: the vanilla baseline against a double-precision loop.
+LUAJIT     ?= luajit
+GNUPLOT    ?= gnuplot
+FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
+FDB_SRC    := bench/bw.c bench/vanilla.c bench/util.c
+FDB_HDR    := bench/bw.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
+
+.PHONY: bench bench-check bench-lib bench-plot
+
+bench-lib: $(B)/libfdbench.so
+$(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
+	@mkdir -p $(B)
+	$(CC) $(FDB_CFLAGS) -shared $(FDB_SRC) -lm -o $@
+
+$(B)/check_vanilla: bench/check_vanilla.c $(FDB_SRC) $(FDB_HDR)
+	@mkdir -p $(B)
+	$(CC) $(FDB_CFLAGS) bench/check_vanilla.c $(FDB_SRC) -lm -o $@
+
+bench-check: $(B)/check_vanilla
+	$(B)/check_vanilla
+
+# The driver writes results/bench/<machine>[-quick].{md,tsv} and the gnuplot
+# scripts it lists in $(B)/bench/plots.list; they render the SVG and PNG charts.
+FDB_PLOT_CMD = for f in $$(cat $(B)/bench/plots.list 2>/dev/null); do \
+	  echo "gnuplot $$f"; $(GNUPLOT) "$$f" || exit 1; done
+
+bench: lib $(B)/libfdbench.so
+	OMP_WAIT_POLICY=passive FDB_PLOT=0 FDB_PLOT_DIR=$(B)/bench $(LUAJIT) tuner/bench.lua
+	@$(FDB_PLOT_CMD)
+
+# Re-render the charts of the last run.
+bench-plot:
+	@$(FDB_PLOT_CMD)

@@ -1,0 +1,157 @@
+/* Read bandwidth by a vectorized sum (AVX-512 or AVX2 intrinsics chosen at
+   compile time, plain loop otherwise) and cache flushing. Threads are not
+   pinned (nor are the library's pool threads): both see the same scheduler. */
+#include "bw.h"
+#include "util.h"
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Sink that keeps sums observable so the compiler cannot drop them. */
+static volatile double fdb_sink;
+
+double fdb_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int fdb_max_threads(void) { return omp_get_max_threads(); }
+
+#if defined(__AVX512F__)
+const char *fdb_bw_kernel(void) { return "avx512"; }
+/* Sum n floats (n a multiple of 64, 64-byte aligned) with 4 zmm accumulators. */
+static double sum_block(const float *p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+#elif defined(__AVX2__)
+const char *fdb_bw_kernel(void) { return "avx2"; }
+/* Sum n floats (n a multiple of 64, 64-byte aligned) with 4 ymm accumulators. */
+static double sum_block(const float *p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < n; i += 64) {
+    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_load_ps(p + i), _mm256_load_ps(p + i + 8)));
+    a1 = _mm256_add_ps(a1, _mm256_add_ps(_mm256_load_ps(p + i + 16), _mm256_load_ps(p + i + 24)));
+    a2 = _mm256_add_ps(a2, _mm256_add_ps(_mm256_load_ps(p + i + 32), _mm256_load_ps(p + i + 40)));
+    a3 = _mm256_add_ps(a3, _mm256_add_ps(_mm256_load_ps(p + i + 48), _mm256_load_ps(p + i + 56)));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float t[8];
+  _mm256_storeu_ps(t, s);
+  return (double)t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+#else
+const char *fdb_bw_kernel(void) { return "scalar"; }
+/* Sum n floats with 16 independent lanes (a loop gcc vectorizes). */
+static double sum_block(const float *p, size_t n) {
+  float acc[16] = {0};
+  for (size_t i = 0; i < n; i += 16)
+    for (int l = 0; l < 16; l++) acc[l] += p[i + l];
+  double s = 0;
+  for (int l = 0; l < 16; l++) s += acc[l];
+  return s;
+}
+#endif
+
+/* One timed repetition: every thread sums its slice `passes` times; seconds. */
+static double timed_sum(const float *buf, size_t n, int threads, int passes) {
+  double t0 = fdb_now(), total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    size_t per = n / (size_t)nt / 64 * 64;
+    for (int r = 0; r < passes; r++) total += sum_block(buf + (size_t)t * per, per);
+  }
+  double dt = fdb_now() - t0;
+  fdb_sink = total;
+  return dt;
+}
+
+/* Fill the buffer from the threads that will read it (first touch). */
+static void first_touch(float *buf, size_t n, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7) * 0.125f;
+}
+
+double fdb_read_bw_gbs(size_t bytes, int threads, int reps) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  size_t n = bytes / sizeof(float) / (64u * (size_t)threads) * (64u * (size_t)threads);
+  if (n == 0 || reps < 1) return 0;
+  float *buf = fdb_alloc(n * sizeof(float));
+  if (!buf) return 0;
+  first_touch(buf, n, threads);
+  double one = timed_sum(buf, n, threads, 1);    /* warm-up, and the pass count */
+  int passes = one >= 0.02 ? 1 : (int)(0.02 / (one > 1e-7 ? one : 1e-7)) + 1;
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    double dt = timed_sum(buf, n, threads, passes) / passes;
+    if (dt < best) best = dt;
+  }
+  free(buf);
+  return (double)(n * sizeof(float)) / best * 1e-9;
+}
+
+/* Size in bytes of the highest cache level in sysfs ("32768K"), or 0. */
+static size_t sysfs_llc(void) {
+  size_t best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 16; i++) {
+    char path[96], buf[32];
+    int level = 0;
+    size_t kb = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE *f = fopen(path, "r");
+    if (!f) break;
+    if (fscanf(f, "%d", &level) != 1) level = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (!(f = fopen(path, "r"))) continue;
+    if (fgets(buf, sizeof buf, f)) kb = strtoull(buf, NULL, 10) * (strchr(buf, 'M') ? 1024 : 1);
+    fclose(f);
+    if (level >= best_level && kb) { best_level = level; best = kb * 1024; }
+  }
+  return best;
+}
+
+/* Last-level cache bytes: sysfs (sysconf over-reports under some hypervisors),
+   then sysconf, else 32 MiB. */
+static size_t llc_bytes(void) {
+  size_t s = sysfs_llc();
+  if (s) return s;
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  long c = l3 > 0 ? l3 : l2;
+  return c > 0 ? (size_t)c : (size_t)32 << 20;
+}
+
+/* Size of the last-level cache in bytes (sysfs first). */
+size_t fdb_llc_bytes(void) { return llc_bytes(); }
+
+size_t fdb_flush_bytes(void) {
+  size_t b = 4 * llc_bytes(), lo = (size_t)128 << 20, hi = (size_t)1 << 30;
+  return b < lo ? lo : b > hi ? hi : b;
+}
+
+void fdb_flush_caches(void) {
+  static uint64_t *buf;
+  static size_t n;
+  if (!buf) {
+    n = fdb_flush_bytes() / sizeof(uint64_t);
+    buf = fdb_alloc(n * sizeof(uint64_t));
+    if (!buf) return;
+  }
+  size_t lines = n / 8;                          /* one write per 64-byte line dirties it */
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < lines; i++) buf[i * 8] += i;
+}

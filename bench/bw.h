@@ -1,0 +1,30 @@
+/* Machine read bandwidth, cache flush and a clock for the benchmark. */
+#ifndef FDB_BW_H
+#define FDB_BW_H
+#include <stddef.h>
+
+/* Monotonic time in seconds. */
+double fdb_now(void);
+
+/* Best-of-reps read bandwidth in GB/s (1e9 bytes/s) of a vectorized sum over a
+   buffer of `bytes` split over `threads` OpenMP threads (0 = all). Small
+   buffers are summed several times per repetition so each one lasts >= ~20 ms. */
+double fdb_read_bw_gbs(size_t bytes, int threads, int reps);
+
+/* Evict the caches of every core: all threads read and write a buffer of
+   4x the last-level cache (allocated once, kept until exit). */
+void fdb_flush_caches(void);
+
+/* Size of the last-level cache in bytes (sysfs, else sysconf, else 32 MiB). */
+size_t fdb_llc_bytes(void);
+
+/* Bytes of the flush buffer (4x the LLC size, at least 128 MiB, at most 1 GiB). */
+size_t fdb_flush_bytes(void);
+
+/* Threads OpenMP uses by default (online cores unless OMP_NUM_THREADS). */
+int fdb_max_threads(void);
+
+/* Library compile facts: "avx512", "avx2" or "scalar" sum kernel. */
+const char *fdb_bw_kernel(void);
+
+#endif

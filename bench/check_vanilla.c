@@ -1,0 +1,124 @@
+/* bench-check: the vanilla baseline against a double-precision loop on small
+   problems (every dtype, mask mode, layout), and the dtype conversions. */
+#include "dtype.h"
+#include "util.h"
+#include "vanilla.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int fails, checks;
+
+/* Count a check; print it when it fails. */
+static void expect(int ok, const char *what) {
+  checks++;
+  if (!ok) { fails++; fprintf(stderr, "FAIL: %s\n", what); }
+}
+
+/* Every f16 bit pattern against the compiler's _Float16 both ways. */
+static void check_f16(void) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    _Float16 x; uint16_t hh = (uint16_t)h;
+    memcpy(&x, &hh, 2);
+    float f = fdb_f16_to_f32(hh), g = (float)x;
+    if (!(f == g || (f != f && g != g))) bad++;
+    if (f == f && fdb_f32_to_f16(f) != hh) bad++;
+  }
+  for (uint32_t u = 0; u < 0xffffffffu - 4093; u += 4093) {   /* f32 -> f16 rounding */
+    float f = fdb_bitsf(u);
+    _Float16 x = (_Float16)f; uint16_t ref, got = fdb_f32_to_f16(f);
+    memcpy(&ref, &x, 2);
+    if (f == f && got != ref) bad++;
+  }
+  expect(bad == 0, "f16 conversions match _Float16");
+}
+
+/* bf16: round to nearest even of sampled floats against a double computation. */
+static void check_bf16(void) {
+  int bad = 0;
+  for (uint32_t u = 0; u < 0x7f7f0000u; u += 997) {
+    float f = fdb_bitsf(u), back = fdb_bf16_to_f32(fdb_f32_to_bf16(f));
+    float lo = fdb_bitsf(u & 0xffff0000u), hi = fdb_bitsf((u & 0xffff0000u) + 0x10000u);
+    double dl = (double)f - lo, dh = (double)hi - f;
+    float want = dl < dh ? lo : dh < dl ? hi : ((u >> 16) & 1 ? hi : lo);
+    if (back != want) bad++;
+  }
+  expect(bad == 0, "bf16 rounding to nearest even");
+}
+
+/* Double-precision attention of one problem; out [B,Hq,D], lse [B,Hq]. */
+static void ref(const fd_shape *s, const fd_args *a, double *out, double *lse) {
+  int D = s->head_dim, G = s->n_q_heads / s->n_kv_heads;
+  double scale = 1.0 / sqrt((double)D);
+  for (int b = 0; b < s->batch; b++)
+    for (int h = 0; h < s->n_q_heads; h++) {
+      int j = h / G;
+      int64_t bh = (int64_t)b * s->n_q_heads + h, n = s->kv_len;
+      if (s->mask_mode == FD_CAUSAL) n = a->cur_pos[b] + 1;
+      double *sc = malloc(sizeof(double) * (size_t)(n ? n : 1)), m = -INFINITY, l = 0;
+      for (int64_t i = 0; i < n; i++) {
+        int64_t o = s->layout == FD_BSHD ? ((b * s->kv_len + i) * s->n_kv_heads + j) * D
+                                         : ((b * s->n_kv_heads + j) * s->kv_len + i) * D;
+        double x = 0;
+        for (int d = 0; d < D; d++)
+          x += (double)fdb_load(s->q_dtype, a->q, (size_t)(bh * D + d)) * fdb_load(s->kv_dtype, a->k, (size_t)(o + d));
+        sc[i] = x * scale + (s->mask_mode == FD_MASK ? a->mask[bh * s->kv_len + i] : 0);
+        if (sc[i] > m) m = sc[i];
+      }
+      for (int d = 0; d < D; d++) out[bh * D + d] = 0;
+      for (int64_t i = 0; i < n && m > -INFINITY; i++) {
+        int64_t o = s->layout == FD_BSHD ? ((b * s->kv_len + i) * s->n_kv_heads + j) * D
+                                         : ((b * s->n_kv_heads + j) * s->kv_len + i) * D;
+        double p = exp(sc[i] - m);
+        l += p;
+        for (int d = 0; d < D; d++) out[bh * D + d] += p * fdb_load(s->kv_dtype, a->v, (size_t)(o + d));
+      }
+      for (int d = 0; d < D && l > 0; d++) out[bh * D + d] /= l;
+      lse[bh] = l > 0 ? m + log(l) : -INFINITY;
+      free(sc);
+    }
+}
+
+/* Run one configuration through vanilla and the reference; compare. */
+static void check_case(int B, int Hq, int Hkv, int D, int S, int qdt, int kvdt, int odt, int mm, int lay) {
+  fd_shape s = {B, Hq, Hkv, D, S, qdt, kvdt, odt, mm, lay, 0};
+  size_t nq = (size_t)B * Hq * D, nkv = (size_t)B * Hkv * S * D, nm = (size_t)B * Hq * S;
+  void *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *out = malloc(nq * 4);
+  float *mask = malloc(nm * 4), *lse = malloc((size_t)B * Hq * 4), *sc = malloc(fdb_vanilla_scores_bytes(&s));
+  int32_t cur[8];
+  double *ro = malloc(nq * 8), *rl = malloc((size_t)B * Hq * 8);
+  fdb_fill(q, nq, qdt, 1, -1, 1); fdb_fill(k, nkv, kvdt, 2, -1, 1); fdb_fill(v, nkv, kvdt, 3, -1, 1);
+  fdb_fill(mask, nm, 0, 4, -2, 2);
+  for (size_t i = 0; i < nm; i += 3) mask[i] = -INFINITY;
+  for (int i = 0; i < S; i++) mask[i] = -INFINITY;           /* row (0,0) fully masked */
+  for (int b = 0; b < B; b++) cur[b] = (b * 7 + 3) % S;
+  cur[0] = 0;
+  fd_args a = {q, k, v, cur, mask, 0, 0, 0, 0, out, lse};
+  expect(fdb_vanilla(&s, &a, 2, sc) == 0, "vanilla accepts the shape");
+  ref(&s, &a, ro, rl);
+  double tol = odt == 0 ? 1e-5 : odt == 1 ? 2e-3 : 1.6e-2, bad = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double d = fabs(fdb_load(odt, out, i) - ro[i]);
+    if (!(d <= tol * (1 + fabs(ro[i])))) bad++;
+  }
+  for (int i = 0; i < B * Hq; i++)
+    if (!(rl[i] == lse[i] || fabs(rl[i] - lse[i]) <= 1e-4 * (1 + fabs(rl[i])))) bad++;
+  char what[160];
+  snprintf(what, sizeof what, "vanilla B%d Hq%d Hkv%d D%d S%d dtypes %d%d%d mask %d layout %d", B, Hq, Hkv, D, S,
+           qdt, kvdt, odt, mm, lay);
+  expect(bad == 0, what);
+  free(q); free(k); free(v); free(out); free(mask); free(lse); free(sc); free(ro); free(rl);
+}
+
+int main(void) {
+  check_f16();
+  check_bf16();
+  for (int dt = 0; dt < 27; dt++)
+    for (int mm = 0; mm < 3; mm++)
+      for (int lay = 0; lay < 2; lay++) check_case(3, 8, 2, 40, 37, dt % 3, dt / 3 % 3, dt / 9, mm, lay);
+  check_case(2, 4, 4, 128, 300, 2, 2, 2, 0, 0);
+  check_case(1, 32, 1, 7, 5, 0, 1, 0, 2, 1);
+  printf("bench-check: %d passed, %d failed\n", checks - fails, fails);
+  return fails != 0;
+}

@@ -1,0 +1,305 @@
+-- The benchmark's report: results/bench/<name>.tsv (every figure, one row per
+-- measurement) and results/bench/<name>.md (tables, method, charts).
+local fd = require("tuner.ffi")
+local M = {}
+
+local MiB = 2 ^ 20
+
+-- Achieved GB/s of a row for a cache state, and its share of the DRAM bandwidth.
+function M.gbs(row, cache, bw_all)
+  local st = row[cache]
+  if not st or not st.median then return nil end
+  local g = row.bytes / (st.median * 1e-3) * 1e-9
+  return g, bw_all and g / bw_all * 100 or nil
+end
+
+-- Least-squares fit of cold median ms against KV bytes for one variant of a
+-- shape: { gbs = marginal GB/s (1/slope), ms0 = intercept, n }.
+function M.fit(runs, shape, variant)
+  local xs, ys = {}, {}
+  for _, r in ipairs(runs) do
+    if r.shape == shape and r.variant == variant and r.cold then
+      xs[#xs + 1], ys[#ys + 1] = r.bytes, r.cold.median
+    end
+  end
+  local n = #xs
+  if n < 2 then return nil end
+  local mx, my = 0, 0
+  for i = 1, n do mx, my = mx + xs[i] / n, my + ys[i] / n end
+  local sxy, sxx = 0, 0
+  for i = 1, n do sxy, sxx = sxy + (xs[i] - mx) * (ys[i] - my), sxx + (xs[i] - mx) ^ 2 end
+  if sxx == 0 or sxy <= 0 then return nil end
+  local slope = sxy / sxx                              -- ms per byte
+  return { gbs = 1 / (slope * 1e-3) * 1e-9, ms0 = my - slope * mx, n = n }
+end
+
+-- A number with d decimals (two more below 1 when d is 1), or "-".
+local function f(x, d)
+  if x == nil or x ~= x then return "-" end
+  if d == 1 and math.abs(x) < 1 then d = 3 end
+  return ("%." .. (d or 2) .. "f"):format(x)
+end
+
+-- A time in ms with 3 significant digits.
+local function ms(x)
+  if x == nil then return "-" end
+  return x >= 100 and ("%.0f"):format(x) or x >= 10 and ("%.1f"):format(x) or x >= 1 and ("%.2f"):format(x)
+    or ("%.3f"):format(x)
+end
+
+-- A length as "16k" when a multiple of 1024.
+local function klen(n) return n % 1024 == 0 and (n / 1024) .. "k" or tostring(n) end
+M.klen = klen
+
+local COLS = { "kind", "shape", "kv_len", "capacity", "variant", "backend", "isa", "cache", "threads", "reps",
+  "median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "kv_bytes", "gbs", "pct_bw", "speedup_vs_vanilla",
+  "plan_ms", "first_run_ms", "compile_ms", "key", "split_key", "chunk", "group_tile", "splits",
+  "from_table", "max_abs_diff_vs_vanilla", "status", "when" }
+
+-- One TSV line from a table keyed by column name ("-" for missing).
+local function tsv_line(t)
+  local out = {}
+  for i, c in ipairs(COLS) do
+    local v = t[c]
+    if type(v) == "number" then v = (v == math.floor(v) and math.abs(v) < 1e15) and ("%d"):format(v) or ("%.6g"):format(v) end
+    if type(v) == "boolean" then v = v and 1 or 0 end
+    out[i] = v == nil and "-" or tostring(v):gsub("[\t\n]", " ")
+  end
+  return table.concat(out, "\t")
+end
+
+-- TSV columns of a measurement row for one cache state.
+local function run_cols(kind, r, cache, bw_all)
+  local st = r[cache] or {}
+  local g, pct = M.gbs(r, cache, bw_all)
+  return { kind = kind, shape = r.shape, kv_len = r.len, capacity = r.cap or r.len, variant = r.variant,
+    backend = r.backend, isa = r.isa, cache = cache, threads = r.threads, reps = r.reps,
+    median_ms = st.median, q1_ms = st.q1, q3_ms = st.q3, min_ms = st.min, max_ms = st.max, kv_bytes = r.bytes,
+    gbs = g, pct_bw = pct, speedup_vs_vanilla = r["speedup_" .. cache], plan_ms = r.plan_ms,
+    first_run_ms = r.first_ms, compile_ms = r.compile_ms, key = r.key, split_key = r.split_key ~= "" and r.split_key or nil,
+    chunk = r.chunk, group_tile = r.group_tile, splits = r.splits, from_table = r.from_table,
+    max_abs_diff_vs_vanilla = r.diff, status = r.status }
+end
+
+-- The TSV text: metadata comments, a header, bandwidth, runs and thread rows.
+function M.tsv(res)
+  local i, L = res.info, {}
+  L[#L + 1] = ("# flashdecode bench %s; cpu %s (%d cores); commit %s; %s; flashdecode %s templates %s tcc %s")
+    :format(i.name, i.machine.model, i.threads, i.commit, i.date, i.build.version, i.build.templates_hash, i.build.tcc_version)
+  L[#L + 1] = table.concat(COLS, "\t")
+  for _, b in ipairs(res.bw) do
+    L[#L + 1] = tsv_line { kind = "bandwidth", shape = ("read-sum-%dMiB"):format(b.bytes / MiB), variant = i.bw_kernel,
+      threads = b.threads, reps = i.cfg.bw_reps, kv_bytes = b.bytes, gbs = b.gbs, cache = b.resident and "resident" or "dram",
+      when = b.when, status = "ok" }
+  end
+  for _, r in ipairs(res.runs) do
+    for _, c in ipairs { "cold", "warm" } do L[#L + 1] = tsv_line(run_cols("run", r, c, i.bw_all)) end
+  end
+  for _, r in ipairs(res.threads) do L[#L + 1] = tsv_line(run_cols("threads", r, "cold", i.bw_all)) end
+  return table.concat(L, "\n") .. "\n"
+end
+
+-- A Markdown table from a header list and rows of cells.
+local function md_table(head, rows)
+  local L = { "| " .. table.concat(head, " | ") .. " |", "|" .. ("---|"):rep(#head) }
+  for _, r in ipairs(rows) do L[#L + 1] = "| " .. table.concat(r, " | ") .. " |" end
+  return table.concat(L, "\n")
+end
+
+-- A shape's one-line description.
+local function describe(s)
+  return ("B=%d Hq=%d Hkv=%d D=%d, q/kv/out %s/%s/%s, %s, %s"):format(s.batch, s.n_q_heads, s.n_kv_heads,
+    s.head_dim, s.q_dtype, s.kv_dtype, s.out_dtype, s.mask_mode or "causal", s.layout or "bhsd")
+end
+
+-- The headline: each shape at its longest length, cold cache, every variant.
+local function headline(res)
+  local vs, head = {}, { "shape", "kv_len" }
+  for _, v in ipairs(res.variants) do vs[#vs + 1] = v.name head[#head + 1] = v.name end
+  local rows = {}
+  for _, sh in ipairs(res.shapes) do
+    local n = sh.lens[#sh.lens]
+    local row = { sh.shape.name, klen(n) }
+    for _, r in ipairs(sh.runs) do
+      if r.len == n then
+        local g, p = M.gbs(r, "cold", res.info.bw_all)
+        local cell = g and ("%s GB/s (%s%%)"):format(f(g, 1), f(p, 0)) or "failed"
+        if g and not r.variant:match("^vanilla") and r.speedup_cold then cell = cell .. (", %s×"):format(f(r.speedup_cold)) end
+        for j, name in ipairs(vs) do if name == r.variant then row[2 + j] = cell end end
+      end
+    end
+    for j = 1, #vs do row[2 + j] = row[2 + j] or "-" end
+    rows[#rows + 1] = row
+  end
+  return md_table(head, rows)
+end
+
+-- The plan table of one shape (plan creation, compile time, what runs).
+local function plan_table(sh)
+  local rows = {}
+  for _, r in ipairs(sh.runs) do
+    if not r.variant:match("^vanilla") and r.status then
+      rows[#rows + 1] = { klen(r.len), r.variant, r.status == "ok" and ms(r.plan_ms) or "-",
+        r.status == "ok" and ms(r.first_ms) or "-", r.compile_ms and ms(r.compile_ms) or "-",
+        r.key and ("`%s`"):format(r.key) or "-", r.split_key and r.split_key ~= "" and ("`%s`"):format(r.split_key) or "-",
+        f(r.chunk, 0), f(r.group_tile, 0), f(r.splits, 0), f(r.pthreads, 0), r.from_table and "yes" or "no",
+        r.status == "ok" and "ok" or r.status:sub(1, 120) }
+    end
+  end
+  return md_table({ "kv_len", "variant", "plan ms", "first run ms", "compile ms", "key", "split key", "chunk",
+    "tile", "splits", "threads", "table", "status" }, rows)
+end
+
+-- The results table of one shape: every length x variant x cache state.
+local function result_table(sh, bw_all)
+  local rows = {}
+  for _, r in ipairs(sh.runs) do
+    for _, c in ipairs { "cold", "warm" } do
+      local st = r[c]
+      if st then
+        local g, p = M.gbs(r, c, bw_all)
+        rows[#rows + 1] = { klen(r.len), f(r.bytes / MiB, 1), r.variant, c, ms(st.median),
+          ("%s–%s (IQR %s–%s)"):format(ms(st.min), ms(st.max), ms(st.q1), ms(st.q3)), tostring(st.n),
+          f(g, 1), f(p, 0), r["speedup_" .. c] and f(r["speedup_" .. c]) .. "×" or "-",
+          r.diff and ("%.2g"):format(r.diff) or "-" }
+      elseif c == "cold" then
+        rows[#rows + 1] = { klen(r.len), f(r.bytes / MiB, 1), r.variant, "-", "failed: " .. tostring(r.status):sub(1, 100),
+          "-", "-", "-", "-", "-", "-" }
+      end
+    end
+  end
+  return md_table({ "kv_len", "KV MiB", "variant", "cache", "median ms", "min–max ms", "reps", "GB/s", "% bw",
+    "vs vanilla", "max abs diff vs vanilla" }, rows)
+end
+
+-- The slope table: marginal GB/s of time against kv_len for each shape and variant.
+local function slope_table(res)
+  local rows = {}
+  for _, sh in ipairs(res.shapes) do
+    for _, v in ipairs(res.variants) do
+      local fit = M.fit(res.runs, sh.shape.name, v.name)
+      if fit then
+        rows[#rows + 1] = { sh.shape.name, v.name, tostring(fit.n), f(fit.gbs, 1),
+          f(fit.gbs / res.info.bw_all * 100, 0), ms(fit.ms0) }
+      end
+    end
+  end
+  if #rows == 0 then return "_(no shape with two or more lengths in this run)_" end
+  return md_table({ "shape", "variant", "points", "slope GB/s", "% bw", "intercept ms" }, rows)
+end
+
+-- The thread scaling table.
+local function thread_table(res)
+  if #res.threads == 0 then return "_(not measured in this run)_" end
+  local rows, one = {}, {}
+  for _, r in ipairs(res.threads) do
+    if r.threads == 1 and r.cold then one[r.variant] = r.cold.median end
+  end
+  for _, r in ipairs(res.threads) do
+    local g, p = M.gbs(r, "cold", res.info.bw_all)
+    rows[#rows + 1] = { r.shape, klen(r.len), r.variant, tostring(r.threads), r.cold and ms(r.cold.median) or "failed",
+      f(g, 1), f(p, 0), r.cold and one[r.variant] and f(one[r.variant] / r.cold.median) .. "×" or "-" }
+  end
+  return md_table({ "shape", "kv_len", "variant", "threads", "cold median ms", "GB/s", "% bw", "vs 1 thread" }, rows)
+end
+
+-- The Markdown report.
+function M.md(res, charts)
+  local i, L = res.info, {}
+  local function add(s) L[#L + 1] = s end
+  add(("# flashdecode benchmark: %s%s"):format(i.machine.slug, i.quick and " (QUICK run)" or ""))
+  add("")
+  add(("- CPU: %s, %d online cores; LLC %d MiB"):format(i.machine.model, i.threads, i.llc / MiB))
+  add(("- Commit: `%s`; date: %s; flashdecode %s, templates `%s`, tcc %s"):format(i.commit, i.date,
+    i.build.version, i.build.templates_hash, i.build.tcc_version))
+  add(("- Read bandwidth (%s sum, %d MiB buffer, best over the run: %d repetitions at the start and at the end, 3 after each shape): **%s GB/s with %d threads** (median of the %d samples %s GB/s), %s GB/s with 1 thread; LLC-resident (%d MiB): %s GB/s with %d threads")
+    :format(i.bw_kernel, i.cfg.bw_bytes / MiB, i.cfg.bw_reps, f(i.bw_all, 1), i.threads, i.bw_all_n or 0,
+      f(i.bw_all_median, 1), f(i.bw_one, 1), i.llc / 2 / MiB, f(i.bw_llc, 1), i.threads))
+  local bwrows = {}
+  for _, b in ipairs(res.bw) do
+    bwrows[#bwrows + 1] = { b.when, ("%d MiB"):format(b.bytes / MiB), b.resident and "LLC" or "DRAM", tostring(b.threads), f(b.gbs, 1) }
+  end
+  add(("- Memory: buffers of 4 MiB and more (KV cache, bandwidth and flush buffers alike) %s; THP mode `%s`")
+    :format(i.hugepages and "ask for transparent huge pages (madvise)" or "use 4 KiB pages (FDB_HUGEPAGES=0)", i.thp))
+  add(("- Planner: %s"):format(i.table and ("tuned table `" .. i.table:gsub("^.*/results/", "results/") .. "`"
+    .. (i.table_refused and " (refused: heuristic used, see the notes)" or ""))
+    or "no tuned table for this machine (results/tuned/" .. i.machine.slug .. ".tsv): heuristic"))
+  add(("- Shape set: `%s`; run time %.0f s; raw data: [%s.tsv](%s.tsv)"):format(i.shapes_path:gsub("^.*/tuner/", "tuner/"),
+    i.seconds, i.name, i.name))
+  add(("- Load average (/proc/loadavg) at start: `%s`; at end: `%s` (other processes on the machine make timings noisy)")
+    :format(i.load_start or "?", i.load_end or "?"))
+  for _, n in ipairs(res.notes) do add("- Note: " .. n) end
+  add("")
+  add("## Headline: longest length per shape, cold cache")
+  add("")
+  add("GB/s of KV read (valid part of K and V, once), % of the all-threads read bandwidth, and speedup over vanilla.")
+  add("")
+  add(headline(res))
+  add("")
+  add("## Read bandwidth")
+  add("")
+  add(md_table({ "when", "buffer", "from", "threads", "GB/s" }, bwrows))
+  add("")
+  add("## Variants")
+  add("")
+  local rows = {}
+  for _, v in ipairs(res.variants) do
+    rows[#rows + 1] = { v.name, v.backend, v.isa, v.vanilla and
+      "unfused: scores = qK^T over the whole length into a buffer, softmax, PV; K and V read once per query head; OpenMP over (b, h)"
+      or (v.opts and "ISA forced (tuned table not consulted)" or "planner's choice: tuned table, else heuristic") }
+  end
+  add(md_table({ "variant", "backend", "isa", "what" }, rows))
+  add("")
+  add("## Charts")
+  add("")
+  for _, c in ipairs(charts) do add(("![%s](%s)  \n[SVG](%s) · [PNG](%s)"):format(c.title, c.svg, c.svg, c.png)) add("") end
+  add("## Time against kv_len (slope = marginal bandwidth)")
+  add("")
+  add(slope_table(res))
+  add("")
+  add("## Time against threads (cold cache)")
+  add("")
+  add(thread_table(res))
+  add("")
+  add("## Results by shape")
+  for _, sh in ipairs(res.shapes) do
+    add("")
+    add(("### %s"):format(sh.shape.name))
+    add("")
+    add(describe(sh.shape) .. (sh.cap and (", capacity %s, cur_pos = kv_len - 1 for every row"):format(klen(sh.cap)) or ""))
+    add("")
+    add(plan_table(sh))
+    add("")
+    add(result_table(sh, i.bw_all))
+  end
+  add("")
+  add("## Method")
+  add("")
+  add(([[- One process, one machine: the bandwidth, every flashdecode variant and the vanilla baseline are measured in the same run.
+- Bandwidth: a vectorized sum (%s) over a %d MiB buffer split between threads (OpenMP, not pinned), best of %d repetitions at the start and the end of the run and 3 after each shape (the best of all is the reference); the same over an LLC-resident buffer.
+- KV bytes = B·Hkv·n_valid·D·2·sizeof(kv), the valid part of K and V read once; GB/s = KV bytes / median time; %% bw = that over the all-threads read bandwidth (above 100%% means the data came from cache).
+- Cold: a %d MiB buffer (4× the LLC) is written by all threads before each repetition; warm: no flush, after one untimed call. Repetitions of all variants of a point are interleaved round-robin (all read the same K and V), so load from other processes hits every variant alike.
+- Each fd_run uses a plan created once per shape (capacity = the longest length; plan and first-run times listed separately). Repetitions: adaptive, %d to %d, about %.2f s of timing per point and cache state; median and min–max/IQR reported.
+- Vanilla: plain C, gcc -O3 -march=native -fopenmp, f32 accumulation, dtypes converted in C; its output is the reference for "max abs diff".
+- Threads are not pinned; OMP_WAIT_POLICY=passive so idle OpenMP threads do not compete with flashdecode's pool. The benchmark never asserts a time.]])
+    :format(i.bw_kernel, i.cfg.bw_bytes / MiB, i.cfg.bw_reps, i.flush / MiB, i.cfg.rmin, i.cfg.rmax, i.cfg.target_s))
+  return table.concat(L, "\n") .. "\n"
+end
+
+-- Write a file, creating its folder.
+local function write(path, text)
+  os.execute(("mkdir -p '%s'"):format(path:match("^(.*)/[^/]*$")))
+  local fh = assert(io.open(path, "wb"))
+  fh:write(text)
+  fh:close()
+  return path
+end
+M.write_file = write
+
+-- Write the TSV and the Markdown report; returns their paths.
+function M.write(res, cfg, charts)
+  local base = cfg.out .. "/" .. res.info.name
+  return { write(base .. ".tsv", M.tsv(res)), write(base .. ".md", M.md(res, charts or {})) }
+end
+
+return M

@@ -1,0 +1,59 @@
+/* Buffer helpers; see util.h. */
+#include "util.h"
+#include "dtype.h"
+#include <math.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+/* splitmix64 finalizer: a well-mixed hash of x. */
+static inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void fdb_fill(void *buf, size_t n, int dtype, uint64_t seed, float lo, float hi) {
+  uint64_t base = mix64(seed);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float u = (float)(mix64(base ^ i) >> 40) * 0x1p-24f;
+    fdb_store(dtype, buf, i, lo + (hi - lo) * u);
+  }
+}
+
+double fdb_max_abs_diff(const void *a, int adt, const void *b, int bdt, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)fdb_load(adt, a, i) - (double)fdb_load(bdt, b, i));
+    if (d != d) return NAN;
+    if (d > m) m = d;
+  }
+  return m;
+}
+
+double fdb_max_abs(const void *a, int dt, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = fabs((double)fdb_load(dt, a, i));
+    if (x != x) return NAN;
+    if (x > m) m = x;
+  }
+  return m;
+}
+
+int fdb_hugepages(void) {
+  const char *e = getenv("FDB_HUGEPAGES");
+  return !(e && e[0] == '0');
+}
+
+void *fdb_alloc(size_t bytes) {
+  size_t align = bytes >= ((size_t)4 << 20) ? (size_t)2 << 20 : 64;
+  size_t n = (bytes + align - 1) / align * align;
+  unsigned char *p = aligned_alloc(align, n ? n : align);
+  if (!p) return NULL;
+  if (align > 64 && fdb_hugepages()) madvise(p, n, MADV_HUGEPAGE);   /* a hint; failure is fine */
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i += 4096) for (size_t j = i; j < i + 4096 && j < n; j++) p[j] = 0;
+  return p;
+}

@@ -1,0 +1,27 @@
+/* Buffer helpers for the benchmark drivers: random fill and comparison. */
+#ifndef FDB_UTIL_H
+#define FDB_UTIL_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Fill n elements of dtype (0 f32, 1 f16, 2 bf16) with uniform values in
+   [lo, hi), a hash of (seed, index): the same content for any thread count. */
+void fdb_fill(void *buf, size_t n, int dtype, uint64_t seed, float lo, float hi);
+
+/* Largest |a[i] - b[i]| over n elements of dtypes adt and bdt (NaN if any is NaN). */
+double fdb_max_abs_diff(const void *a, int adt, const void *b, int bdt, size_t n);
+
+/* Largest |a[i]| over n elements of dtype. */
+double fdb_max_abs(const void *a, int dt, size_t n);
+
+/* Zeroed memory, first touched by all OpenMP threads; free() it. 64-byte
+   aligned; from 4 MiB up 2 MiB aligned with transparent huge pages requested
+   (madvise), unless fdb_hugepages() is 0. */
+void *fdb_alloc(size_t bytes);
+
+/* 1 unless $FDB_HUGEPAGES is "0": large buffers (KV cache, bandwidth and flush
+   buffers alike) ask for transparent huge pages, as a serving engine would;
+   under virtualization 4 KiB pages cost a large share of the read bandwidth. */
+int fdb_hugepages(void);
+
+#endif
