@@ -18,7 +18,7 @@ local M = {}
 
 -- fd_asm_args field offsets (keep in sync with templates/prelude.c.tpl).
 local ARG = { src = 0, ptr = 8, sc = 16, n = 24, stride = 32, scl = 40, scl_stride = 48,
-              consts = 56, inp = 64, out = 72, stage = 80 }
+              consts = 56, inp = 64, out = 72, stage = 80, pf = 88 }
 M.ARG = ARG
 -- Constant rows of fd_simd_c, 16 lanes (64 bytes) each (keep in sync with the prelude).
 M.CONSTS = { "log2e", "ln2_hi", "ln2_lo", "c7", "c6", "c5", "c4", "c3", "c2", "c1", "c0",
@@ -57,6 +57,20 @@ end
 -- Memory operand helper.
 local function mem(base, disp, index, scale, bcst)
   return { base = base, disp = disp ~= 0 and disp or nil, index = index, scale = index and scale or nil, bcst = bcst }
+end
+
+-- Tiles of at least this many heads prefetch the other stream (V rows while
+-- staging K, the next chunk's K rows during P.V): their compute is long enough
+-- for memory to idle otherwise; smaller tiles measured slower with it.
+M.PREFETCH_MIN_TILE = 8
+
+-- Prefetch one row of the other stream (pointer reg) and advance it by the row stride.
+local function prefetch_row(b, p, reg)
+  if p.T < M.PREFETCH_MIN_TILE then return end
+  for line = 0, math.ceil(p.D * ELEM[p.KV_DTYPE] / 64) - 1 do
+    b.gp(("prefetcht0 %d(%%%s)"):format(line * 64, reg))
+  end
+  b.gp(("add %%r8, %%%s"):format(reg))
 end
 
 -- Load the fd_asm_args fields a block uses into registers.
@@ -149,10 +163,12 @@ local function save_regs(b)
   b.gp("push %rbx")
   b.gp("push %r12")
   b.gp("push %r13")
+  b.gp("push %r14")
 end
 
 -- Restore what save_regs saved.
 local function restore_regs(b)
+  b.gp("pop %r14")
   b.gp("pop %r13")
   b.gp("pop %r12")
   b.gp("pop %rbx")
@@ -176,6 +192,7 @@ local function stage_rows(b, p)
     end
     b.v("vmovups", mem("r13", c * W * 4), vr)
   end
+  prefetch_row(b, p, "r14")
   b.gp("add %r8, %rsi")
   b.gp(("add $%d, %%r13"):format(p.D * 4))
   if p.QUANT then b.gp("add %r10, %r9") end
@@ -211,7 +228,8 @@ function M.scores(isa, p)
   save_regs(b)
   local regs = { src = "rsi", ptr = "rdi", sc = "rdx", n = "rcx", stride = "r8", scl = "r9",
                  scl_stride = "r10", consts = "r11", stage = "rbx" }
-  for _, f in ipairs { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage" } do
+  regs.pf = "r14"
+  for _, f in ipairs { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage", "pf" } do
     b.gp(("mov %d(%%rax), %%%s"):format(ARG[f], regs[f]))
   end
   b.gp("test %rcx, %rcx")
@@ -339,6 +357,7 @@ function M.pv(isa, p, block)
     tmp = vreg + 2
   end
   prologue(b, { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts" })
+  if block[1] == 0 and p.T >= M.PREFETCH_MIN_TILE then b.gp(("mov %d(%%rax), %%rax"):format(ARG.pf)) end
   for t = 0, T - 1 do
     for k = 0, cb - 1 do b.v("vmovups", b.r(t * cb + k), mem("rdi", (t * p.REC + k * W) * 4)) end
   end
@@ -367,6 +386,7 @@ function M.pv(isa, p, block)
       end
     end
   end
+  if block[1] == 0 then prefetch_row(b, p, "rax") end
   b.gp("add %r8, %rsi")
   b.gp("add $4, %rdx")
   if p.QUANT then b.gp("add %r10, %r9") end

@@ -65,6 +65,7 @@ void fd_k$(KEY)(const fd_work *w) {
         aa.consts = &fd_simd_c;
         aa.stage = stage;
         aa.src = kbase + c * kvs;
+        aa.pf = vbase + c * kvs;
         aa.ptr = (float *)q0;
         aa.sc = sc;
         aa.n = n;
@@ -109,6 +110,7 @@ $(simd_exp())
 @   end
         aa.sc = sc;
         aa.n = n;
+        aa.pf = kbase + (c + $(CHUNK)) * kvs;
 @   if QUANT then
         aa.scl = w->v_scale + c * w->scale_stride;
 @   end

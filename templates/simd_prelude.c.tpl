@@ -17,6 +17,7 @@ typedef struct fd_asm_args {
   const float *in;          /* 64: running max in */
   float *out;               /* 72: max or sum out */
   float *stage;             /* 80: f32 staging block of one group of K rows */
+  const void *pf;           /* 88: rows to prefetch meanwhile (V of this chunk, K of the next) */
 } fd_asm_args;
 
 /* Constant rows, 16 lanes each, in gen/simd.lua's CONSTS order: keep in sync. */
