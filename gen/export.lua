@@ -76,8 +76,12 @@ local function parse_row(line, bad)
   r.s = M.parse_signature(f[1]) or bad(("field shape '%s' is not a shape signature"):format(f[1]))
   r.bucket = pos_int(f[2], "bucket", bad)
   local ok, dec = pcall(key.decode, f[3])
-  if not ok or #f[3] ~= key.DIGITS then bad(("field key '%s' is not a tiling key: %s"):format(f[3], ok and "not 17 digits" or dec)) end
-  if dec.flags ~= 0 then bad(("field key %s: flags digit is %d; a row holds the plain key (flags 0)"):format(f[3], dec.flags)) end
+  if not ok or #f[3] ~= key.DIGITS then
+    bad(("field key '%s' is not a tiling key: %s"):format(f[3], ok and "not 17 digits" or dec))
+  end
+  if dec.flags ~= 0 then
+    bad(("field key %s: flags digit is %d; a row holds the plain key (flags 0)"):format(f[3], dec.flags))
+  end
   local why = M.misfit(dec, r.s)
   if why then bad(("field key %s does not fit shape %s: %s"):format(f[3], f[1], why)) end
   r.fields = dec
@@ -151,14 +155,14 @@ local function default_row(t, default_key)
 end
 
 -- Make a kernel unit's external definitions static (several units and
--- several including files coexist); raises if the unit's shape changed.
+-- several including files coexist); raises if one is left external.
 local function make_static(src, k)
-  local n1, n2, n3
-  src, n1 = src:gsub("\nvoid (fd_k%d+%()", "\nstatic void %1")
-  src, n2 = src:gsub("\nvoid (fd_k%d+_merge%()", "\nstatic void %1")
-  src, n3 = src:gsub("\nconst fd_kernel_desc (fd_k%d+_desc)", "\nstatic const fd_kernel_desc %1")
-  if n1 ~= 1 or n3 ~= 1 or n2 > 1 then
-    error(("fdgen export: kernel %s: cannot find its definitions to make them static"):format(k), 0)
+  src = src:gsub("\nvoid (fd_k%d+[%w_]*%()", "\nstatic void %1")
+  src = src:gsub("\nconst fd_kernel_desc (fd_k%d+_desc)", "\nstatic const fd_kernel_desc %1")
+  for line in src:gmatch("[^\n]+") do
+    if line:match("^[%a_]") and line:match("fd_k%d") and not line:match("^static ") and not line:match("^typedef ") then
+      error(("fdgen export: kernel %s: an external definition is left: %s"):format(k, line), 0)
+    end
   end
   return src
 end
@@ -217,7 +221,7 @@ function M.render(t, opts)
   local eng = template.new { read = reader, line_directives = false }
   return eng:render("export.h.tpl", {
     SOURCE = opts.source, IDENT = t.identity, ROWS = rows, DEFAULT = row_params(def),
-    DEFAULT_DESC = key.describe(def.key), KERNELS = kernels, INV_SQRT = inv_sqrt(all),
+    DEFAULT_KEY = def.key, DEFAULT_DESC = key.describe(def.key), KERNELS = kernels, INV_SQRT = inv_sqrt(all),
   }, "templates/"), #kernels
 end
 

@@ -5,6 +5,7 @@
 --   fdgen key decode KEY                 print the fields and a description
 --   fdgen source KEY                     print the generated C source of KEY
 --   fdgen gen SHAPES.lua -o DIR          write every variant a shape set needs, and DIR/index.tsv
+--   fdgen export TABLE -o HEADER         a tuned table as a C header with its kernels and an executor
 local embedded = rawget(_G, "fd_read") ~= nil
 local here = (arg and arg[0] or ""):match("^(.*)/gen/[^/]*$") or "."
 if not embedded then package.path = here .. "/gen/?.lua;" .. package.path end
@@ -25,6 +26,7 @@ usage: fdgen key encode field=value ...   (fields: layout q_dtype kv_dtype out_d
        fdgen key decode KEY
        fdgen source KEY
        fdgen gen SHAPES.lua -o DIR
+       fdgen export TABLE -o HEADER [--default KEY]   (a tuned table -> a self-contained C header)
        fdgen run --shape NAME|SPEC [--shapes FILE] [--kv-len N] [--splits N] [--chunk N]
                  [--tile N] [--threads N] [--backend tcc|cc]      (C CLI only)
        fdgen bench [SHAPES.lua] [-o REPORT] [--splits N] [--chunk N] [--tile N]

@@ -10,7 +10,8 @@
 #include <string.h>
 
 /* Heuristic constants (see README "Planner"); measured on the portable-C kernels. */
-#define H_CHUNK 128             /* keys per chunk */
+#define H_CHUNK 128             /* keys per chunk, portable C */
+#define H_CHUNK_SIMD 256        /* keys per chunk, AVX2 / AVX-512 (the tuner picked 256-512 on most shapes) */
 #define H_MAX_TILE 8            /* largest group tile the heuristic picks */
 #define H_MIN_SPLIT_KEYS 512    /* do not split a row into pieces shorter than this */
 
@@ -113,10 +114,10 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   const fd_ctx *ctx = p->ctx;
   const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads ? NULL
                             : fd_table_find(ctx->table, sig, b->max_len);
-  b->chunk = o->chunk ? o->chunk : H_CHUNK;
+  b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
+  b->chunk = o->chunk ? o->chunk : b->isa > 0 ? H_CHUNK_SIMD : H_CHUNK;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G);
   b->threads = o->threads ? o->threads : ctx->threads;
-  b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
   b->forced_isa = o->isa != 0;
   int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
   b->splits = o->splits ? o->splits : heuristic_splits(&p->shape, b->threads, len);

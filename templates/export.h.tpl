@@ -2,7 +2,7 @@
    from the tuned table $(SOURCE): do not edit.
    Tuned on: $(IDENT.cpu) ($(IDENT.features))
    Build:    library $(IDENT.library), templates $(IDENT.templates), tcc $(IDENT.tcc)
-   Content:  $(#ROWS) rows, $(#KERNELS) kernels; default row $(DEFAULT.key)
+   Content:  $(#ROWS) rows, $(#KERNELS) kernels; default row $(DEFAULT_KEY)
              ($(DEFAULT_DESC)).
 
    The tuned kernels of flashdecode compiled by your own compiler, with no Lua,
@@ -20,7 +20,9 @@
    fdt_run runs on the calling thread; pass a parallel-for (fdt_parallel_for)
    and its user pointer to spread the work items over your threads. Shapes,
    arguments and results are those of libflashdecode's fd_shape, fd_args and
-   fd_run (see its flashdecode.h); paged layouts are not served. */
+   fd_run (see its flashdecode.h); paged layouts are not served. Kernels whose
+   key has isa digit (digit 6) 1 or 2 execute AVX2+FMA+F16C or AVX-512
+   instructions: run this header on a CPU with the features listed above. */
 #ifndef FLASHDECODE_TUNED_H
 #define FLASHDECODE_TUNED_H
 #include <stddef.h>
@@ -144,12 +146,17 @@ static inline int fdt_shape_ok(const fdt_shape *s) {
          s->head_dim >= 1 && s->kv_len >= 1 && s->layout != FDT_PAGED;
 }
 
+/* Floats of one work item's query buffer (a multiple of 16: 64-byte steps). */
+static inline size_t fdt_qbuf_floats(const fdt_shape *s) {
+  return ((size_t)(s->n_q_heads / s->n_kv_heads) * (size_t)s->head_dim + 15) / 16 * 16;
+}
+
 /* Floats of scratch a run of row r needs for shape s: a query buffer and the
    state records of every work item (batch row x kv head x split). */
 static inline size_t fdt_row_floats(const fdt_row *r, const fdt_shape *s) {
   size_t G = (size_t)(s->n_q_heads / s->n_kv_heads);
-  size_t items = (size_t)s->batch * (size_t)s->n_kv_heads * (size_t)r->splits;
-  return items * G * ((size_t)s->head_dim + (size_t)r->plain->state_floats);
+  size_t items = (size_t)s->batch * (size_t)s->n_kv_heads * (size_t)(r->splits > 1 ? r->splits : 1);
+  return items * (fdt_qbuf_floats(s) + G * (size_t)r->plain->state_floats);
 }
 
 /* Bytes of scratch fdt_run needs for shape s at every length up to s->kv_len;
@@ -226,7 +233,7 @@ static inline void fdt_item(void *ctx, int i) {
   int64_t len = fdt_row_len(J->s, J->a, b);
   w.begin = len * sp / J->S;
   w.end = len * (sp + 1) / J->S;
-  w.qbuf = J->qbuf + (size_t)i * J->G * J->s->head_dim;
+  w.qbuf = J->qbuf + (size_t)i * fdt_qbuf_floats(J->s);
   w.state = J->state + (size_t)i * J->G * J->rec;
   if (J->S > 1) J->r->split->run(&w);
   else (J->a->lse ? J->r->lse : J->r->plain)->run(&w);
@@ -287,7 +294,7 @@ static inline int fdt_run(const fdt_shape *s, const fdt_args *a, void *scratch, 
   J.S = r->splits > 1 ? r->splits : 1;
   J.rec = r->plain->state_floats;
   J.qbuf = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-  J.state = J.qbuf + (size_t)s->batch * s->n_kv_heads * J.S * J.G * s->head_dim;
+  J.state = J.qbuf + (size_t)s->batch * s->n_kv_heads * J.S * fdt_qbuf_floats(s);
   if (!pfor) pfor = fdt_serial_for;
   pfor(user, s->batch * s->n_kv_heads * J.S, fdt_item, &J);
   if (J.S > 1) pfor(user, s->batch * s->n_kv_heads, fdt_merge, &J);

@@ -62,18 +62,24 @@ static double round_to_format(double x, int bits, int emin, int emax) {
   return r;
 }
 
+/* Exponent and mantissa bits of a non-negative value already rounded to a
+   format with man_bits stored mantissa bits and minimum normal exponent emin. */
+static unsigned minifloat_bits(double r, int man_bits, int emin) {
+  if (r == 0) return 0;
+  int e;
+  frexp(r, &e);
+  int exp = e - 1, bias = 1 - emin;
+  if (exp < emin) return (unsigned)(r / ldexp(1.0, emin - man_bits));          /* subnormal */
+  return (unsigned)(exp + bias) << man_bits | (unsigned)((r / ldexp(1.0, exp) - 1.0) * ldexp(1.0, man_bits));
+}
+
 /* f32 -> f16 bits by value: sign, exponent and mantissa computed with frexp. */
 uint16_t t_f32_to_f16(float x) {
   uint16_t sign = signbit(x) ? 0x8000 : 0;
   if (isnan(x)) return sign | 0x7e00;
   double r = fabs(round_to_format(x, 11, -14, 15));
   if (isinf(r)) return sign | 0x7c00;
-  if (r == 0) return sign;
-  int e;
-  frexp(r, &e);
-  int exp = e - 1;
-  if (exp < -14) return sign | (uint16_t)(r / ldexp(1.0, -24));               /* subnormal */
-  return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)((r / ldexp(1.0, exp) - 1.0) * 1024.0);
+  return sign | (uint16_t)minifloat_bits(r, 10, -14);
 }
 
 /* f16 bits -> f32 by value. */
@@ -106,15 +112,9 @@ float t_bf16_to_f32(uint16_t h) {
 /* f32 -> fp8 e4m3 bits by value (saturating at 448). */
 uint8_t t_f32_to_e4m3(float x) {
   uint8_t sign = signbit(x) ? 0x80 : 0;
-  double r = fabs(round_to_format(x, 4, -6, 8));
   if (isnan(x)) return sign | 0x7f;
-  if (r > 448) r = 448;
-  if (r == 0) return sign;
-  int e;
-  frexp(r, &e);
-  int exp = e - 1;
-  if (exp < -6) return sign | (uint8_t)(r / ldexp(1.0, -9));                   /* subnormal */
-  return sign | (uint8_t)((exp + 7) << 3) | (uint8_t)((r / ldexp(1.0, exp) - 1.0) * 8.0);
+  double r = fabs(round_to_format(x, 4, -6, 8));
+  return sign | (uint8_t)minifloat_bits(r > 448 ? 448 : r, 3, -6);
 }
 
 /* fp8 e4m3 bits -> f32 by value. */

@@ -33,6 +33,7 @@ suite "kernels vs double reference (tcc)" "$B/test_kernels"
 suite "public API vs double reference (tcc, cc; 1-4 threads)" "$B/test_api"
 suite "benchmark's vanilla baseline vs a double loop" "$B/check_vanilla"
 suite "bad input, tuned tables, lifetime, concurrency, 64-bit indexing" "$B/test_errors"
+suite "tuner, tuned table, exported header (gcc -O2, tcc) vs JIT" bash tests/test_tune.sh
 export FD_TEST_CACHE_DIR="$B/san/cache"
 for t in test_kernels test_api test_errors; do
   suite "$t under AddressSanitizer + UndefinedBehaviorSanitizer" "$B/san/$t"

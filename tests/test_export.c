@@ -169,8 +169,34 @@ static int aot_case(int i, FILE *f) {
   return rc;
 }
 
+/* Refusals: scratch too small, a shape no kernel serves, a bad cur_pos; 0 when all hold. */
+static int error_cases(void) {
+  fdt_shape s;
+  int64_t L;
+  case_of(0, &s, &L);
+  prob p;
+  make(&p, &s, L, 7);
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, NULL };
+  size_t n = fdt_scratch_bytes(&p.s);
+  void *scratch = malloc(n);
+  int bad = 0;
+  bad += fdt_run(&p.s, &a, scratch, 64, NULL, NULL) != FDT_ENOMEM;
+  fdt_shape odd = p.s;
+  odd.head_dim = 1000 + p.s.head_dim;   /* no kernel of any header has this head_dim */
+  bad += fdt_scratch_bytes(&odd) != 0 || fdt_run(&odd, &a, scratch, n, NULL, NULL) != FDT_EUNSUPPORTED;
+  if (s.mask_mode == FDT_CAUSAL) {
+    p.pos[0] = (int32_t)p.s.kv_len;
+    bad += fdt_run(&p.s, &a, scratch, n, NULL, NULL) != FDT_EINVAL;
+  }
+  fprintf(stderr, "refusals: %s\n", bad ? "FAILED" : "ok");
+  free(scratch);
+  unmake(&p);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) { fprintf(stderr, "usage: %s OUT\n", argv[0]); return 2; }
+  if (error_cases()) return 1;
   FILE *f = fopen(argv[1], "wb");
   if (!f) { perror(argv[1]); return 1; }
   int bad = 0;

@@ -167,7 +167,26 @@ static void huge_logit(void) {
   }
 }
 
+/* The test-data encoders against known bit patterns (the reference only ever sees round trips). */
+static void conversions(void) {
+  static const struct { float x; uint16_t f16, bf16; } h[] = {
+    { 1.0f, 0x3c00, 0x3f80 }, { -2.0f, 0xc000, 0xc000 }, { 65504.0f, 0x7bff, 0x4780 },
+    { 0.1f, 0x2e66, 0x3dcd }, { 5.9604645e-8f, 0x0001, 0x3380 }, { 1e6f, 0x7c00, 0x4974 },
+  };
+  for (size_t i = 0; i < sizeof h / sizeof *h; i++)
+    t_check(t_f32_to_f16(h[i].x) == h[i].f16 && t_f32_to_bf16(h[i].x) == h[i].bf16,
+            "encode %g: f16 %04x (want %04x), bf16 %04x (want %04x)", h[i].x, t_f32_to_f16(h[i].x), h[i].f16,
+            t_f32_to_bf16(h[i].x), h[i].bf16);
+  static const struct { float x; uint8_t e4m3; } e[] = {
+    { 1.0f, 0x38 }, { 448.0f, 0x7e }, { 1000.0f, 0x7e }, { 0.001953125f, 0x01 }, { -1.5f, 0xbc }, { 0.0f, 0x00 },
+  };
+  for (size_t i = 0; i < sizeof e / sizeof *e; i++)
+    t_check(t_f32_to_e4m3(e[i].x) == e[i].e4m3 && (e[i].x > 448 || t_e4m3_to_f32(e[i].e4m3) == e[i].x),
+            "e4m3 %g: %02x (want %02x)", e[i].x, t_f32_to_e4m3(e[i].x), e[i].e4m3);
+}
+
 int main(void) {
+  conversions();
   int best = fd_cpu_max_isa();
   for (isa = 0; isa <= 2; isa++) {
     if (isa > best) { printf("note: this CPU lacks isa %d: its kernels are not run here\n", isa); continue; }

@@ -107,6 +107,10 @@ compare_table tiny "$tmp/t.tsv"
 out=$($F export "$tmp/t.tsv" -o "$tmp/tiny.h" 2>&1)
 check "export rewrites nothing when nothing changed" has "$out" "(unchanged)"
 check "header has the banner" grep -q "do not edit" "$tmp/tiny.h"
+for lua in lua5.4 "$LUAJIT"; do
+  check "gen/fdgen.lua export on $lua writes the same header" \
+    bash -c "$lua gen/fdgen.lua export $tmp/t.tsv -o $tmp/tiny.$lua.h 2>/dev/null && cmp $tmp/tiny.h $tmp/tiny.$lua.h"
+done
 # The same rows forced to 3 and 5 splits (the header's split and merge path).
 awk -F'\t' -v OFS='\t' 'NR > 7 && $1 != "end" { $4 = NR % 2 ? 3 : 5 } { print }' "$tmp/t.tsv" >"$tmp/split.tsv"
 compare_table split "$tmp/split.tsv"

@@ -1,0 +1,114 @@
+-- System helpers for the tuner: clock, terminal test, cache flush, files,
+-- environment. LuaJIT FFI on libc only.
+local ffi = require("ffi")
+local fd = require("tuner.ffi")
+local files = require("files")
+
+pcall(ffi.cdef, "typedef struct fdt_timespec { long tv_sec; long tv_nsec; } fdt_timespec;")
+pcall(ffi.cdef, "int clock_gettime(int clk, fdt_timespec *ts);")
+pcall(ffi.cdef, "int isatty(int fd);")
+
+local M = {}
+local ts = ffi.new("fdt_timespec")
+
+-- Monotonic seconds.
+function M.now()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+-- Is stderr a terminal?
+function M.stderr_tty() return ffi.C.isatty(2) == 1 end
+
+-- An environment variable, or d when unset or empty.
+function M.env(k, d)
+  local v = os.getenv(k)
+  return (v and v ~= "") and v or d
+end
+
+-- Bytes of the last-level cache (sysfs), or 32 MiB when unknown.
+local function llc_bytes()
+  local best = 0
+  for i = 0, 4 do
+    local s = files.read(("/sys/devices/system/cpu/cpu0/cache/index%d/size"):format(i))
+    local n, u = (s or ""):match("^(%d+)([KMG]?)")
+    if n then best = math.max(best, tonumber(n) * ({ K = 2 ^ 10, M = 2 ^ 20, G = 2 ^ 30 })[u ~= "" and u or "K"]) end
+  end
+  return best > 0 and best or 32 * 2 ^ 20
+end
+
+-- The flush buffer: written once, then only read, so after a flush the caches
+-- hold its clean lines and none of the measured problem's.
+local flush_buf, flush_words
+-- Evict the caches: read a buffer of 4x the last-level cache (64..256 MiB).
+function M.flush()
+  if not flush_buf then
+    local bytes = math.min(math.max(4 * llc_bytes(), 64 * 2 ^ 20), 256 * 2 ^ 20)
+    flush_buf = ffi.cast("uint64_t *", ffi.C.malloc(bytes))
+    if flush_buf == nil then error("tune: out of memory for the cache flush buffer", 0) end
+    ffi.fill(flush_buf, bytes, 1)
+    flush_words = bytes / 8
+  end
+  local s = 0ULL
+  for i = 0, flush_words - 1, 8 do s = s + flush_buf[i] end
+  return s
+end
+
+-- Median of a list of numbers.
+function M.median(t)
+  local s = {}
+  for i, x in ipairs(t) do s[i] = x end
+  table.sort(s)
+  local n = #s
+  if n == 0 then return nil end
+  return n % 2 == 1 and s[(n + 1) / 2] or 0.5 * (s[n / 2] + s[n / 2 + 1])
+end
+
+-- The directory part of a path.
+function M.dirname(p) return p:match("^(.*)/[^/]*$") or "." end
+
+-- A CPU-time sample: busy and total ticks of the machine, ticks of this process.
+function M.cpu_sample()
+  local st = files.read("/proc/stat") or ""
+  local f = {}
+  for n in (st:match("^cpu%s+([^\n]+)") or ""):gmatch("%d+") do f[#f + 1] = tonumber(n) end
+  local total, busy = 0, 0
+  for i, n in ipairs(f) do
+    if i <= 8 then total = total + n end
+    if i <= 8 and i ~= 4 and i ~= 5 then busy = busy + n end   -- all but idle and iowait
+  end
+  local me = (files.read("/proc/self/stat") or ""):match("%) (.*)$") or ""
+  local g = {}
+  for x in me:gmatch("%S+") do g[#g + 1] = x end
+  return { busy = busy, total = total, self = (tonumber(g[12]) or 0) + (tonumber(g[13]) or 0) }
+end
+
+-- Cores other processes kept busy on average between two samples.
+function M.others_cores(a, b, cores)
+  local total = b.total - a.total
+  if total <= 0 then return 0 end
+  return math.max(0, (b.busy - a.busy) - (b.self - a.self)) / (total / cores)
+end
+
+-- fd_tuned_table_header() of this build and machine.
+function M.table_header()
+  local buf = ffi.new("char[8192]")
+  local n = fd.load().fd_tuned_table_header(buf, 8192)
+  if n < 0 then error("tune: fd_tuned_table_header failed", 0) end
+  return ffi.string(buf, n)
+end
+
+-- fd_shape_signature of an fd_shape.
+function M.signature(shape)
+  local buf = ffi.new("char[256]")
+  if fd.load().fd_shape_signature(shape, buf, 256) < 0 then error("tune: fd_shape_signature failed", 0) end
+  return ffi.string(buf)
+end
+
+-- fd_length_bucket of a length.
+function M.bucket(len) return tonumber(fd.load().fd_length_bucket(len)) end
+
+-- fd_machine_name().
+function M.machine() return ffi.string(fd.load().fd_machine_name()) end
+
+return M

@@ -1,0 +1,23 @@
+# The tuner, included by the main Makefile (uses B, LUAJIT).
+# `make tune`: install what is missing, build, tune tuner/shapes/default.lua on
+#   this machine (a time budget keeps it under 10 minutes on 2 cores), write
+#   results/tuned/<machine>.tsv, its log (.log, resumable) and
+#   results/<machine>/flashdecode_tuned.h, and print the summary.
+#   SHAPES=file: another shape set; QUICK=1: a short run (lengths up to 4096);
+#   TUNE_BUDGET=s: seconds of measuring; TUNE_CACHE=warm: warm-cache timing.
+# `make export`: re-export the machine's table to its header.
+# `make tune-verify`: re-measure the machine's table against the heuristic.
+# `make test-tune`: the tuner and export tests (tests/test_tune.sh).
+.PHONY: tune export tune-verify test-tune
+
+tune: deps lib $(B)/fdgen
+	$(LUAJIT) tuner/tune.lua
+
+export: deps $(B)/fdgen
+	$(B)/fdgen export results/tuned/$$($(B)/fdgen machine).tsv -o results/$$($(B)/fdgen machine)/flashdecode_tuned.h
+
+tune-verify: deps lib $(B)/fdgen
+	$(LUAJIT) tuner/verify.lua results/tuned/$$($(B)/fdgen machine).tsv
+
+test-tune: all
+	bash tests/test_tune.sh

@@ -1,0 +1,130 @@
+-- Re-measure a tuned table: for each row, the row's configuration and the
+-- heuristic's, back to back over several rounds (cold cache); a row fails
+-- when the median of the per-round ratios tuned/heuristic exceeds the limit.
+--   luajit tuner/verify.lua TABLE [SHAPES.lua]
+-- Environment: VERIFY_LIMIT (default 1.03), VERIFY_ROUNDS (default: about
+-- 0.5 s per configuration, 7 to 31 rounds),
+-- VERIFY_MAX_BUCKET (skip rows of larger buckets), VERIFY_MIN_US (a row also
+-- passes when its median is within this many microseconds of the heuristic's, default 5).
+-- Prints one line per row and "N passed, N failed"; exits 1 on a failure.
+local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
+package.path = ("%s/?.lua;%s/gen/?.lua;"):format(root, root) .. package.path
+local fd = require("tuner.ffi")
+local key = require("key")
+local space = require("space")
+local sys = require("tuner.sys")
+local tuned = require("tuner.tuned")
+local measure = require("tuner.measure")
+local workload = require("tuner.workload")
+
+-- A log that keeps nothing (verification always measures).
+local nolog = { get = function() return nil end, put = function() end }
+
+-- The shape-set entry (by name) of each row, for lse and the symbolic fields.
+local function shapes_by_name(path)
+  local t = {}
+  for _, s in ipairs(space.load_shapes(path)) do t[s.name] = s end
+  return t
+end
+
+-- A shape-set entry rebuilt from a row (when the shape set lacks its name).
+local function shape_of_row(r)
+  local s = r.s
+  return { name = r.name, batch = s.batch, n_q_heads = s.n_q_heads, n_kv_heads = s.n_kv_heads, head_dim = s.head_dim,
+           q_dtype = s.q_dtype, kv_dtype = s.kv_dtype, out_dtype = s.out_dtype, mask_mode = s.mask_mode,
+           layout = s.layout, kv_len = { r.bucket } }
+end
+
+-- The length measured for a row: the shape set's length in the bucket, else the bucket.
+local function row_len(s, bucket)
+  local best = bucket
+  for _, n in ipairs(s.kv_len) do if sys.bucket(n) == bucket then best = n end end
+  return best
+end
+
+-- Medians of the row's config and the heuristic's, interleaved over rounds,
+-- and the median of the per-round ratios (paired, as the tuner's verification).
+local function compare(j, c, h, rounds)
+  local tc, th, ratio = {}, {}, {}
+  for r = 1, rounds do
+    local order = r % 2 == 1 and { { c, tc }, { h, th } } or { { h, th }, { c, tc } }
+    for _, p in ipairs(order) do
+      local rec = measure.measure(j, p[1], "verify", 1, r == 1)
+      if not rec.ok then error(rec.err, 0) end
+      p[2][#p[2] + 1] = rec.median_us
+    end
+    ratio[r] = tc[r] / th[r]
+  end
+  return sys.median(tc), sys.median(th), sys.median(ratio)
+end
+
+-- Rounds for a row: about 0.5 s per configuration (a first run gives the cost), 7 to 31.
+local function rounds_for(j, c)
+  local r = measure.measure(j, c, "probe", 1, true)
+  local cost = (r.ok and r.median_us * 1e-6 or 0) + 0.01
+  return math.max(7, math.min(31, math.ceil(0.5 / cost)))
+end
+
+-- The shape-set entry of a row: its name's in the shape set when the
+-- signature agrees, else one rebuilt from the row.
+local function shape_for(r, shapes)
+  local s = shapes[r.name]
+  if s then
+    local n = space.numeric(s)
+    n.kv_len = 1
+    if sys.signature(fd.shape(n)) == r.shape then return s end
+  end
+  return shape_of_row(r)
+end
+
+-- Verify one row; true when it passes (a line printed either way).
+local function verify_row(ctx, r, shapes, o)
+  local s = shape_for(r, shapes)
+  local len = row_len(s, r.bucket)
+  local w = workload.new(s, len)
+  local j = { ctx = ctx, w = w, len = len, bucket = r.bucket, sig = r.shape, name = r.name, cache = "cold", log = nolog }
+  local f = key.decode(r.key)
+  local c = { chunk = f.chunk, tile = f.group_tile, isa = f.isa, splits = r.splits, threads = r.threads }
+  local h = measure.heuristic(j)
+  local good, line
+  if measure.config_name(h) == measure.config_name(c) then
+    good, line = true, ("the heuristic's own configuration %s"):format(measure.config_name(c))
+  else
+    local ok, mc, mh, ratio = pcall(compare, j, c, h, o.rounds or rounds_for(j, c))
+    good = ok and (ratio <= o.limit or mc <= mh + o.slack)
+    line = ok and ("tuned %9.1f us  heuristic %9.1f us  paired ratio %.3f"):format(mc, mh, ratio) or tostring(mc)
+  end
+  measure.release(j)
+  w:free()
+  print(("%s %-20s %7d  %s"):format(good and "ok  " or "FAIL", r.name, r.bucket, line))
+  return good
+end
+
+-- Verify every row (up to o.max_bucket); returns passed, failed.
+local function verify(t, shapes, o)
+  local ctx = fd.create {}
+  local pass, fail = 0, 0
+  for _, r in ipairs(t.rows) do
+    if not o.max_bucket or r.bucket <= o.max_bucket then
+      if verify_row(ctx, r, shapes, o) then pass = pass + 1 else fail = fail + 1 end
+    end
+  end
+  return pass, fail
+end
+
+-- Main: `verify.lua TABLE [SHAPES]`.
+local function main(a)
+  if not a[1] then io.stderr:write("usage: luajit tuner/verify.lua TABLE [SHAPES.lua]\n"); os.exit(2) end
+  local t, cpu0 = tuned.load(a[1]), sys.cpu_sample()
+  local shapes = shapes_by_name(a[2] or (root .. "/tuner/shapes/default.lua"))
+  local p, f = verify(t, shapes, { limit = tonumber(sys.env("VERIFY_LIMIT", "1.03")),
+    rounds = tonumber(sys.env("VERIFY_ROUNDS", "")), max_bucket = tonumber(sys.env("VERIFY_MAX_BUCKET", "")),
+    slack = tonumber(sys.env("VERIFY_MIN_US", "5")) })
+  local cores = fd.machine().cores
+  print(("other processes kept %.2f of the %d cores busy meanwhile"):format(sys.others_cores(cpu0, sys.cpu_sample(), cores), cores))
+  print(("%d passed, %d failed"):format(p, f))
+  os.exit(f == 0 and 0 or 1)
+end
+
+local ok, err = pcall(main, arg)
+if not ok then io.stderr:write(tostring(err), "\n"); os.exit(1) end

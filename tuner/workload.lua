@@ -1,0 +1,69 @@
+-- The inputs of one shape for timing: buffers sized for its longest length,
+-- filled with a constant pattern (timing only; correctness is the tests'),
+-- and the fd_shape / fd_args of a measured length.
+local ffi = require("ffi")
+local fd = require("tuner.ffi")
+local space = require("space")
+
+local M = {}
+M.__index = M
+
+-- A zeroed buffer of at least bytes (64-byte aligned), kept in w.ptrs.
+local function get(w, bytes)
+  bytes = math.ceil(math.max(bytes, 64) / 64) * 64
+  local p = ffi.C.aligned_alloc(64, bytes)
+  if p == nil then error(("tune: out of memory allocating %.0f MiB"):format(bytes / 2 ^ 20), 0) end
+  ffi.fill(p, bytes, 0)
+  w.ptrs[#w.ptrs + 1] = p
+  return p
+end
+
+-- Buffers for shape set entry s at valid lengths up to cap.
+function M.new(s, cap)
+  local n = space.numeric(s)
+  local w = setmetatable({ s = s, n = n, cap = cap, ptrs = {} }, M)
+  local ds = fd.DTYPE_SIZE
+  local nq = n.batch * n.n_q_heads * n.head_dim
+  local rows = n.batch * n.n_kv_heads * cap
+  w.q, w.out = get(w, nq * ds[n.q_dtype]), get(w, nq * 4)
+  w.k, w.v = get(w, rows * n.head_dim * ds[n.kv_dtype]), get(w, rows * n.head_dim * ds[n.kv_dtype])
+  ffi.fill(w.q, nq * ds[n.q_dtype], 0x3c)
+  ffi.fill(w.k, rows * n.head_dim * ds[n.kv_dtype], 0x3c)
+  ffi.fill(w.v, rows * n.head_dim * ds[n.kv_dtype], 0x3c)
+  w.cur_pos = ffi.cast("int32_t *", get(w, 4 * n.batch))
+  if s.lse then w.lse = ffi.cast("float *", get(w, 4 * n.batch * n.n_q_heads)) end
+  if n.mask_mode == 1 then w.mask = ffi.cast("float *", get(w, 4 * n.batch * n.n_q_heads * cap)) end
+  if n.kv_dtype >= 3 then
+    w.k_scale, w.v_scale = ffi.cast("float *", get(w, 4 * rows)), ffi.cast("float *", get(w, 4 * rows))
+    for i = 0, rows - 1 do w.k_scale[i], w.v_scale[i] = 0.01, 0.01 end
+  end
+  return w
+end
+
+-- The fd_shape measured at length len (the cache capacity is len).
+function M:shape(len)
+  local t = {}
+  for k, v in pairs(self.n) do t[k] = v end
+  t.kv_len = len
+  return fd.shape(t)
+end
+
+-- fd_args for length len: every batch row holds len valid keys.
+function M:args(len)
+  for b = 0, self.n.batch - 1 do self.cur_pos[b] = len - 1 end
+  return fd.args { q = self.q, k = self.k, v = self.v, cur_pos = self.cur_pos, mask = self.mask,
+                   k_scale = self.k_scale, v_scale = self.v_scale, out = self.out, lse = self.lse }
+end
+
+-- KV bytes one run at length len reads: K and V rows of every (batch, kv head) once.
+function M:kv_bytes(len)
+  return 2 * self.n.batch * self.n.n_kv_heads * len * self.n.head_dim * fd.DTYPE_SIZE[self.n.kv_dtype]
+end
+
+-- Free the buffers.
+function M:free()
+  for _, p in ipairs(self.ptrs) do ffi.C.free(p) end
+  self.ptrs = {}
+end
+
+return M
