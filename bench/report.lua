@@ -246,7 +246,7 @@ function M.md(res, charts)
   for _, v in ipairs(res.variants) do
     rows[#rows + 1] = { v.name, v.backend, v.isa, v.vanilla and
       "unfused: scores = qK^T over the whole length into a buffer, softmax, PV; K and V read once per query head; OpenMP over (b, h)"
-      or (v.opts and "ISA forced (tuned table not consulted)" or "planner's choice: tuned table, else heuristic") }
+      or (v.opts and "ISA forced (chunk, tile and splits still from the tuned table when it has the shape)" or "planner's choice: tuned table, else heuristic") }
   end
   add(md_table({ "variant", "backend", "isa", "what" }, rows))
   add("")
