@@ -94,4 +94,22 @@ function M.heuristic(j)
   return { chunk = i.chunk, tile = i.group_tile, splits = i.splits, threads = i.threads, isa = i.isa }
 end
 
+-- Two configurations timed back to back for `rounds` rounds, alternating which
+-- runs first; run(which, round) times one ("a" or "b") and returns a record.
+-- Returns the medians of a and b and the median of the per-round ratios a/b
+-- (paired, so load that hits both alike cancels), or nil and the error.
+function M.paired(rounds, run)
+  local ta, tb, ratio = {}, {}, {}
+  for r = 1, rounds do
+    local order = r % 2 == 1 and { { "a", ta }, { "b", tb } } or { { "b", tb }, { "a", ta } }
+    for _, p in ipairs(order) do
+      local rec = run(p[1], r)
+      if not rec.ok then return nil, rec.err end
+      p[2][#p[2] + 1] = rec.median_us
+    end
+    ratio[r] = ta[r] / tb[r]
+  end
+  return sys.median(ta), sys.median(tb), sys.median(ratio)
+end
+
 return M

@@ -45,17 +45,11 @@ end
 -- Medians of the row's config and the heuristic's, interleaved over rounds,
 -- and the median of the per-round ratios (paired, as the tuner's verification).
 local function compare(j, c, h, rounds)
-  local tc, th, ratio = {}, {}, {}
-  for r = 1, rounds do
-    local order = r % 2 == 1 and { { c, tc }, { h, th } } or { { h, th }, { c, tc } }
-    for _, p in ipairs(order) do
-      local rec = measure.measure(j, p[1], "verify", 1, r == 1)
-      if not rec.ok then error(rec.err, 0) end
-      p[2][#p[2] + 1] = rec.median_us
-    end
-    ratio[r] = tc[r] / th[r]
-  end
-  return sys.median(tc), sys.median(th), sys.median(ratio)
+  local mc, mh, ratio = measure.paired(rounds, function(which, r)
+    return measure.measure(j, which == "a" and c or h, "verify", 1, r == 1)
+  end)
+  if not mc then error(mh, 0) end
+  return mc, mh, ratio
 end
 
 -- Rounds for a row: about 0.5 s per configuration (a first run gives the cost), 7 to 31.
