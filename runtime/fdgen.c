@@ -3,6 +3,7 @@
    checks it against the double-precision reference; `bench` times planning,
    JIT and fd_run over a shape set. */
 #include "flashdecode.h"
+#include "internal.h"
 #include "compare.h"
 #include "kexec.h"
 #include "luagen.h"
@@ -62,10 +63,9 @@ static void print_shape(FILE *f, const char *name, const fd_shape *s) {
 
 /* KV bytes a run reads: the valid rows of K and V once. */
 static double kv_bytes(const fd_shape *s, const int32_t *cur_pos) {
-  static const double size[] = { 4, 2, 2, 1, 1 };
   double rows = 0;
   for (int b = 0; b < s->batch; b++) rows += s->mask_mode == FD_CAUSAL ? cur_pos[b] + 1.0 : (double)s->kv_len;
-  return 2.0 * rows * s->n_kv_heads * s->head_dim * size[s->kv_dtype];
+  return 2.0 * rows * s->n_kv_heads * s->head_dim * (double)fd_dtype_size(s->kv_dtype);
 }
 
 /* `fdgen run`: one shape, random inputs, one checked run. */
@@ -145,14 +145,13 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   double plan_ms = now_ms() - t0;
   fd_plan_info info;
   fd_plan_info_get(plan, len, &info);
-  static const size_t size[] = { 4, 2, 2, 1, 1 };
   size_t nkv = (size_t)s.batch * s.n_kv_heads * (size_t)len * s.head_dim;
   size_t nq = (size_t)s.batch * s.n_q_heads * s.head_dim;
-  void *k = malloc(nkv * size[s.kv_dtype]), *v = malloc(nkv * size[s.kv_dtype]), *q = malloc(nq * 4), *out = malloc(nq * 4);
+  void *k = malloc(nkv * fd_dtype_size(s.kv_dtype)), *v = malloc(nkv * fd_dtype_size(s.kv_dtype)), *q = malloc(nq * 4), *out = malloc(nq * 4);
   float *mask = s.mask_mode == FD_MASK ? calloc((size_t)s.batch * s.n_q_heads * len, 4) : NULL;
   float *scales = s.kv_dtype >= FD_I8 ? malloc(nkv / s.head_dim * 4) : NULL;
   int32_t *pos = malloc(sizeof(int32_t) * s.batch);
-  memset(k, 0x3c, nkv * size[s.kv_dtype]); memset(v, 0x3c, nkv * size[s.kv_dtype]); memset(q, 0x3c, nq * 4);
+  memset(k, 0x3c, nkv * fd_dtype_size(s.kv_dtype)); memset(v, 0x3c, nkv * fd_dtype_size(s.kv_dtype)); memset(q, 0x3c, nq * 4);
   for (size_t i = 0; scales && i < nkv / s.head_dim; i++) scales[i] = 0.01f;
   for (int b = 0; b < s.batch; b++) pos[b] = (int32_t)(len - 1);
   fd_args a = { q, k, v, pos, mask, scales, scales, NULL, 0, out, NULL };

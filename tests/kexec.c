@@ -1,6 +1,7 @@
 /* Serial mini-executor for the kernel tests; see kexec.h. */
 #include "kexec.h"
 #include "jit.h"
+#include "internal.h"
 #include "key.h"
 #include "luagen.h"
 #include <math.h>
@@ -100,15 +101,16 @@ void kp_free(kproblem *p) {
   free(p->mask); free(p->cur_pos); free(p->k_scale); free(p->v_scale);
 }
 
-/* The key of a kernel for problem p with cfg and flags. */
+/* The key of a kernel for problem p with cfg and flags (the planner's encoder). */
 static void key_for(const kproblem *p, const kconfig *cfg, int flags, char key[FD_KEY_BUFSZ]) {
-  int v[FD_KF_COUNT] = { 0 };
+  const ref_problem *r = &p->ref;
+  fd_shape s = { r->B, r->Hq, r->Hkv, r->D, r->S, (fd_dtype)p->q_dtype, (fd_dtype)p->kv_dtype,
+                 (fd_dtype)p->out_dtype, (fd_mask_mode)r->mask_mode, (fd_layout)r->layout, 0 };
   char err[128];
-  v[FD_KF_LAYOUT] = p->ref.layout; v[FD_KF_Q_DTYPE] = p->q_dtype; v[FD_KF_KV_DTYPE] = p->kv_dtype;
-  v[FD_KF_OUT_DTYPE] = p->out_dtype; v[FD_KF_MASK_MODE] = p->ref.mask_mode; v[FD_KF_FLAGS] = flags;
-  v[FD_KF_ISA] = cfg->isa; v[FD_KF_GROUP_TILE] = cfg->tile; v[FD_KF_HEAD_DIM] = p->ref.D;
-  v[FD_KF_CHUNK] = cfg->chunk; v[FD_KF_TEMPLATE] = 1;
-  if (fd_key_encode(v, key, err, sizeof err)) { fprintf(stderr, "%s\n", err); abort(); }
+  if (fd_kernel_key(&s, cfg->chunk, cfg->tile, cfg->isa, flags, key, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    abort();
+  }
 }
 
 /* Run problem p per (b, kv head), split into cfg->splits ranges and merged. */
