@@ -11,7 +11,9 @@ void fd_k$(KEY)(const fd_work *w) {
   float *qbuf = w->qbuf, *state = w->state;
   const float ninf = fd_ninf();
 @ if ISA > 0 then
-  /* score rows and staged K rows on 64-byte boundaries: whole cache lines per vector */
+  /* score rows and staged K rows on 64-byte boundaries: whole cache lines per vector.
+     stage is not cleared: a staged row past a chunk's end only feeds the score
+     lane of its own (nonexistent) key, and those lanes are set to -inf below. */
   float sc_raw[$(T * SCW + 16)], stage_raw[$(W * D + 16)];
   float *sc = (float *)(((unsigned long long)sc_raw + 63) & ~63ull);
   float *stage = (float *)(((unsigned long long)stage_raw + 63) & ~63ull);
@@ -35,9 +37,6 @@ void fd_k$(KEY)(const fd_work *w) {
       qbuf[h] = x * w->scale;
     }
   }
-@ if ISA > 0 then
-  for (d = 0; d < $(W * D); d++) stage[d] = 0.0f;   /* staged rows past a chunk's end stay finite */
-@ end
   for (h = 0; h < nh; h++) {
     float *st = state + (fd_i64)h * $(REC);
     for (d = 0; d < $(D); d++) st[d] = 0.0f;
