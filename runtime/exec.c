@@ -138,30 +138,33 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
     merge_row(p, rs->a, bk, it->b, it->j, &w);
 }
 
-/* Second-pass pool task: merge the split rows (b, j) = item index. */
-static void merge_task(void *arg, int tid) {
-  run_state *rs = arg;
+/* Merge the split row (b, j) numbered i, if it was split. */
+static void merge_item(run_state *rs, int i, int tid) {
   (void)tid;
+  int b = i / rs->p->shape.n_kv_heads, j = i % rs->p->shape.n_kv_heads;
+  if (rs->p->row_splits[b] == 1) return;
+  fd_work w;
+  fill_work(rs->p, rs->a, b, j, &w);
+  merge_row(rs->p, rs->a, rs->b, b, j, &w);
+}
+
+/* Run work item i. */
+static void work_item(run_state *rs, int i, int tid) { run_item(rs, &rs->p->items[i], tid); }
+
+/* Take indices from the shared counter until none are left, applying one to each. */
+static void drain(run_state *rs, int tid, void (*one)(run_state *rs, int i, int tid)) {
   for (;;) {
     int i = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
     if (i >= rs->n_items) return;
-    int b = i / rs->p->shape.n_kv_heads, j = i % rs->p->shape.n_kv_heads;
-    if (rs->p->row_splits[b] == 1) continue;
-    fd_work w;
-    fill_work(rs->p, rs->a, b, j, &w);
-    merge_row(rs->p, rs->a, rs->b, b, j, &w);
+    one(rs, i, tid);
   }
 }
 
-/* Pool task: take items until none are left. */
-static void task(void *arg, int tid) {
-  run_state *rs = arg;
-  for (;;) {
-    int i = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
-    if (i >= rs->n_items) return;
-    run_item(rs, &rs->p->items[i], tid);
-  }
-}
+/* Second-pass pool task (FD_MERGE=pass): merge the split rows. */
+static void merge_task(void *arg, int tid) { drain(arg, tid, merge_item); }
+
+/* Pool task: run work items until none are left. */
+static void task(void *arg, int tid) { drain(arg, tid, work_item); }
 
 /* Run a plan; nothing is written to out or lse unless it returns FD_OK. */
 int fd_run(const fd_plan *cp, const fd_args *a) {
