@@ -76,7 +76,8 @@ end
 local function add_simd(p)
   p.W = p.ISA == 2 and 16 or 8
   p.ISA_NAME = p.ISA == 2 and "AVX-512" or "AVX2"
-  p.SCW = math.ceil(p.CHUNK / p.W) * p.W
+  -- one vector of slack: the direct scores kernel writes whole groups of rows
+  p.SCW = math.ceil(p.CHUNK / p.W) * p.W + p.W
   p.CHUNKP = p.SCW
   p.KV_SIZE = ELEM[p.KV_DTYPE]
   p.SIMD_FLOATS = { "1.44269504088896341f", "0.693359375f", "-2.12194440e-4f", "1.98412698e-4f",

@@ -59,16 +59,18 @@ local function mem(base, disp, index, scale, bcst)
   return { base = base, disp = disp ~= 0 and disp or nil, index = index, scale = index and scale or nil, bcst = bcst }
 end
 
--- Tiles of at least this many heads prefetch the other stream (V rows while
--- staging K, the next chunk's K rows during P.V): their compute is long enough
--- for memory to idle otherwise; smaller tiles measured slower with it.
-M.PREFETCH_MIN_TILE = 8
+-- Tiles of at least this many heads prefetch the other stream into L2 (V rows
+-- while computing scores, the next chunk's K rows during P.V): their compute
+-- is long enough for memory to idle otherwise. Into L1 (prefetcht0) a phase
+-- ahead evicts the rows in use and measured slower; tiles 1 and 2 are
+-- bandwidth bound without it.
+M.PREFETCH_MIN_TILE = 4
 
 -- Prefetch one row of the other stream (pointer reg) and advance it by the row stride.
 local function prefetch_row(b, p, reg)
   if p.T < M.PREFETCH_MIN_TILE then return end
   for line = 0, math.ceil(p.D * ELEM[p.KV_DTYPE] / 64) - 1 do
-    b.gp(("prefetcht0 %d(%%%s)"):format(line * 64, reg))
+    b.gp(("prefetcht1 %d(%%%s)"):format(line * 64, reg))
   end
   b.gp(("add %%r8, %%%s"):format(reg))
 end
@@ -217,11 +219,110 @@ local function head_dots(b, p)
   b.v("vmovups", mem("r12", 0), b.r(0))
 end
 
--- Scores of one tile pass over the chunk's n keys: groups of W keys are
--- staged as f32, then each head's W dot products are accumulated in W
--- registers and reduced together by a shuffle tree (no per-key horizontal
--- sums). Lanes past n hold scores of stale staged rows; the caller pads them.
+-- Rows per group of the direct scores kernel, or nil where the staged one
+-- serves (one head, int8/fp8 scaling, AVX2 tiles wider than its 8 lanes).
+function M.direct_rows(isa, p)
+  local W = GEOM[isa].W
+  if p.T == 1 or p.QUANT or p.T > W then return nil end
+  return math.floor(W / p.T)
+end
+
+-- Pointer registers of rows 1..R-1 of a direct group (row 0 is rsi).
+local ROW_PTR = { "r9", "r10", "r11", "r12", "r13", "r14", "r15" }
+
+-- Point row r's register at row r of the group, or at row r-1 past the n
+-- remaining keys (rcx), so a short group re-reads its last row.
+local function row_pointers(b, R)
+  for r = 1, R - 1 do
+    local prev, cur = r == 1 and "rsi" or ROW_PTR[r - 1], ROW_PTR[r]
+    b.gp(("lea (%%%s,%%r8), %%%s"):format(prev, cur))
+    b.gp(("cmp $%d, %%rcx"):format(r))
+    b.gp(("cmovbe %%%s, %%%s"):format(prev, cur))
+  end
+end
+
+-- Store head h's R lanes of the reduced vector (register 0) at its score row:
+-- whole 128/256-bit pieces where they fit, else through the scratch at rbx.
+local function store_lanes(b, p, h, R)
+  local m, bytes, z = mem("rdx", h * p.CHUNKP * 4), R * 4, b.r(0)
+  if bytes == 16 or bytes == 32 then
+    if h == 0 then b.v("vmovups", m, b.r(0, bytes == 16 and "xmm" or "ymm"))
+    elseif bytes == 32 then b.v("vextractf64x4", m, z, h)
+    elseif b.isa == 2 then b.v("vextractf32x4", m, z, h)
+    else b.v("vextractf128", m, z, h) end
+    return
+  end
+  for i = 0, R - 1 do
+    b.gp(("movl %d(%%rbx), %%eax"):format((h * R + i) * 4))
+    b.gp(("movl %%eax, %d(%%rdx)"):format(h * p.CHUNKP * 4 + i * 4))
+  end
+end
+
+-- Scores without staging: groups of R keys times the T heads (R*T <= W
+-- accumulators, one per key and head), K converted once per row into a
+-- register, q read once per d-block; one shuffle tree reduces the group.
+local function scores_direct(isa, p, R)
+  local b = new_block(isa)
+  local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
+  local kreg = isa == 2 and 30 or 14
+  local qbase = W
+  local q_in_regs = W + T + 2 <= b.g.nregs
+  b.gp("mov %0, %rax")
+  save_regs(b)
+  b.gp("push %r15")
+  for _, fr in ipairs { { "src", "rsi" }, { "ptr", "rdi" }, { "sc", "rdx" }, { "n", "rcx" }, { "stride", "r8" },
+                        { "stage", "rbx" } } do
+    b.gp(("mov %d(%%rax), %%%s"):format(ARG[fr[1]], fr[2]))
+  end
+  local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
+  if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
+  b.gp(("imul $%d, %%r8, %%rax"):format(R))
+  b.gp("test %rcx, %rcx")
+  b.gp("jle 9f")
+  b.gp("1:")
+  row_pointers(b, R)
+  if pf then for _ = 1, R do prefetch_row(b, p, "r14") end end
+  for c = 0, NCH - 1 do
+    if q_in_regs then
+      for h = 0, T - 1 do b.v("vmovups", b.r(qbase + h), mem("rdi", (h * p.D + c * W) * 4)) end
+    end
+    for r = 0, R - 1 do
+      local kr = b.r(kreg + r % 2)
+      load_kv(b, p.KV_DTYPE, kr, mem(r == 0 and "rsi" or ROW_PTR[r], c * W * esz))
+      for h = 0, T - 1 do
+        local acc = b.r(slot_of(isa, h * R + r))
+        local q = q_in_regs and b.r(qbase + h) or mem("rdi", (h * p.D + c * W) * 4)
+        if c == 0 then b.v("vmulps", acc, kr, q) else b.v("vfmadd231ps", acc, kr, q) end
+      end
+    end
+  end
+  for L = R * T, W - 1 do
+    local z = b.r(slot_of(isa, L), "xmm")
+    b.v("vxorps", z, z, z)
+  end
+  tree(b, kreg)
+  if R * 4 ~= 16 and R * 4 ~= 32 then b.v("vmovups", mem("rbx", 0), b.r(0)) end
+  b.gp("push %rax")
+  for h = 0, T - 1 do store_lanes(b, p, h, R) end
+  b.gp("pop %rax")
+  b.gp("add %rax, %rsi")
+  b.gp(("add $%d, %%rdx"):format(R * 4))
+  b.gp(("sub $%d, %%rcx"):format(R))
+  b.gp("jg 1b")
+  b.gp("9:")
+  b.gp("pop %r15")
+  restore_regs(b)
+  return M.statement(b)
+end
+
+-- Scores of one tile pass over the chunk's n keys: the direct kernel where it
+-- applies; else groups of W keys are staged as f32, then each head's W dot
+-- products are accumulated in W registers and reduced together by a shuffle
+-- tree (no per-key horizontal sums). Lanes past n hold scores of stale staged
+-- rows (or repeated last rows); the caller pads them.
 function M.scores(isa, p)
+  local R = M.direct_rows(isa, p)
+  if R then return scores_direct(isa, p, R) end
   local b = new_block(isa)
   local W = b.g.W
   b.gp("mov %0, %rax")
