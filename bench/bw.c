@@ -79,6 +79,55 @@ static double timed_sum(const float *buf, size_t n, int threads, int passes) {
   return dt;
 }
 
+#if defined(__AVX512F__) || defined(__FMA__)
+#if defined(__AVX512F__)
+typedef __m512 fdb_vec;
+#define FDB_LANES 16
+#define FDB_SET1 _mm512_set1_ps
+#define FDB_REDUCE _mm512_reduce_add_ps
+#else
+typedef __m256 fdb_vec;
+#define FDB_LANES 8
+#define FDB_SET1 _mm256_set1_ps
+static float FDB_REDUCE(__m256 v) { float t[8]; _mm256_storeu_ps(t, v); return t[0] + t[7]; }
+#endif
+/* One chain step in asm, so the compiler neither fuses nor reorders the chains. */
+#define FDB_FMA(a) __asm__ volatile("vfmadd132ps %1, %2, %0" : "+v"(a) : "v"(x), "v"(y))
+
+/* `iters` rounds of 12 independent FMAs per thread; seconds. */
+static double timed_fma(int threads, long iters) {
+  double t0 = fdb_now(), total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    fdb_vec x = FDB_SET1(0.999f), y = FDB_SET1(0.001f);
+    fdb_vec a0 = FDB_SET1(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0,
+            a10 = a0, a11 = a0;
+    for (long i = 0; i < iters; i++) {
+      FDB_FMA(a0); FDB_FMA(a1); FDB_FMA(a2); FDB_FMA(a3); FDB_FMA(a4); FDB_FMA(a5);
+      FDB_FMA(a6); FDB_FMA(a7); FDB_FMA(a8); FDB_FMA(a9); FDB_FMA(a10); FDB_FMA(a11);
+    }
+    total = FDB_REDUCE(a0) + FDB_REDUCE(a5) + FDB_REDUCE(a11);
+  }
+  double dt = fdb_now() - t0;
+  fdb_sink = total;
+  return dt;
+}
+
+double fdb_fma_gfmas(int threads, int reps) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  const long iters = 4000000;                  /* about 15 ms per repetition at 3.5 GHz */
+  double best = 1e30;
+  timed_fma(threads, iters / 8);                /* warm-up: threads started, clocks up */
+  for (int r = 0; r < reps; r++) {
+    double dt = timed_fma(threads, iters);
+    if (dt < best) best = dt;
+  }
+  return (double)iters * 12 * FDB_LANES * threads / best * 1e-9;
+}
+#else
+double fdb_fma_gfmas(int threads, int reps) { (void)threads; (void)reps; return 0; }
+#endif
+
 /* Fill the buffer from the threads that will read it (first touch). */
 static void first_touch(float *buf, size_t n, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)

@@ -11,6 +11,11 @@ double fdb_now(void);
    buffers are summed several times per repetition so each one lasts >= ~20 ms. */
 double fdb_read_bw_gbs(size_t bytes, int threads, int reps);
 
+/* Peak f32 fused multiply-add rate in G FMAs/s (1e9 multiply-adds per second)
+   over `threads` OpenMP threads (0 = all): 12 independent vfmadd chains per
+   thread in registers, best of reps; 0 where the build has no FMA. */
+double fdb_fma_gfmas(int threads, int reps);
+
 /* Evict the caches of every core: all threads read and write a buffer of
    4x the last-level cache (allocated once, kept until exit). */
 void fdb_flush_caches(void);

@@ -134,6 +134,33 @@ local function headline(res)
   return md_table(head, rows)
 end
 
+local ELEM = { f32 = 4, f16 = 2, bf16 = 2, i8 = 1, fp8_e4m3 = 1 }   -- bytes per KV element
+
+-- The roofline of each shape at its longest length: every K and V element
+-- feeds G = Hq/Hkv f32 multiply-adds, so at the measured FMA peak the kernels
+-- cannot read more than peak * bytes / G GB/s, whatever the memory does.
+local function roofline(res)
+  local i, rows = res.info, {}
+  if not i.fma_all or i.fma_all <= 0 then return nil end
+  for _, sh in ipairs(res.shapes) do
+    local s, n = sh.shape, sh.lens[#sh.lens]
+    local G, esz = s.n_q_heads / s.n_kv_heads, ELEM[s.kv_dtype] or 2
+    local ceil = i.fma_all * esz / G
+    local roof = math.min(ceil, i.bw_all)
+    local row = { s.name, klen(n), f(G, 0), f(ceil, 1), f(roof, 1) }
+    for _, v in ipairs { "tcc", "tcc/avx512" } do
+      local cell = "-"
+      for _, r in ipairs(sh.runs) do
+        local g = r.len == n and r.variant == v and M.gbs(r, "cold", i.bw_all)
+        if g then cell = ("%s GB/s: %s%% of bw, %s%% of roof"):format(f(g, 1), f(g / i.bw_all * 100, 0), f(g / roof * 100, 0)) end
+      end
+      row[#row + 1] = cell
+    end
+    rows[#rows + 1] = row
+  end
+  return md_table({ "shape", "kv_len", "G", "compute ceiling GB/s", "roof GB/s", "tcc", "tcc/avx512" }, rows)
+end
+
 -- The plan table of one shape (plan creation, compile time, what runs).
 local function plan_table(sh)
   local rows = {}
@@ -236,6 +263,16 @@ function M.md(res, charts)
   add("")
   add(headline(res))
   add("")
+  local roof = roofline(res)
+  if roof then
+    add("## Roofline: memory or multiply-adds")
+    add("")
+    add(("Peak f32 multiply-add rate measured in this run (12 independent FMA chains per thread): **%s G FMA/s with %d threads**, %s with 1. Every K and V element feeds G = Hq/Hkv multiply-adds, so the kernels cannot read the cache faster than that peak times the element size over G (the compute ceiling); the roof is the lower of it and the read bandwidth above.")
+      :format(f(i.fma_all, 0), i.threads, f(i.fma_one, 0)))
+    add("")
+    add(roof)
+    add("")
+  end
   add("## Read bandwidth")
   add("")
   add(md_table({ "when", "buffer", "from", "threads", "GB/s" }, bwrows))

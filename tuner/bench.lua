@@ -157,6 +157,7 @@ local function main()
   local res = { info = info, notes = notes, variants = vs, shapes = {}, runs = {}, threads = {} }
   res.bw = bandwidth(info, progress, "start")
   best_bandwidth(info, res.bw)
+  info.fma_all, info.fma_one = fdb.fdb_fma_gfmas(info.threads, 5), fdb.fdb_fma_gfmas(1, 5)
   for _, s in ipairs(shapes) do
     local r = M.bench_shape(s, lengths(s), vs, info, CFG, progress)
     res.shapes[#res.shapes + 1] = r
