@@ -90,6 +90,7 @@ local function add_simd(p)
     for i = a, b do t[#t + 1] = ('"xmm%d"'):format(i) end
     return table.concat(t, ", ")
   end
+  p.HL = simd.head_lanes(p.ISA, p)
   p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
   p.simd_scores = function() return simd.scores(p.ISA, p) end
   p.simd_max = function() return simd.max(p.ISA, p) end

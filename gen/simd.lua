@@ -315,12 +315,68 @@ local function scores_direct(isa, p, R)
   return M.statement(b)
 end
 
+-- Whether a tile is a head-lane tile: AVX-512 with T = 16 (one zmm of heads).
+-- Scores, max, exp and the P.V weights then keep one lane per head: scores
+-- are key-major (sc[i * 16 + t]), which needs no reduction tree, and one
+-- vector op serves every head of the softmax. Not for int8/fp8 (their per-key
+-- scales stay in the staged kernel). Measured slower for 8 heads in ymm (AVX2
+-- or AVX-512, one broadcast load per 8-lane FMA) than the direct kernel.
+function M.head_lanes(isa, p)
+  return isa == 2 and p.T == 16 and not p.QUANT
+end
+
+-- Keys per group of the head-lane scores kernel, and q columns per d-block.
+local HL_KEYS, HL_QCOLS = 8, 16
+
+-- Head-lane scores: HL_KEYS K rows are staged as f32, then for each d
+-- acc[r] += q column d (the 16 heads' q[t][d]) * K[r][d] broadcast from the
+-- stage; acc[r] is the score vector of key r, stored at sc[(i + r) * 16].
+-- A short last group leaves stale staged rows; their rows of sc are never read.
+local function scores_hl(isa, p)
+  local b = new_block(isa)
+  local T, KG, QC = p.T, HL_KEYS, HL_QCOLS
+  b.gp("mov %0, %rax")
+  save_regs(b)
+  for _, fr in ipairs { { "src", "rsi" }, { "ptr", "rdi" }, { "sc", "rdx" }, { "n", "rcx" }, { "stride", "r8" },
+                        { "consts", "r11" }, { "stage", "rbx" }, { "pf", "r14" } } do
+    b.gp(("mov %d(%%rax), %%%s"):format(ARG[fr[1]], fr[2]))
+  end
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 9f")
+  b.gp("1:")
+  b.gp(("mov $%d, %%r12"):format(KG))
+  b.gp("cmp %r12, %rcx")
+  b.gp("cmovb %rcx, %r12")
+  b.gp("sub %r12, %rcx")
+  stage_rows(b, p)
+  for r = 0, KG - 1 do
+    local z = b.r(r, "xmm")
+    b.v("vxorps", z, z, z)
+  end
+  for d0 = 0, p.D - 1, QC do
+    for j = 0, QC - 1 do b.v("vmovups", b.r(KG + j), mem("rdi", (d0 + j) * T * 4)) end
+    for j = 0, QC - 1 do
+      for r = 0, KG - 1 do
+        b.v("vfmadd231ps", b.r(r), b.r(KG + j), mem("rbx", (r * p.D + d0 + j) * 4, nil, nil, true))
+      end
+    end
+  end
+  for r = 0, KG - 1 do b.v("vmovups", mem("rdx", r * T * 4), b.r(r)) end
+  b.gp(("add $%d, %%rdx"):format(KG * T * 4))
+  b.gp("test %rcx, %rcx")
+  b.gp("jnz 1b")
+  b.gp("9:")
+  restore_regs(b)
+  return M.statement(b)
+end
+
 -- Scores of one tile pass over the chunk's n keys: the direct kernel where it
 -- applies; else groups of W keys are staged as f32, then each head's W dot
 -- products are accumulated in W registers and reduced together by a shuffle
 -- tree (no per-key horizontal sums). Lanes past n hold scores of stale staged
 -- rows (or repeated last rows); the caller pads them.
 function M.scores(isa, p)
+  if M.head_lanes(isa, p) then return scores_hl(isa, p) end
   local R = M.direct_rows(isa, p)
   if R then return scores_direct(isa, p, R) end
   local b = new_block(isa)
@@ -359,12 +415,14 @@ function M.scores(isa, p)
 end
 
 -- Running max of the padded score row (n a multiple of W) from *in into *out.
+-- Head-lane tiles: n counts the rows' floats, *in and *out are T-float vectors.
 function M.max(isa, p)
+  local hl = M.head_lanes(isa, p)
   local b = new_block(isa)
   prologue(b, { "ptr", "n" })
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
-  b.v("vbroadcastss", b.r(0), mem("rsi", 0))
+  b.v(hl and "vmovups" or "vbroadcastss", b.r(0), mem("rsi", 0))
   b.gp("test %rcx, %rcx")
   b.gp("jz 2f")
   b.gp("1:")
@@ -373,20 +431,23 @@ function M.max(isa, p)
   b.gp(("sub $%d, %%rcx"):format(b.g.W))
   b.gp("jnz 1b")
   b.gp("2:")
+  if hl then b.v("vmovups", mem("rdx", 0), b.r(0)); return M.statement(b) end
   reduce(b, 0, 1, "vmaxps")
   b.v("vmovss", mem("rdx", 0), b.r(0, "xmm"))
   return M.statement(b)
 end
 
 -- p = e^(s - *in) in place over the padded row, *out = sum of p. Arguments
--- below -87 (and -inf) give exactly 0.
+-- below -87 (and -inf) give exactly 0. Head-lane tiles: *in and *out are
+-- T-float vectors (each head's max, each head's sum).
 function M.exp(isa, p)
+  local hl = M.head_lanes(isa, p)
   local b = new_block(isa)
   local r = function(n) return b.r(n) end
   prologue(b, { "ptr", "n", "consts" })
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
-  b.v("vbroadcastss", r(1), mem("rsi", 0))                -- 1: max
+  b.v(hl and "vmovups" or "vbroadcastss", r(1), mem("rsi", 0))   -- 1: max
   b.v("vxorps", b.r(2, "xmm"), b.r(2, "xmm"), b.r(2, "xmm"))  -- 2: sum
   b.gp("1:")
   b.v("vmovups", r(3), mem("rdi", 0))                      -- 3: x
@@ -417,6 +478,7 @@ function M.exp(isa, p)
   b.gp(("add $%d, %%rdi"):format(b.g.W * 4))
   b.gp(("sub $%d, %%rcx"):format(b.g.W))
   b.gp("jnz 1b")
+  if hl then b.v("vmovups", mem("rdx", 0), r(2)); return M.statement(b) end
   reduce(b, 2, 3, "vaddps")
   b.v("vmovss", mem("rdx", 0), b.r(2, "xmm"))
   return M.statement(b)
@@ -449,6 +511,9 @@ function M.pv(isa, p, block)
   local W, T, cb = b.g.W, p.T, block[2]
   local esz = ELEM[p.KV_DTYPE]
   local nacc = T * cb
+  -- p_t[i]: row-major score rows, or key-major rows of head-lane tiles
+  local hl = M.head_lanes(isa, p)
+  local p_at = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
   local preload, preg, vreg, tmp = false, nil, 28, 30
   if isa == 1 then
     local _, fits = avx2_pv_plan(T, p.KV_DTYPE >= 3)
@@ -466,7 +531,7 @@ function M.pv(isa, p, block)
   b.gp("jz 2f")
   b.gp("1:")
   if preload then
-    for t = 0, T - 1 do b.v("vbroadcastss", b.r(preg + t), mem("rdx", t * p.CHUNKP * 4)) end
+    for t = 0, T - 1 do b.v("vbroadcastss", b.r(preg + t), mem("rdx", p_at(t))) end
   end
   for k = 0, cb - 1 do
     local vr = b.r(vreg + k % 2)
@@ -478,18 +543,18 @@ function M.pv(isa, p, block)
     for t = 0, T - 1 do
       local acc = b.r(t * cb + k)
       if isa == 2 then
-        b.v("vfmadd231ps", acc, vr, mem("rdx", t * p.CHUNKP * 4, nil, nil, true))
+        b.v("vfmadd231ps", acc, vr, mem("rdx", p_at(t), nil, nil, true))
       elseif preload then
         b.v("vfmadd231ps", acc, vr, b.r(preg + t))
       else
-        b.v("vbroadcastss", b.r(preg), mem("rdx", t * p.CHUNKP * 4))
+        b.v("vbroadcastss", b.r(preg), mem("rdx", p_at(t)))
         b.v("vfmadd231ps", acc, vr, b.r(preg))
       end
     end
   end
   if block[1] == 0 then prefetch_row(b, p, "rax") end
   b.gp("add %r8, %rsi")
-  b.gp("add $4, %rdx")
+  b.gp(("add $%d, %%rdx"):format(hl and T * 4 or 4))
   if p.QUANT then b.gp("add %r10, %r9") end
   b.gp("dec %rcx")
   b.gp("jnz 1b")

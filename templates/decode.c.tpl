@@ -26,7 +26,10 @@ void fd_k$(KEY)(const fd_work *w) {
 @ if NEED_HU then
   fd_u32 hu;
 @ end
-  fd_i64 c, i, n;
+  fd_i64 c, n;
+@ if not HL or MASK then
+  fd_i64 i;
+@ end
   int h, d, tp;
   /* q in f32, pre-scaled; state records start empty (m = -inf, l = 0). */
   {
@@ -34,7 +37,12 @@ void fd_k$(KEY)(const fd_work *w) {
     for (h = 0; h < nh * $(D); h++) {
       float x;
       $(load(Q_DTYPE, "x", "q[h]"))
+@ if HL then
+      /* head-lane tiles: q columns, qbuf[tile][d][t] */
+      qbuf[h / $(T * D) * $(T * D) + h % $(D) * $(T) + h / $(D) % $(T)] = x * w->scale;
+@ else
       qbuf[h] = x * w->scale;
+@ end
     }
   }
   for (h = 0; h < nh; h++) {
@@ -59,8 +67,10 @@ void fd_k$(KEY)(const fd_work *w) {
       /* $(ISA_NAME) micro-kernels (gen/simd.lua): scores, max, exp, P.V. */
       {
         fd_asm_args aa;
+@   if not HL then
         fd_i64 npad = (n + $(W - 1)) / $(W) * $(W);
         float mx, sum;
+@   end
         aa.consts = &fd_simd_c;
         aa.stage = stage;
         aa.src = kbase + c * kvs;
@@ -77,6 +87,36 @@ void fd_k$(KEY)(const fd_work *w) {
         aa.scl_stride = 0;
 @   end
 $(simd_scores())
+@   if HL then
+@     if MASK then
+@       for t = 0, T - 1 do
+        for (i = 0; i < n; i++) sc[i * $(T) + $(t)] += mrow$(t)[i];
+@       end
+@     end
+        /* one max and one exp statement for all T heads (lane t = head t);
+           a head whose keys are all masked takes base 0, so its p are 0 */
+        {
+          float hm[$(T)], hb[$(T)], hs[$(T)];
+@     for t = 0, T - 1 do
+          hm[$(t)] = st$(t)[$(D)];
+@     end
+          aa.ptr = sc;
+          aa.n = n * $(T);
+          aa.in = hm;
+          aa.out = hm;
+$(simd_max())
+@     for t = 0, T - 1 do
+          hb[$(t)] = hm[$(t)] == ninf ? 0.0f : hm[$(t)];
+          if (hm[$(t)] != ninf && st$(t)[$(D)] != hm[$(t)]) fd_rescale(st$(t), $(D), hm[$(t)]);
+@     end
+          aa.in = hb;
+          aa.out = hs;
+$(simd_exp())
+@     for t = 0, T - 1 do
+          st$(t)[$(D + 1)] += hs[$(t)];
+@     end
+        }
+@   else
 @   if MASK then
 @     for t = 0, T - 1 do
         for (i = 0; i < n; i++) sc[$(t * SCW) + i] += mrow$(t)[i];
@@ -94,18 +134,14 @@ $(simd_max())
           if (mx == ninf) {
             for (i = 0; i < n; i++) s[i] = 0.0f;
           } else {
-            if (st$(t)[$(D)] != mx) {
-              float corr = fd_expf(st$(t)[$(D)] - mx);
-              for (d = 0; d < $(D); d++) st$(t)[d] *= corr;
-              st$(t)[$(D)] = mx;
-              st$(t)[$(D + 1)] *= corr;
-            }
+            if (st$(t)[$(D)] != mx) fd_rescale(st$(t), $(D), mx);
             aa.in = &mx;
             aa.out = &sum;
 $(simd_exp())
             st$(t)[$(D + 1)] += sum;
           }
         }
+@   end
 @   end
         aa.sc = sc;
         aa.n = n;
@@ -168,12 +204,7 @@ $(lane_reduce("          "))
         if (mx == ninf) {
           for (i = 0; i < n; i++) s[i] = 0.0f;
         } else {
-          if (st$(t)[$(D)] != mx) {
-            float corr = fd_expf(st$(t)[$(D)] - mx);
-            for (d = 0; d < $(D); d++) st$(t)[d] *= corr;
-            st$(t)[$(D)] = mx;
-            st$(t)[$(D + 1)] *= corr;
-          }
+          if (st$(t)[$(D)] != mx) fd_rescale(st$(t), $(D), mx);
           for (i = 0; i < n; i++) {
             x = s[i] - mx;
             if (!(x >= -87.0f)) p = 0.0f;

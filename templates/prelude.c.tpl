@@ -16,6 +16,15 @@ $(exp_body("x", "p", "    "))
   return p;
 }
 
+/* Online softmax: move a head's state record (acc[0..D), max, sum) to the larger running max mx. */
+static inline void fd_rescale(float *st, int D, float mx) {
+  float corr = fd_expf(st[D] - mx);
+  int d;
+  for (d = 0; d < D; d++) st[d] *= corr;
+  st[D] = mx;
+  st[D + 1] *= corr;
+}
+
 /* Natural log of x >= 1 (a softmax denominator), in double internally. */
 static inline float fd_logf(float x) {
   fd_bits b; int e; double m, s, s2;
