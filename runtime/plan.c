@@ -144,12 +144,18 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
 }
 
 /* Compile a bucket's kernels; an isa the planner chose falls back to a lower
-   one when the shape has no variant there (e.g. head_dim not a multiple of the vector). */
+   one when the shape has no variant there (e.g. head_dim not a multiple of the
+   vector), and a forced isa that cannot run a table row's tile (AVX2 holds at
+   most 12 heads) takes the heuristic tile. */
 static int compile_bucket(fd_plan *p, fd_bucket *b) {
   char err[4096];
   for (;;) {
     int rc = compile_variants(p, b, err, sizeof err);
     if (rc == FD_OK) return FD_OK;
+    if (rc == FD_ECOMPILE && b->forced_isa && b->from_table && b->tile != heuristic_tile(p->G)) {
+      b->tile = heuristic_tile(p->G);
+      continue;
+    }
     if (rc != FD_ECOMPILE || b->forced_isa || b->isa == 0) return fd_fail(p->ctx, rc, "%s", err);
     b->isa--;
   }
