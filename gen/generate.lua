@@ -80,10 +80,7 @@ local function add_simd(p)
   p.SCW = math.ceil(p.CHUNK / p.W) * p.W + p.W
   p.CHUNKP = p.SCW
   p.KV_SIZE = ELEM[p.KV_DTYPE]
-  p.SIMD_FLOATS = { "1.44269504088896341f", "0.693359375f", "-2.12194440e-4f", "1.98412698e-4f",
-                    "1.38888889e-3f", "8.33333333e-3f", "4.16666667e-2f", "0.166666667f", "0.5f", "1.0f",
-                    "1.0f", "-87.0f", "1.329227995784916e+36f" }
-  p.SIMD_INTS = { 127, 2147483648, 133169152 }   -- 127, 0x80000000, 0x07f00000
+  p.CONST_FLOATS, p.CONST_INTS = simd.CONST_FLOATS, simd.CONST_INTS
   p.lanes = lanes
   p.xmm_list = function(a, b)
     local t = {}
@@ -96,6 +93,9 @@ local function add_simd(p)
   p.simd_max = function() return simd.max(p.ISA, p) end
   p.simd_exp = function() return simd.exp(p.ISA, p) end
   p.simd_pv = function(blk) return simd.pv(p.ISA, p, blk) end
+  p.simd_qload = function() return simd.qload(p.ISA, p) end
+  p.simd_store_out = function() return simd.store_out(p.ISA, p) end
+  p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end
 end
 
 -- The template parameters of a key: sizes, types and code-emitting helpers.
@@ -115,8 +115,8 @@ function M.params(k)
     MASK = f.mask_mode == 1, SPLIT = f.flags % 2 == 1, LSE = f.flags >= 2,
     STRIDE = f.layout == 0 and tostring(D) or "w->kv_stride",
     -- the bit-cast temporaries serve q conversion, and K/V loads of portable kernels
-    NEED_BITS = f.q_dtype ~= 0 or (f.isa == 0 and f.kv_dtype ~= 0 and f.kv_dtype ~= 3),
-    NEED_HU = f.q_dtype == 1 or (f.isa == 0 and (f.kv_dtype == 1 or f.kv_dtype == 4)),
+    NEED_BITS = f.isa == 0 and (f.q_dtype ~= 0 or (f.kv_dtype ~= 0 and f.kv_dtype ~= 3)),
+    NEED_HU = f.isa == 0 and (f.q_dtype == 1 or f.kv_dtype == 1 or f.kv_dtype == 4),
     QUANT = f.kv_dtype >= 3,
     load = load, exp_body = exp_body,
   }

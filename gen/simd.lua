@@ -20,11 +20,22 @@ local M = {}
 local ARG = { src = 0, ptr = 8, sc = 16, n = 24, stride = 32, scl = 40, scl_stride = 48,
               consts = 56, inp = 64, out = 72, stage = 80, pf = 88 }
 M.ARG = ARG
--- Constant rows of fd_simd_c, 16 lanes (64 bytes) each (keep in sync with the prelude).
-M.CONSTS = { "log2e", "ln2_hi", "ln2_lo", "c7", "c6", "c5", "c4", "c3", "c2", "c1", "c0",
-             "min_x", "two120", "i127", "sign", "fp8_mag" }
+-- Constant rows of fd_simd_c, 16 lanes (64 bytes) each: the float rows, then
+-- the integer rows. templates/simd_prelude.c.tpl writes the struct from
+-- these lists, so names, order and values live only here.
+M.CONST_FLOATS = {
+  { "log2e", "1.44269504088896341f" }, { "ln2_hi", "0.693359375f" }, { "ln2_lo", "-2.12194440e-4f" },
+  { "c7", "1.98412698e-4f" }, { "c6", "1.38888889e-3f" }, { "c5", "8.33333333e-3f" }, { "c4", "4.16666667e-2f" },
+  { "c3", "0.166666667f" }, { "c2", "0.5f" }, { "c1", "1.0f" }, { "c0", "1.0f" },
+  { "min_x", "-87.0f" }, { "two120", "1.329227995784916e+36f" },
+}
+M.CONST_INTS = {
+  { "i127", 127 }, { "sign", 0x80000000 }, { "fp8_mag", 0x07f00000 },
+  { "one", 1 }, { "bf16_half", 0x7fff }, { "bf16_quiet", 0x40 },   -- f32 -> bf16 rounding
+}
 local C = {}
-for i, name in ipairs(M.CONSTS) do C[name] = (i - 1) * 64 end
+for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
+for i, row in ipairs(M.CONST_INTS) do C[row[1]] = (#M.CONST_FLOATS + i - 1) * 64 end
 
 -- Vector geometry of an isa.
 local GEOM = {
@@ -484,6 +495,95 @@ function M.exp(isa, p)
   return M.statement(b)
 end
 
+-- q times the softmax scale as f32: n elements (a multiple of W) of the q
+-- dtype at src into ptr, the scale at *in.
+function M.qload(isa, p)
+  local b = new_block(isa)
+  local W, qsize = b.g.W, ELEM[p.Q_DTYPE]
+  prologue(b, { "src", "ptr", "n" })
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.inp))
+  b.v("vbroadcastss", b.r(1), mem("rdx", 0))
+  b.gp("1:")
+  load_kv(b, p.Q_DTYPE, b.r(0), mem("rsi", 0))
+  b.v("vmulps", b.r(0), b.r(0), b.r(1))
+  b.v("vmovups", mem("rdi", 0), b.r(0))
+  b.gp(("add $%d, %%rsi"):format(W * qsize))
+  b.gp(("add $%d, %%rdi"):format(W * 4))
+  b.gp(("sub $%d, %%rcx"):format(W))
+  b.gp("jnz 1b")
+  return M.statement(b)
+end
+
+-- f32 lanes of register x to bf16 bits in the low 16 bits of each lane of
+-- register r, rounded to nearest even, NaN kept quiet (fd_f32_to_bf16); t: scratch.
+local function to_bf16(b, x, r, t)
+  local pand, por = b.isa == 2 and "vpandd" or "vpand", b.isa == 2 and "vpord" or "vpor"
+  b.v("vpsrld", t, x, 16)
+  b.v(pand, r, t, mem("r11", C.one))
+  b.v("vpaddd", r, r, x)
+  b.v("vpaddd", r, r, mem("r11", C.bf16_half))
+  b.v("vpsrld", r, r, 16)
+  b.v(por, t, t, mem("r11", C.bf16_quiet))
+  if b.isa == 2 then
+    b.v("vcmpps", "k1", x, x, 3)                 -- unordered: NaN lanes
+    b.v("vmovaps", r .. "{k1}", t)
+  else
+    local m = b.r(4)
+    b.v("vcmpps", m, x, x, 3)
+    b.v("vandps", t, t, m)
+    b.v("vandnps", r, m, r)
+    b.v("vorps", r, r, t)
+  end
+end
+
+-- The normalized output row of one head: out[d] = st[d] * *in for the n
+-- (head_dim) floats at ptr, stored as the out dtype (f32, f16 or bf16).
+function M.store_out(isa, p)
+  local b = new_block(isa)
+  local W, osize, dt = b.g.W, ELEM[p.OUT_DTYPE], p.OUT_DTYPE
+  prologue(b, { "ptr", "n", "consts" })
+  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
+  b.v("vbroadcastss", b.r(1), mem("rsi", 0))
+  b.gp("1:")
+  b.v("vmulps", b.r(0), b.r(1), mem("rdi", 0))
+  if dt == 0 then b.v("vmovups", mem("rdx", 0), b.r(0))
+  elseif dt == 1 then b.v("vcvtps2ph", mem("rdx", 0), b.r(0), 0)   -- round to nearest even
+  else
+    to_bf16(b, b.r(0), b.r(3), b.r(2))
+    if isa == 2 then b.v("vpmovdw", mem("rdx", 0), b.r(3))
+    else
+      b.v("vpackusdw", b.r(3), b.r(3), b.r(3))
+      b.v("vpermq", b.r(3), b.r(3), 0x08)
+      b.v("vmovups", mem("rdx", 0), b.r(3, "xmm"))
+    end
+  end
+  b.gp("add $" .. W * 4 .. ", %rdi")
+  b.gp("add $" .. W * osize .. ", %rdx")
+  b.gp(("sub $%d, %%rcx"):format(W))
+  b.gp("jnz 1b")
+  return M.statement(b)
+end
+
+-- Online-softmax rescale of a tile's accumulators: the D floats of head t's
+-- state record (ptr + t * REC floats) times *in[t], for every head of the tile.
+function M.scale_records(isa, p)
+  local b = new_block(isa)
+  local W = b.g.W
+  prologue(b, { "ptr" })
+  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
+  for t = 0, p.T - 1 do
+    local f = b.r(t % 2 + 2)
+    b.v("vbroadcastss", f, mem("rsi", t * 4))
+    for c = 0, p.D / W - 1 do
+      local r, m = b.r(c % 2), mem("rdi", (t * p.REC + c * W) * 4)
+      b.v("vmulps", r, f, m)
+      b.v("vmovups", m, r)
+    end
+  end
+  return M.statement(b)
+end
+
 -- AVX2 register plan of the P.V pass: 16 registers hold T*cb accumulators,
 -- the p_t broadcasts (T of them, or one reused), two V registers and, for
 -- int8/fp8, one scratch (scale broadcast and fp8 decoding).
@@ -580,10 +680,10 @@ end
 -- Blocks depend only on these parameters; memoize them, since a kernel emits
 -- max and exp once per head and a plan compiles three variants of one kernel.
 local memo = {}
-for _, name in ipairs { "scores", "max", "exp", "pv" } do
+for _, name in ipairs { "scores", "max", "exp", "pv", "qload", "store_out", "scale_records" } do
   local build = M[name]
   M[name] = function(isa, p, blk)
-    local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, tostring(p.QUANT), p.REC,
+    local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
                              blk and blk[1] or "", blk and blk[2] or "" }, ":")
     if not memo[k] then memo[k] = build(isa, p, blk) end
     return memo[k]

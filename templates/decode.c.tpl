@@ -32,19 +32,39 @@ void fd_k$(KEY)(const fd_work *w) {
 @ end
   int h, d, tp;
   /* q in f32, pre-scaled; state records start empty (m = -inf, l = 0). */
+@ if ISA > 0 then
+  {
+    fd_asm_args aa;
+    float scale = w->scale;
+    aa.consts = &fd_simd_c;
+    aa.in = &scale;
+@   if HL then
+    /* head-lane tiles: q columns, qbuf[tile][d][t] = q[tile * T + t][d] */
+    for (tp = 0; tp < nh; tp += $(T)) {
+      aa.src = (const $(QT) *)w->q + (fd_i64)tp * $(D);
+      aa.ptr = stage;
+      aa.n = $(T * D);
+$(simd_qload())
+      for (h = 0; h < $(T); h++)
+        for (d = 0; d < $(D); d++) qbuf[tp * $(D) + d * $(T) + h] = stage[h * $(D) + d];
+    }
+@   else
+    aa.src = w->q;
+    aa.ptr = qbuf;
+    aa.n = (fd_i64)nh * $(D);
+$(simd_qload())
+@   end
+  }
+@ else
   {
     const $(QT) *q = (const $(QT) *)w->q;
     for (h = 0; h < nh * $(D); h++) {
       float x;
       $(load(Q_DTYPE, "x", "q[h]"))
-@ if HL then
-      /* head-lane tiles: q columns, qbuf[tile][d][t] */
-      qbuf[h / $(T * D) * $(T * D) + h % $(D) * $(T) + h / $(D) % $(T)] = x * w->scale;
-@ else
       qbuf[h] = x * w->scale;
-@ end
     }
   }
+@ end
   for (h = 0; h < nh; h++) {
     float *st = state + (fd_i64)h * $(REC);
     for (d = 0; d < $(D); d++) st[d] = 0.0f;
@@ -93,10 +113,11 @@ $(simd_scores())
         for (i = 0; i < n; i++) sc[i * $(T) + $(t)] += mrow$(t)[i];
 @       end
 @     end
-        /* one max and one exp statement for all T heads (lane t = head t);
-           a head whose keys are all masked takes base 0, so its p are 0 */
+        /* one max, one rescale and one exp statement for all T heads (lane t =
+           head t); a head whose keys are all masked takes base 0, so its p are 0 */
         {
-          float hm[$(T)], hb[$(T)], hs[$(T)];
+          float hm[$(T)], hb[$(T)], hs[$(T)], hc[$(T)];
+          int grew = 0;
 @     for t = 0, T - 1 do
           hm[$(t)] = st$(t)[$(D)];
 @     end
@@ -107,8 +128,20 @@ $(simd_scores())
 $(simd_max())
 @     for t = 0, T - 1 do
           hb[$(t)] = hm[$(t)] == ninf ? 0.0f : hm[$(t)];
-          if (hm[$(t)] != ninf && st$(t)[$(D)] != hm[$(t)]) fd_rescale(st$(t), $(D), hm[$(t)]);
+          hc[$(t)] = 1.0f;
+          if (hm[$(t)] != ninf && st$(t)[$(D)] != hm[$(t)]) {
+            hc[$(t)] = fd_expf(st$(t)[$(D)] - hm[$(t)]);
+            st$(t)[$(D)] = hm[$(t)];
+            st$(t)[$(D + 1)] *= hc[$(t)];
+            grew = 1;
+          }
 @     end
+          if (grew) {
+            aa.ptr = st0;
+            aa.in = hc;
+$(simd_scale_records())
+          }
+          aa.ptr = sc;
           aa.in = hb;
           aa.out = hs;
 $(simd_exp())
@@ -248,7 +281,17 @@ $(exp_body("x", "p", "              "))
     for (h = 0; h < nh; h++) {
       const float *st = state + (fd_i64)h * $(REC);
       float l = st[$(D + 1)], inv = l > 0.0f ? 1.0f / l : 0.0f;
+@   if ISA > 0 then
+      fd_asm_args aa;
+      aa.consts = &fd_simd_c;
+      aa.ptr = (float *)st;
+      aa.n = $(D);
+      aa.in = &inv;
+      aa.out = (float *)(out + (fd_i64)h * $(D));
+$(simd_store_out())
+@   else
       for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, (fd_i64)h * $(D) + d, st[d] * inv);
+@   end
 @   if LSE then
       w->lse[h] = l > 0.0f ? st[$(D)] + fd_logf(l) : ninf;
 @   end

@@ -20,16 +20,16 @@ typedef struct fd_asm_args {
   const void *pf;           /* 88: rows to prefetch meanwhile (V of this chunk, K of the next) */
 } fd_asm_args;
 
-/* Constant rows, 16 lanes each, in gen/simd.lua's CONSTS order: keep in sync. */
-static const struct { float f[13][16]; fd_u32 u[3][16]; } fd_simd_c = {
+/* Constant rows, 16 lanes each, from gen/simd.lua's CONST_FLOATS and CONST_INTS. */
+static const struct { float f[$(#CONST_FLOATS)][16]; fd_u32 u[$(#CONST_INTS)][16]; } fd_simd_c = {
   {
-@ for _, v in ipairs(SIMD_FLOATS) do
-    { $(lanes(v)) },
+@ for _, row in ipairs(CONST_FLOATS) do
+    { $(lanes(row[2])) },   /* $(row[1]) */
 @ end
   },
   {
-@ for _, v in ipairs(SIMD_INTS) do
-    { $(lanes(v)) },
+@ for _, row in ipairs(CONST_INTS) do
+    { $(lanes(row[2])) },   /* $(row[1]) */
 @ end
   }
 };

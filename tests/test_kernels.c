@@ -167,6 +167,40 @@ static void huge_logit(void) {
   }
 }
 
+/* Output rounding, bit for bit: with one key the output row is exactly its V
+   row (p = 1, l = 1), so an f16 or bf16 output must equal the test's own
+   round-to-nearest-even encoding of each V value: ties, f16 subnormals and
+   overflow, bf16 overflow, infinities and NaN (a -0 row comes out +0: the sum starts at +0). */
+static void output_rounding(void) {
+  static const float hard[] = {
+    1.00390625f, 1.01171875f, 1.0039063f, -1.01171875f,           /* bf16 ties to even, and just above */
+    1.00048828125f, 1.00146484375f, 65519.0f, 65520.0f, -70000.0f, /* f16 ties, largest finite, overflow */
+    1e-7f, 2.98023224e-8f, 8.9406967e-8f, -6.0e-5f,                /* f16 subnormals, half-ulp ties */
+    3.4e38f, -1.5e-5f, INFINITY, -INFINITY, NAN,
+  };
+  const int D = 32, nh = sizeof hard / sizeof *hard;
+  for (int od = 1; od <= 2; od++) {
+    kproblem p;
+    kp_init(&p, 1, 1, 1, D, 1, 0, 0, od, 2, 0, 4300 + od);
+    for (int d = 0; d < nh; d++) p.vf[d] = hard[d];
+    uint32_t nan_ones = 0x7fffffffu;                               /* bf16 rounding would carry into the sign */
+    memcpy(&p.vf[nh], &nan_ones, 4);
+    kp_sync(&p);
+    float out[32], lse[1];
+    char err[4096];
+    if (!t_check(kx_run(&p, &(kconfig){ 16, 1, 1, 0, 1, isa }, out, lse, err, sizeof err) == 0,
+                 "isa%d out %s rounding: run: %s", isa, DT[od], err)) { kp_free(&p); continue; }
+    int bad = -1;
+    for (int d = 0; d < D && bad < 0; d++) {
+      float v = p.vf[d], want = od == 1 ? t_f16_to_f32(t_f32_to_f16(v)) : t_bf16_to_f32(t_f32_to_bf16(v));
+      if (isnan(want) ? !isnan(out[d]) : memcmp(&want, &out[d], 4) != 0) bad = d;
+    }
+    t_check(bad < 0, "isa%d out %s rounding of V[%d] = %.9g: got %.9g", isa, DT[od], bad, bad < 0 ? 0 : p.vf[bad],
+            bad < 0 ? 0 : out[bad]);
+    kp_free(&p);
+  }
+}
+
 /* The test-data encoders against known bit patterns (the reference only ever sees round trips). */
 static void conversions(void) {
   static const struct { float x; uint16_t f16, bf16; } h[] = {
@@ -197,6 +231,7 @@ int main(void) {
     merge_splits();
     masked_rows();
     huge_logit();
+    output_rounding();
   }
   printf("note: head_dim 7 has no SIMD variant (not a multiple of the vector); portable C covers it\n");
   kx_cleanup();
