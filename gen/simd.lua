@@ -452,32 +452,56 @@ function M.scores(isa, p)
   return M.statement(b)
 end
 
--- Running max of the padded score row (n a multiple of W) from *in into *out.
--- Head-lane tiles: n counts the rows' floats, *in and *out are T-float vectors.
+-- The score rows of a softmax statement, each as (offset in bytes from ptr,
+-- lane of *in and *out): the T padded rows of a row-major tile, or the one
+-- key-major row of a head-lane tile (its lanes are the heads).
+local function softmax_rows(isa, p)
+  if M.head_lanes(isa, p) then return { 0 } end
+  local rows = {}
+  for t = 0, p.T - 1 do rows[#rows + 1] = t * p.CHUNKP * 4 end
+  return rows
+end
+
+-- Head t's value of a per-head vector at (rsi) into register n: a broadcast of
+-- lane t, or the whole T-float vector of a head-lane tile.
+local function head_value(b, hl, n, t)
+  if hl then b.v("vmovups", b.r(n), mem("rsi", 0)) else b.v("vbroadcastss", b.r(n), mem("rsi", t * 4)) end
+end
+
+-- Store the result of register n for head t at (rdx): its reduced lowest lane
+-- (op vmaxps or vaddps, scratch s), or the whole vector of a head-lane tile.
+local function head_result(b, hl, n, t, s, op)
+  if hl then b.v("vmovups", mem("rdx", 0), b.r(n)); return end
+  reduce(b, n, s, op)
+  b.v("vmovss", mem("rdx", t * 4), b.r(n, "xmm"))
+end
+
+-- Running max of each head's padded score row (n floats, a multiple of W), from
+-- in[t] into out[t]. Head-lane tiles: one key-major row of n floats, in and out
+-- T-float vectors.
 function M.max(isa, p)
   local hl = M.head_lanes(isa, p)
   local b = new_block(isa)
   prologue(b, { "ptr", "n" })
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
-  b.v(hl and "vmovups" or "vbroadcastss", b.r(0), mem("rsi", 0))
-  b.gp("test %rcx, %rcx")
-  b.gp("jz 2f")
-  b.gp("1:")
-  b.v("vmaxps", b.r(0), b.r(0), mem("rdi", 0))
-  b.gp(("add $%d, %%rdi"):format(b.g.W * 4))
-  b.gp(("sub $%d, %%rcx"):format(b.g.W))
-  b.gp("jnz 1b")
-  b.gp("2:")
-  if hl then b.v("vmovups", mem("rdx", 0), b.r(0)); return M.statement(b) end
-  reduce(b, 0, 1, "vmaxps")
-  b.v("vmovss", mem("rdx", 0), b.r(0, "xmm"))
+  for t, off in ipairs(softmax_rows(isa, p)) do
+    head_value(b, hl, 0, t - 1)
+    b.gp(("lea %d(%%rdi), %%r9"):format(off))
+    b.gp("mov %rcx, %r10")
+    b.gp("1:")
+    b.v("vmaxps", b.r(0), b.r(0), mem("r9", 0))
+    b.gp(("add $%d, %%r9"):format(b.g.W * 4))
+    b.gp(("sub $%d, %%r10"):format(b.g.W))
+    b.gp("jnz 1b")
+    head_result(b, hl, 0, t - 1, 1, "vmaxps")
+  end
   return M.statement(b)
 end
 
--- p = e^(s - *in) in place over the padded row, *out = sum of p. Arguments
--- below -87 (and -inf) give exactly 0. Head-lane tiles: *in and *out are
--- T-float vectors (each head's max, each head's sum).
+-- p = e^(s - in[t]) in place over each head's padded row, out[t] = sum of its
+-- p. Arguments below -87 (and -inf) give exactly 0. Head-lane tiles: one
+-- key-major row, in and out T-float vectors.
 function M.exp(isa, p)
   local hl = M.head_lanes(isa, p)
   local b = new_block(isa)
@@ -485,40 +509,42 @@ function M.exp(isa, p)
   prologue(b, { "ptr", "n", "consts" })
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
-  b.v(hl and "vmovups" or "vbroadcastss", r(1), mem("rsi", 0))   -- 1: max
-  b.v("vxorps", b.r(2, "xmm"), b.r(2, "xmm"), b.r(2, "xmm"))  -- 2: sum
-  b.gp("1:")
-  b.v("vmovups", r(3), mem("rdi", 0))                      -- 3: x
-  b.v("vsubps", r(3), r(3), r(1))
-  if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x1d)
-  else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x1d) end   -- keep x >= -87
-  b.v("vmaxps", r(3), r(3), mem("r11", C.min_x))
-  b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
-  if isa == 2 then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
-  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
-  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
-  b.v("vmovups", r(5), mem("r11", C.c7))                   -- 5: p
-  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
-    b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
+  for t, off in ipairs(softmax_rows(isa, p)) do
+    head_value(b, hl, 1, t - 1)                              -- 1: max
+    b.v("vxorps", b.r(2, "xmm"), b.r(2, "xmm"), b.r(2, "xmm"))  -- 2: sum
+    b.gp(("lea %d(%%rdi), %%r9"):format(off))
+    b.gp("mov %rcx, %r10")
+    b.gp("1:")
+    b.v("vmovups", r(3), mem("r9", 0))                       -- 3: x
+    b.v("vsubps", r(3), r(3), r(1))
+    if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x1d)
+    else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x1d) end   -- keep x >= -87
+    b.v("vmaxps", r(3), r(3), mem("r11", C.min_x))
+    b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
+    if isa == 2 then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
+    b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
+    b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
+    b.v("vmovups", r(5), mem("r11", C.c7))                   -- 5: p
+    for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
+      b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
+    end
+    if isa == 2 then
+      b.v("vscalefps", r(5), r(5), r(4))
+      b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
+    else
+      b.v("vcvtps2dq", r(6), r(4))
+      b.v("vpaddd", r(6), r(6), mem("r11", C.i127))
+      b.v("vpslld", r(6), r(6), 23)
+      b.v("vmulps", r(5), r(5), r(6))
+      b.v("vandps", r(5), r(5), r(7))
+    end
+    b.v("vmovups", mem("r9", 0), r(5))
+    b.v("vaddps", r(2), r(2), r(5))
+    b.gp(("add $%d, %%r9"):format(b.g.W * 4))
+    b.gp(("sub $%d, %%r10"):format(b.g.W))
+    b.gp("jnz 1b")
+    head_result(b, hl, 2, t - 1, 3, "vaddps")
   end
-  if isa == 2 then
-    b.v("vscalefps", r(5), r(5), r(4))
-    b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
-  else
-    b.v("vcvtps2dq", r(6), r(4))
-    b.v("vpaddd", r(6), r(6), mem("r11", C.i127))
-    b.v("vpslld", r(6), r(6), 23)
-    b.v("vmulps", r(5), r(5), r(6))
-    b.v("vandps", r(5), r(5), r(7))
-  end
-  b.v("vmovups", mem("rdi", 0), r(5))
-  b.v("vaddps", r(2), r(2), r(5))
-  b.gp(("add $%d, %%rdi"):format(b.g.W * 4))
-  b.gp(("sub $%d, %%rcx"):format(b.g.W))
-  b.gp("jnz 1b")
-  if hl then b.v("vmovups", mem("rdx", 0), r(2)); return M.statement(b) end
-  reduce(b, 2, 3, "vaddps")
-  b.v("vmovss", mem("rdx", 0), b.r(2, "xmm"))
   return M.statement(b)
 end
 

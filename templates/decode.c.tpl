@@ -89,7 +89,6 @@ $(simd_qload())
         fd_asm_args aa;
 @   if not HL then
         fd_i64 npad = (n + $(W - 1)) / $(W) * $(W);
-        float mx, sum;
 @   end
         aa.consts = &fd_simd_c;
         aa.stage = stage;
@@ -107,26 +106,33 @@ $(simd_qload())
         aa.scl_stride = 0;
 @   end
 $(simd_scores())
-@   if HL then
-@     if MASK then
-@       for t = 0, T - 1 do
+@   if MASK then
+@     for t = 0, T - 1 do
+@       if HL then
         for (i = 0; i < n; i++) sc[i * $(T) + $(t)] += mrow$(t)[i];
+@       else
+        for (i = 0; i < n; i++) sc[$(t * SCW) + i] += mrow$(t)[i];
 @       end
 @     end
-        /* one max, one rescale and one exp statement for all T heads (lane t =
+@   end
+        /* one max, one rescale and one exp statement for all T heads (score
+           rows padded with -inf to whole vectors; head-lane tiles: lane t is
            head t); a head whose keys are all masked takes base 0, so its p are 0 */
         {
           float hm[$(T)], hb[$(T)], hs[$(T)], hc[$(T)];
           int grew = 0;
-@     for t = 0, T - 1 do
+@   for t = 0, T - 1 do
           hm[$(t)] = st$(t)[$(D)];
+@     if not HL then
+          for (i = n; i < npad; i++) sc[$(t * SCW) + i] = ninf;
 @     end
+@   end
           aa.ptr = sc;
-          aa.n = n * $(T);
+          aa.n = $(HL and "n * " .. T or "npad");
           aa.in = hm;
           aa.out = hm;
 $(simd_max())
-@     for t = 0, T - 1 do
+@   for t = 0, T - 1 do
           hb[$(t)] = hm[$(t)] == ninf ? 0.0f : hm[$(t)];
           hc[$(t)] = 1.0f;
           if (hm[$(t)] != ninf && st$(t)[$(D)] != hm[$(t)]) {
@@ -135,7 +141,7 @@ $(simd_max())
             st$(t)[$(D + 1)] *= hc[$(t)];
             grew = 1;
           }
-@     end
+@   end
           if (grew) {
             aa.ptr = st0;
             aa.in = hc;
@@ -145,37 +151,10 @@ $(simd_scale_records())
           aa.in = hb;
           aa.out = hs;
 $(simd_exp())
-@     for t = 0, T - 1 do
-          st$(t)[$(D + 1)] += hs[$(t)];
-@     end
-        }
-@   else
-@   if MASK then
-@     for t = 0, T - 1 do
-        for (i = 0; i < n; i++) sc[$(t * SCW) + i] += mrow$(t)[i];
-@     end
-@   end
 @   for t = 0, T - 1 do
-        {
-          float *s = sc + $(t * SCW);
-          for (i = n; i < npad; i++) s[i] = ninf;
-          aa.ptr = s;
-          aa.n = npad;
-          aa.in = st$(t) + $(D);
-          aa.out = &mx;
-$(simd_max())
-          if (mx == ninf) {
-            for (i = 0; i < n; i++) s[i] = 0.0f;
-          } else {
-            if (st$(t)[$(D)] != mx) fd_rescale(st$(t), $(D), mx);
-            aa.in = &mx;
-            aa.out = &sum;
-$(simd_exp())
-            st$(t)[$(D + 1)] += sum;
-          }
+          st$(t)[$(D + 1)] += hs[$(t)];
+@   end
         }
-@   end
-@   end
         aa.sc = sc;
         aa.n = n;
         aa.pf = kbase + (c + $(CHUNK)) * kvs;
