@@ -88,6 +88,7 @@ local function add_simd(p)
     return table.concat(t, ", ")
   end
   p.HL = simd.head_lanes(p.ISA, p)
+  p.Q_SPLIT = simd.bf16_split(p.ISA, p)
   p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
   p.simd_scores = function() return simd.scores(p.ISA, p) end
   p.simd_max = function() return simd.max(p.ISA, p) end

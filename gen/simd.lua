@@ -32,6 +32,7 @@ M.CONST_FLOATS = {
 M.CONST_INTS = {
   { "i127", 127 }, { "sign", 0x80000000 }, { "fp8_mag", 0x07f00000 },
   { "one", 1 }, { "bf16_half", 0x7fff }, { "bf16_quiet", 0x40 },   -- f32 -> bf16 rounding
+  { "hi16", 0xffff0000 },                                           -- odd bf16 of a pair
 }
 local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
@@ -263,6 +264,28 @@ local function prefetch_group_ahead(b, p, R, ahead)
   end
 end
 
+-- Whether the direct scores kernel reads bf16 K a 64-byte pair of d-blocks at
+-- a time, split into its even elements (shifted up) and odd ones (masked)
+-- instead of widening each half: AVX-512 only (a memory source for the shift),
+-- up to 12 heads (register 29 holds the mask). q is permuted to match: within
+-- each 32 elements, the even ones first (templates/decode.c.tpl); an odd last
+-- d-block keeps the widening load.
+function M.bf16_split(isa, p)
+  return isa == 2 and p.KV_DTYPE == 2 and M.direct_rows(isa, p) ~= nil and p.T <= 12
+end
+
+-- Load d-block c of a K row at base as f32 into register kr.
+local function load_k_block(b, p, split, kr, base, c)
+  local W, NCH = b.g.W, math.floor(p.D / b.g.W)
+  if not split or c >= NCH - NCH % 2 then
+    load_kv(b, p.KV_DTYPE, kr, mem(base, c * W * ELEM[p.KV_DTYPE]))
+  elseif c % 2 == 0 then
+    b.v("vpslld", kr, mem(base, math.floor(c / 2) * 64), 16)
+  else
+    b.v("vpandd", kr, b.r(29), mem(base, math.floor(c / 2) * 64))
+  end
+end
+
 -- Point row r's register at row r of the group, or at row r-1 past the n
 -- remaining keys (rcx), so a short group re-reads its last row.
 local function row_pointers(b, R)
@@ -309,6 +332,11 @@ local function scores_direct(isa, p, R)
   end
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
+  local split = M.bf16_split(isa, p)
+  if split then
+    b.gp(("mov %d(%%rax), %%r11"):format(ARG.consts))
+    b.v("vmovups", b.r(29), mem("r11", C.hi16))
+  end
   b.gp(("imul $%d, %%r8, %%rax"):format(R))
   b.gp("test %rcx, %rcx")
   b.gp("jle 9f")
@@ -326,7 +354,7 @@ local function scores_direct(isa, p, R)
     end
     for r = 0, R - 1 do
       local kr = b.r(kreg + r % 2)
-      load_kv(b, p.KV_DTYPE, kr, mem(r == 0 and "rsi" or ROW_PTR[r], c * W * esz))
+      load_k_block(b, p, split, kr, r == 0 and "rsi" or ROW_PTR[r], c)
       for h = 0, T - 1 do
         local acc = b.r(slot_of(isa, h * R + r))
         local q = q_in_regs and b.r(qbase + h) or mem("rdi", (h * p.D + c * W) * 4)

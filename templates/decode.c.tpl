@@ -53,6 +53,19 @@ $(simd_qload())
     aa.ptr = qbuf;
     aa.n = (fd_i64)nh * $(D);
 $(simd_qload())
+@     if Q_SPLIT then
+    /* bf16 K is read as even and odd elements of 64-byte pairs: q alike */
+    for (h = 0; h < nh; h++)
+      for (d = 0; d + 32 <= $(D); d += 32) {
+        float *qr = qbuf + h * $(D) + d;
+        int e;
+        for (e = 0; e < 32; e++) stage[e] = qr[e];
+        for (e = 0; e < 16; e++) {
+          qr[e] = stage[2 * e];
+          qr[16 + e] = stage[2 * e + 1];
+        }
+      }
+@     end
 @   end
   }
 @ else
