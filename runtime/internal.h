@@ -30,7 +30,7 @@ struct fd_ctx {
 /* The configuration of one kv-length bucket: lengths up to max_len. */
 typedef struct fd_bucket {
   int64_t max_len;
-  int chunk, tile, splits, threads, isa, forced_isa, from_table;
+  int chunk, tile, splits, threads, isa, forced_isa, from_table, tile_forced;
   const fd_kernel_desc *plain, *with_lse, *split;
 } fd_bucket;
 

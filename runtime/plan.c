@@ -90,8 +90,11 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
   return FD_OK;
 }
 
-/* The heuristic group tile: the largest divisor of G up to H_MAX_TILE. */
-static int heuristic_tile(int G) {
+/* The heuristic group tile: 16 where the AVX-512 head-lane kernel serves it
+   (isa digit 2, G a multiple of 16, no int8/fp8 scales: keep in sync with
+   head_lanes in gen/simd.lua), else the largest divisor of G up to H_MAX_TILE. */
+static int heuristic_tile(int G, int isa, fd_dtype kv) {
+  if (isa == 2 && G % 16 == 0 && kv != FD_I8 && kv != FD_FP8_E4M3) return 16;
   for (int t = G < H_MAX_TILE ? G : H_MAX_TILE; t > 1; t--) if (G % t == 0) return t;
   return 1;
 }
@@ -116,7 +119,8 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
                             : fd_table_find(ctx->table, sig, b->max_len);
   b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
   b->chunk = o->chunk ? o->chunk : b->isa > 0 ? H_CHUNK_SIMD : H_CHUNK;
-  b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G);
+  b->tile_forced = o->group_tile != 0;
+  b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   b->threads = o->threads ? o->threads : ctx->threads;
   b->forced_isa = o->isa != 0;
   int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
@@ -152,12 +156,14 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
   for (;;) {
     int rc = compile_variants(p, b, err, sizeof err);
     if (rc == FD_OK) return FD_OK;
-    if (rc == FD_ECOMPILE && b->forced_isa && b->from_table && b->tile != heuristic_tile(p->G)) {
-      b->tile = heuristic_tile(p->G);
+    int fallback_tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
+    if (rc == FD_ECOMPILE && b->forced_isa && b->from_table && b->tile != fallback_tile) {
+      b->tile = fallback_tile;
       continue;
     }
     if (rc != FD_ECOMPILE || b->forced_isa || b->isa == 0) return fd_fail(p->ctx, rc, "%s", err);
     b->isa--;
+    if (!b->tile_forced && !b->from_table) b->tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   }
 }
 

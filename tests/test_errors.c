@@ -330,6 +330,25 @@ static int plan_isa(fd_ctx *c, fd_shape s, int forced) {
   return info.isa;
 }
 
+/* The heuristic tile of 16 query heads per kv head: 16 (the head-lane kernel)
+   on AVX-512, 8 when head_dim 72 sends the plan to AVX2 (which holds 12 heads
+   at most), 8 for int8 K/V (no head-lane kernel). */
+static void heuristic_tiles(void) {
+  static const struct { int D; fd_dtype kv; int isa, tile; } c[] = {
+    { 64, FD_F16, 2, 16 }, { 72, FD_F16, 1, 8 }, { 64, FD_I8, 2, 8 },
+  };
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+    fd_shape s = { 2, 32, 2, c[i].D, 300, FD_F32, c[i].kv, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+    fd_plan *p;
+    fd_plan_info info = { 0 };
+    if (!t_check(fd_plan_create(ctx, &s, &p) == 0, "G 16, D %d: plan: %s", c[i].D, fd_errmsg(ctx))) continue;
+    fd_plan_info_get(p, 300, &info);
+    t_check(info.isa == c[i].isa && info.group_tile == c[i].tile, "G 16, D %d, kv %d: isa %d tile %d (want %d, %d)",
+            c[i].D, c[i].kv, info.isa, info.group_tile, c[i].isa, c[i].tile);
+    fd_plan_destroy(p);
+  }
+}
+
 /* ISA choice: the best the CPU has by default, lowered by config or $FD_MAX_ISA,
    forced per plan, and a lower one when a head_dim has no vector variant. */
 static void isa_choice(void) {
@@ -358,6 +377,7 @@ static void isa_choice(void) {
     t_check(plan_isa(ctx, d72, 0) == 1, "head_dim 72 falls back from AVX-512 to AVX2");
     plan_refused(d72, &(fd_plan_opts){ .isa = FD_ISA_AVX512 }, FD_ECOMPILE, "field head_dim: 72 is not a multiple",
                  "forced AVX-512 with head_dim 72 is refused, naming the field");
+    heuristic_tiles();
   } else {
     printf("note: this CPU lacks AVX-512: forced-AVX-512 checks skipped\n");
     t_check(!fd_create(&(fd_config){ .isa_limit = FD_ISA_AVX512 }) && strstr(fd_errmsg(NULL), "lacks"),
