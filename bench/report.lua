@@ -152,7 +152,10 @@ local function roofline(res)
       local cell = "-"
       for _, r in ipairs(sh.runs) do
         local g = r.len == n and r.variant == v and M.gbs(r, "cold", i.bw_all)
-        if g then cell = ("%s GB/s: %s%% of bw, %s%% of roof"):format(f(g, 1), f(g / i.bw_all * 100, 0), f(g / roof * 100, 0)) end
+        if g then
+          cell = ("%s GB/s: %s%% of best bw, %s%% of median bw, %s%% of roof"):format(f(g, 1), f(g / i.bw_all * 100, 0),
+            f(g / i.bw_all_median * 100, 0), f(g / roof * 100, 0))
+        end
       end
       row[#row + 1] = cell
     end
@@ -267,7 +270,7 @@ function M.md(res, charts)
   if roof then
     add("## Roofline: memory or multiply-adds")
     add("")
-    add(("Peak f32 multiply-add rate measured in this run (12 independent FMA chains per thread): **%s G FMA/s with %d threads**, %s with 1. Every K and V element feeds G = Hq/Hkv multiply-adds, so the kernels cannot read the cache faster than that peak times the element size over G (the compute ceiling); the roof is the lower of it and the read bandwidth above.")
+    add(("Peak f32 multiply-add rate measured in this run (12 independent FMA chains per thread): **%s G FMA/s with %d threads**, %s with 1. Every K and V element feeds G = Hq/Hkv multiply-adds, so the kernels cannot read the cache faster than that peak times the element size over G (the compute ceiling); the roof is the lower of it and the best read bandwidth above. On a shared machine the read bandwidth can move between levels during a run (see the samples below): each kernel is compared with the best sample and with the median one.")
       :format(f(i.fma_all, 0), i.threads, f(i.fma_one, 0)))
     add("")
     add(roof)
