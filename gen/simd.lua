@@ -92,13 +92,6 @@ local function prefetch_row(b, p, reg, from, to)
   b.gp(("add %%r8, %%%s"):format(reg))
 end
 
--- Load the fd_asm_args fields a block uses into registers.
-local function prologue(b, fields)
-  b.gp("mov %0, %rax")
-  local regs = { src = "rsi", ptr = "rdi", sc = "rdx", n = "rcx", stride = "r8", scl = "r9",
-                 scl_stride = "r10", consts = "r11" }
-  for _, f in ipairs(fields) do b.gp(("mov %d(%%rax), %%%s"):format(ARG[f], regs[f])) end
-end
 
 -- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
 local function load_kv(b, dtype, dst, m, tmp)
@@ -194,6 +187,18 @@ local function restore_regs(b)
   b.gp("add $128, %rsp")
 end
 
+-- The register each fd_asm_args field is loaded into.
+local ARG_REG = { src = "rsi", ptr = "rdi", sc = "rdx", n = "rcx", stride = "r8", scl = "r9", scl_stride = "r10",
+                  consts = "r11", stage = "rbx", pf = "r14" }
+
+-- Point rax at the block's fd_asm_args and load the named fields into their
+-- registers (ARG_REG); with save, first push the callee-saved ones (save_regs).
+local function prologue(b, fields, save)
+  b.gp("mov %0, %rax")
+  if save then save_regs(b) end
+  for _, f in ipairs(fields) do b.gp(("mov %d(%%rax), %%%s"):format(ARG[f], ARG_REG[f])) end
+end
+
 -- Convert the group's rows (count in r12) from K into the f32 staging block at
 -- rbx, row stride D floats; int8/fp8 rows are scaled by their k_scale here.
 local function stage_rows(b, p)
@@ -217,6 +222,24 @@ local function stage_rows(b, p)
   if p.QUANT then b.gp("add %r10, %r9") end
   b.gp("dec %r12")
   b.gp("jnz 5b")
+end
+
+-- Stage the next min(count, rcx) rows (count in r12) and take them from rcx.
+local function stage_group(b, p, count)
+  b.gp(("mov $%d, %%r12"):format(count))
+  b.gp("cmp %r12, %rcx")
+  b.gp("cmovb %rcx, %r12")
+  b.gp("sub %r12, %rcx")
+  stage_rows(b, p)
+end
+
+-- End a staged kernel's group loop (label 1, while rows remain in rcx) and its statement.
+local function close_group_loop(b)
+  b.gp("test %rcx, %rcx")
+  b.gp("jnz 1b")
+  b.gp("9:")
+  restore_regs(b)
+  return M.statement(b)
 end
 
 -- Dot products of one head (q at rax) with the W staged rows, reduced into
@@ -323,13 +346,8 @@ local function scores_direct(isa, p, R)
   local kreg = isa == 2 and 30 or 14
   local qbase = W
   local q_in_regs = W + T + 2 <= b.g.nregs
-  b.gp("mov %0, %rax")
-  save_regs(b)
+  prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
   b.gp("push %r15")
-  for _, fr in ipairs { { "src", "rsi" }, { "ptr", "rdi" }, { "sc", "rdx" }, { "n", "rcx" }, { "stride", "r8" },
-                        { "stage", "rbx" } } do
-    b.gp(("mov %d(%%rax), %%%s"):format(ARG[fr[1]], fr[2]))
-  end
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
   local split = M.bf16_split(isa, p)
@@ -401,20 +419,11 @@ local HL_KEYS, HL_QCOLS = 8, 16
 local function scores_hl(isa, p)
   local b = new_block(isa)
   local T, KG, QC = p.T, HL_KEYS, HL_QCOLS
-  b.gp("mov %0, %rax")
-  save_regs(b)
-  for _, fr in ipairs { { "src", "rsi" }, { "ptr", "rdi" }, { "sc", "rdx" }, { "n", "rcx" }, { "stride", "r8" },
-                        { "consts", "r11" }, { "stage", "rbx" }, { "pf", "r14" } } do
-    b.gp(("mov %d(%%rax), %%%s"):format(ARG[fr[1]], fr[2]))
-  end
+  prologue(b, { "src", "ptr", "sc", "n", "stride", "consts", "stage", "pf" }, true)
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
   b.gp("1:")
-  b.gp(("mov $%d, %%r12"):format(KG))
-  b.gp("cmp %r12, %rcx")
-  b.gp("cmovb %rcx, %r12")
-  b.gp("sub %r12, %rcx")
-  stage_rows(b, p)
+  stage_group(b, p, KG)
   for r = 0, KG - 1 do
     local z = b.r(r, "xmm")
     b.v("vxorps", z, z, z)
@@ -429,11 +438,7 @@ local function scores_hl(isa, p)
   end
   for r = 0, KG - 1 do b.v("vmovups", mem("rdx", r * T * 4), b.r(r)) end
   b.gp(("add $%d, %%rdx"):format(KG * T * 4))
-  b.gp("test %rcx, %rcx")
-  b.gp("jnz 1b")
-  b.gp("9:")
-  restore_regs(b)
-  return M.statement(b)
+  return close_group_loop(b)
 end
 
 -- Scores of one tile pass over the chunk's n keys: the direct kernel where it
@@ -447,22 +452,11 @@ function M.scores(isa, p)
   if R then return scores_direct(isa, p, R) end
   local b = new_block(isa)
   local W = b.g.W
-  b.gp("mov %0, %rax")
-  save_regs(b)
-  local regs = { src = "rsi", ptr = "rdi", sc = "rdx", n = "rcx", stride = "r8", scl = "r9",
-                 scl_stride = "r10", consts = "r11", stage = "rbx" }
-  regs.pf = "r14"
-  for _, f in ipairs { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage", "pf" } do
-    b.gp(("mov %d(%%rax), %%%s"):format(ARG[f], regs[f]))
-  end
+  prologue(b, { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage", "pf" }, true)
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
   b.gp("1:")
-  b.gp(("mov $%d, %%r12"):format(W))
-  b.gp("cmp %r12, %rcx")
-  b.gp("cmovb %rcx, %r12")
-  b.gp("sub %r12, %rcx")
-  stage_rows(b, p)
+  stage_group(b, p, W)
   b.gp("mov %rdi, %rax")
   b.gp("mov %rdx, %r12")
   b.gp(("mov $%d, %%r13"):format(p.T))
@@ -473,11 +467,7 @@ function M.scores(isa, p)
   b.gp("dec %r13")
   b.gp("jnz 6b")
   b.gp(("add $%d, %%rdx"):format(W * 4))
-  b.gp("test %rcx, %rcx")
-  b.gp("jnz 1b")
-  b.gp("9:")
-  restore_regs(b)
-  return M.statement(b)
+  return close_group_loop(b)
 end
 
 -- The score rows of a softmax statement, each as (offset in bytes from ptr,
@@ -504,76 +494,81 @@ local function head_result(b, hl, n, t, s, op)
   b.v("vmovss", mem("rdx", t * 4), b.r(n, "xmm"))
 end
 
--- Running max of each head's padded score row (n floats, a multiple of W), from
--- in[t] into out[t]. Head-lane tiles: one key-major row of n floats, in and out
--- T-float vectors.
-function M.max(isa, p)
+-- A softmax statement: for each score row (softmax_rows), start(b, hl, t),
+-- then step(b) on every vector of the row (at r9; n floats, counted in r10),
+-- then finish(b, hl, t). rsi points at in, rdx at out.
+local function softmax_statement(isa, p, fields, start, step, finish)
   local hl = M.head_lanes(isa, p)
   local b = new_block(isa)
-  prologue(b, { "ptr", "n" })
+  prologue(b, fields)
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
   for t, off in ipairs(softmax_rows(isa, p)) do
-    head_value(b, hl, 0, t - 1)
+    start(b, hl, t - 1)
     b.gp(("lea %d(%%rdi), %%r9"):format(off))
     b.gp("mov %rcx, %r10")
     b.gp("1:")
-    b.v("vmaxps", b.r(0), b.r(0), mem("r9", 0))
+    step(b)
     b.gp(("add $%d, %%r9"):format(b.g.W * 4))
     b.gp(("sub $%d, %%r10"):format(b.g.W))
     b.gp("jnz 1b")
-    head_result(b, hl, 0, t - 1, 1, "vmaxps")
+    finish(b, hl, t - 1)
   end
   return M.statement(b)
 end
 
--- p = e^(s - in[t]) in place over each head's padded row, out[t] = sum of its
--- p. Arguments below -87 (and -inf) give exactly 0. Head-lane tiles: one
--- key-major row, in and out T-float vectors.
-function M.exp(isa, p)
-  local hl = M.head_lanes(isa, p)
-  local b = new_block(isa)
-  local r = function(n) return b.r(n) end
-  prologue(b, { "ptr", "n", "consts" })
-  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
-  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
-  for t, off in ipairs(softmax_rows(isa, p)) do
-    head_value(b, hl, 1, t - 1)                              -- 1: max
-    b.v("vxorps", b.r(2, "xmm"), b.r(2, "xmm"), b.r(2, "xmm"))  -- 2: sum
-    b.gp(("lea %d(%%rdi), %%r9"):format(off))
-    b.gp("mov %rcx, %r10")
-    b.gp("1:")
-    b.v("vmovups", r(3), mem("r9", 0))                       -- 3: x
-    b.v("vsubps", r(3), r(3), r(1))
-    if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x1d)
-    else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x1d) end   -- keep x >= -87
-    b.v("vmaxps", r(3), r(3), mem("r11", C.min_x))
-    b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
-    if isa == 2 then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
-    b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
-    b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
-    b.v("vmovups", r(5), mem("r11", C.c7))                   -- 5: p
-    for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
-      b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
-    end
-    if isa == 2 then
-      b.v("vscalefps", r(5), r(5), r(4))
-      b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
-    else
-      b.v("vcvtps2dq", r(6), r(4))
-      b.v("vpaddd", r(6), r(6), mem("r11", C.i127))
-      b.v("vpslld", r(6), r(6), 23)
-      b.v("vmulps", r(5), r(5), r(6))
-      b.v("vandps", r(5), r(5), r(7))
-    end
-    b.v("vmovups", mem("r9", 0), r(5))
-    b.v("vaddps", r(2), r(2), r(5))
-    b.gp(("add $%d, %%r9"):format(b.g.W * 4))
-    b.gp(("sub $%d, %%r10"):format(b.g.W))
-    b.gp("jnz 1b")
-    head_result(b, hl, 2, t - 1, 3, "vaddps")
+-- Running max of each head's padded score row (n floats, a multiple of W), from
+-- in[t] into out[t]. Head-lane tiles: one key-major row of n floats, in and out
+-- T-float vectors.
+function M.max(isa, p)
+  return softmax_statement(isa, p, { "ptr", "n" },
+    function(b, hl, t) head_value(b, hl, 0, t) end,
+    function(b) b.v("vmaxps", b.r(0), b.r(0), mem("r9", 0)) end,
+    function(b, hl, t) head_result(b, hl, 0, t, 1, "vmaxps") end)
+end
+
+-- p = e^x in place for the vector at r9, x = (it - register 1), added to
+-- register 2. Arguments below -87 (and -inf) give exactly 0: a degree-7
+-- polynomial after range reduction by ln 2, scaled by 2^n.
+local function exp_step(b)
+  local r, isa = b.r, b.isa
+  b.v("vmovups", r(3), mem("r9", 0))                       -- 3: x
+  b.v("vsubps", r(3), r(3), r(1))
+  if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x1d)
+  else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x1d) end   -- keep x >= -87
+  b.v("vmaxps", r(3), r(3), mem("r11", C.min_x))
+  b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
+  if isa == 2 then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
+  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
+  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
+  b.v("vmovups", r(5), mem("r11", C.c7))                   -- 5: p
+  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
+    b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
   end
-  return M.statement(b)
+  if isa == 2 then
+    b.v("vscalefps", r(5), r(5), r(4))
+    b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
+  else
+    b.v("vcvtps2dq", r(6), r(4))
+    b.v("vpaddd", r(6), r(6), mem("r11", C.i127))
+    b.v("vpslld", r(6), r(6), 23)
+    b.v("vmulps", r(5), r(5), r(6))
+    b.v("vandps", r(5), r(5), r(7))
+  end
+  b.v("vmovups", mem("r9", 0), r(5))
+  b.v("vaddps", r(2), r(2), r(5))
+end
+
+-- p = e^(s - in[t]) in place over each head's padded row, out[t] = sum of its
+-- p. Head-lane tiles: one key-major row, in and out T-float vectors.
+function M.exp(isa, p)
+  return softmax_statement(isa, p, { "ptr", "n", "consts" },
+    function(b, hl, t)
+      head_value(b, hl, 1, t)                                   -- 1: max
+      b.v("vxorps", b.r(2, "xmm"), b.r(2, "xmm"), b.r(2, "xmm"))  -- 2: sum
+    end,
+    exp_step,
+    function(b, hl, t) head_result(b, hl, 2, t, 3, "vaddps") end)
 end
 
 -- q times the softmax scale as f32: n elements (a multiple of W) of the q
