@@ -172,18 +172,29 @@ static void table_case(const char *text, int accept, const char *want, const cha
   if (text) unlink(path);
 }
 
-/* Plan shape s with options o in a context over table text; its info at kv
-   2000 in *info. Returns fd_plan_create_opts's code (the message in why). */
-static int plan_with_table(const char *text, fd_shape s, fd_plan_opts o, fd_plan_info *info, char *why, size_t n) {
+/* Table text: header head and one row of signature sig (bucket 2048, splits 3,
+   threads 2) for key, then the end line. */
+static void table_text(char *buf, size_t n, const char *head, const char *sig, const char *key) {
+  snprintf(buf, n, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
+}
+
+/* Plan shape s with the isa forced in a context over table text: the plan
+   keeps the row (chunk 32, splits 3) and uses isa want_isa with tile want_tile. */
+static void forced_isa_case(const char *text, fd_shape s, int forced, int want_isa, int want_tile, const char *name) {
   const char *path = temp_file(text);
   fd_ctx *c = fd_create(&(fd_config){ .threads = 2, .table = path });
   fd_plan *p;
-  int rc = c ? fd_plan_create_opts(c, &s, &o, &p) : -1;
-  snprintf(why, n, "%s", c ? fd_errmsg(c) : "no context");
-  if (rc == 0) { fd_plan_info_get(p, 2000, info); fd_plan_destroy(p); }
+  fd_plan_info info = { 0 };
+  int rc = c ? fd_plan_create_opts(c, &s, &(fd_plan_opts){ .isa = forced }, &p) : -1;
+  if (t_check(rc == 0, "%s: plan (%s)", name, c ? fd_errmsg(c) : "no context")) {
+    fd_plan_info_get(p, 2000, &info);
+    fd_plan_destroy(p);
+    t_check(info.from_table && info.isa == want_isa && info.chunk == 32 && info.group_tile == want_tile &&
+            info.splits == 3, "%s (from_table %d isa %d chunk %d tile %d splits %d)", name, info.from_table,
+            info.isa, info.chunk, info.group_tile, info.splits);
+  }
   fd_destroy(c);
   unlink(path);
-  return rc;
 }
 
 /* A table row with an AVX-512 tile of 16 and a plan forced to AVX2 (which holds
@@ -192,15 +203,10 @@ static int plan_with_table(const char *text, fd_shape s, fd_plan_opts o, fd_plan
 static void forced_isa_narrower_tile(const char *head) {
   if (fd_cpu_max_isa() < 2) { printf("note: this CPU lacks AVX-512: the table-tile-16 + forced-AVX2 check skipped\n"); return; }
   fd_shape s = { 1, 16, 1, 64, 2048, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  char sig[256], table[8192], why[4096];
+  char sig[256], table[8192];
   fd_shape_signature(&s, sig, sizeof sig);
-  snprintf(table, sizeof table, "%s%s\t2048\t10032064162000100\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig);
-  fd_plan_info info = { 0 };
-  if (t_check(plan_with_table(table, s, (fd_plan_opts){ .isa = FD_ISA_AVX2 }, &info, why, sizeof why) == 0,
-              "table tile 16 + forced AVX2: plan (%s)", why))
-    t_check(info.from_table && info.isa == 1 && info.chunk == 32 && info.group_tile == 8 && info.splits == 3,
-            "forced AVX2 takes the heuristic tile (from_table %d isa %d chunk %d tile %d splits %d)", info.from_table,
-            info.isa, info.chunk, info.group_tile, info.splits);
+  table_text(table, sizeof table, head, sig, "10032064162000100");
+  forced_isa_case(table, s, FD_ISA_AVX2, 1, 8, "table tile 16 + forced AVX2 takes the heuristic tile");
 }
 
 /* Tuned tables: a good one is used; unreadable, truncated, foreign or malformed ones are refused whole. */
@@ -210,19 +216,14 @@ static void tuned_tables(void) {
   fd_shape s = { 1, 4, 1, 64, 2048, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
   fd_shape_signature(&s, sig, sizeof sig);
   const char *key = "10032064020000100";   /* chunk 32, D 64, tile 2, kv f16, causal */
-  snprintf(good, sizeof good, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
+  table_text(good, sizeof good, head, sig, key);
   table_case(good, 1, "", "good table");
   {   /* forcing only the isa keeps the row's chunk, tile and splits (row: the best isa here) */
-    char simd_key[24], simd_table[8192], why[4096];
+    char simd_key[24], simd_table[8192];
     snprintf(simd_key, sizeof simd_key, "%s", key);
     simd_key[10] = (char)('0' + fd_cpu_max_isa());                 /* digit 6, the isa */
-    snprintf(simd_table, sizeof simd_table, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, simd_key);
-    fd_plan_info info = { 0 };
-    if (t_check(plan_with_table(simd_table, s, (fd_plan_opts){ .isa = FD_ISA_C }, &info, why, sizeof why) == 0,
-                "table + forced isa: plan (%s)", why))
-      t_check(info.from_table && info.isa == 0 && info.chunk == 32 && info.group_tile == 2 && info.splits == 3,
-              "forced isa keeps the table row (from_table %d isa %d chunk %d tile %d splits %d)", info.from_table,
-              info.isa, info.chunk, info.group_tile, info.splits);
+    table_text(simd_table, sizeof simd_table, head, sig, simd_key);
+    forced_isa_case(simd_table, s, FD_ISA_C, 0, 2, "forced isa keeps the table row");
   }
   forced_isa_narrower_tile(head);
   table_case(NULL, 0, "cannot open", "unreadable table");
@@ -237,7 +238,7 @@ static void tuned_tables(void) {
   snprintf(text, sizeof text, "%s", good);
   memcpy(strstr(text, "\ntemplates\t") + 11, "0000", 4);
   table_case(text, 0, "(templates)", "table from another build");
-  snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, "10032064020010100");
+  table_text(text, sizeof text, head, sig, "10032064020010100");
   table_case(text, 0, "", "table row whose key does not fit the shape is ignored");
   snprintf(text, sizeof text, "%s%s\t2048\t%s\t0\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
   table_case(text, 0, "splits '0'", "table row with 0 splits");
