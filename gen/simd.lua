@@ -5,14 +5,19 @@
 -- general-purpose code (which tcc and gas both assemble).
 --
 -- Every statement reads its inputs from one fd_asm_args struct (see
--- templates/prelude.c.tpl), touches only caller-saved registers, declares them
--- clobbered (vector registers through FD_VCLOBBER, empty under tcc, which
--- keeps no values in vector registers across statements) and ends with
--- vzeroupper. Blocks:
---   scores  q tile (T rows, f32) . K rows of the chunk -> sc[t][i]
---   max     running max of a padded score row, starting at *in
---   exp     p = e^(s - *in) in place, *out = sum p
---   pv      acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
+-- templates/simd_prelude.c.tpl), declares the caller-saved registers it
+-- touches clobbered (vector registers through FD_VCLOBBER, empty under tcc,
+-- which keeps no values in vector registers across statements), saves and
+-- restores the callee-saved ones it uses (save_regs) and ends with vzeroupper.
+-- Statements, each for the whole group tile of T heads:
+--   qload         q (f32/f16/bf16) times the scale -> f32 rows
+--   scores        q tile . K rows of the chunk -> score rows (row-major
+--                 sc[t][i], or key-major sc[i][t] for head-lane tiles)
+--   max           running max of every head's scores, starting at in[t]
+--   scale_records the online-softmax rescale of the tile's accumulators
+--   exp           p = e^(s - in[t]) in place, out[t] = sum of p
+--   pv            acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
+--   store_out     one head's normalized output row, rounded to the out dtype
 local x86 = require("x86")
 local M = {}
 
