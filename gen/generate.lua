@@ -29,9 +29,11 @@ local function load(dtype, dst, src)
   return FP8_LOAD:format(src, dst)
 end
 
--- C statements of the exp polynomial: p = e^x for -87 <= x <= 0, using
--- locals eb (fd_bits), et, er (float), en (int) of the enclosing block.
-local function exp_body(x, p, ind)
+-- C statements of the exp polynomial: p = e^x * 2^(bias - 127) for x <= 0 above
+-- the caller's cutoff (-87 for bias 127, so that 2^n stays a normal float),
+-- using locals eb (fd_bits), et, er (float), en (int) of the enclosing block.
+-- Softmax weights take bias 127 - simd.P_SHIFT (see there): exact and free.
+local function exp_body(x, p, ind, bias)
   local lines = {
     ("et = %s * 1.44269504088896341f;"):format(x),
     "en = (int)(et - 0.5f);",
@@ -39,7 +41,7 @@ local function exp_body(x, p, ind)
     "er = er + (float)en * 2.12194440e-4f;",
     ("%s = 1.0f + er * (1.0f + er * (0.5f + er * (0.166666667f + er * (0.0416666667f"
       .. " + er * (0.00833333333f + er * (0.00138888889f + er * 0.000198412698f))))));"):format(p),
-    "eb.u = (fd_u32)(en + 127) << 23;",
+    ("eb.u = (fd_u32)(en + %d) << 23;"):format(bias or 127),
     ("%s = %s * eb.f;"):format(p, p),
   }
   return ind .. table.concat(lines, "\n" .. ind)
@@ -120,6 +122,8 @@ function M.params(k)
     NEED_HU = f.isa == 0 and (f.q_dtype == 1 or f.kv_dtype == 1 or f.kv_dtype == 4),
     QUANT = f.kv_dtype >= 3,
     load = load, exp_body = exp_body,
+    -- softmax weights: e^(s - m) * 2^-P_SHIFT, zero below P_MIN_X (see gen/simd.lua)
+    P_SHIFT = simd.P_SHIFT, P_MIN_X = simd.P_MIN_X, P_BIAS = 127 - simd.P_SHIFT,
   }
   if f.isa > 0 then add_simd(p) end
   -- Index expression of element j of the current head_dim block.

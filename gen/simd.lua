@@ -15,27 +15,40 @@
 --                 sc[t][i], or key-major sc[i][t] for head-lane tiles)
 --   max           running max of every head's scores, starting at in[t]
 --   scale_records the online-softmax rescale of the tile's accumulators
---   exp           p = e^(s - in[t]) in place, out[t] = sum of p
+--   exp           p = e^(s - in[t]) 2^-P_SHIFT in place, out[t] = sum of p
 --   pv            acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
 --   store_out     one head's normalized output row, rounded to the out dtype
 local x86 = require("x86")
 local M = {}
 
--- fd_asm_args field offsets (keep in sync with templates/prelude.c.tpl).
+-- fd_asm_args field offsets (keep in sync with templates/simd_prelude.c.tpl).
 local ARG = { src = 0, ptr = 8, sc = 16, n = 24, stride = 32, scl = 40, scl_stride = 48,
               consts = 56, inp = 64, out = 72, stage = 80, pf = 88 }
 M.ARG = ARG
+-- Softmax weights are p = e^(s - m) * 2^-P_SHIFT, every kernel and ISA alike
+-- (the exp polynomial's coefficients here, the exponent bias in portable C):
+-- the accumulators sum_i p_i V_i then stay below 2^-P_SHIFT * keys * FLT_MAX,
+-- so V values up to FLT_MAX give the reference's finite mean instead of an
+-- overflow that depended on the split count; lse adds P_SHIFT ln 2 back. The
+-- scaling is exact (a power of two) and costs nothing. Weights of arguments
+-- below P_MIN_X are 0, so that the smallest nonzero weight stays a normal float.
+M.P_SHIFT, M.P_MIN_X = 32, -64
+
+-- A polynomial coefficient scaled by 2^-P_SHIFT, as a C constant expression.
+local function coef(c) return ("(%s * 0x1p-%df)"):format(c, M.P_SHIFT) end
+
 -- Constant rows of fd_simd_c, 16 lanes (64 bytes) each: the float rows, then
 -- the integer rows. templates/simd_prelude.c.tpl writes the struct from
 -- these lists, so names, order and values live only here.
 M.CONST_FLOATS = {
   { "log2e", "1.44269504088896341f" }, { "ln2_hi", "0.693359375f" }, { "ln2_lo", "-2.12194440e-4f" },
-  { "c7", "1.98412698e-4f" }, { "c6", "1.38888889e-3f" }, { "c5", "8.33333333e-3f" }, { "c4", "4.16666667e-2f" },
-  { "c3", "0.166666667f" }, { "c2", "0.5f" }, { "c1", "1.0f" }, { "c0", "1.0f" },
-  { "min_x", "-87.0f" }, { "two120", "1.329227995784916e+36f" },
+  { "c7", coef("1.98412698e-4f") }, { "c6", coef("1.38888889e-3f") }, { "c5", coef("8.33333333e-3f") },
+  { "c4", coef("4.16666667e-2f") }, { "c3", coef("0.166666667f") }, { "c2", coef("0.5f") }, { "c1", coef("1.0f") },
+  { "c0", coef("1.0f") }, { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
 }
 M.CONST_INTS = {
-  { "i127", 127 }, { "sign", 0x80000000 }, { "fp8_mag", 0x07f00000 },
+  { "i127", 127 }, { "qnan", 0x7fc00000 },
+  { "fp8_bits", 0x87f00000 }, { "fp8_nan", 0xfe000000 },             -- fp8 e4m3 sign and magnitude, NaN
   { "one", 1 }, { "bf16_half", 0x7fff }, { "bf16_quiet", 0x40 },   -- f32 -> bf16 rounding
   { "hi16", 0xffff0000 },                                           -- odd bf16 of a pair
 }
@@ -45,8 +58,8 @@ for i, row in ipairs(M.CONST_INTS) do C[row[1]] = (#M.CONST_FLOATS + i - 1) * 64
 
 -- Vector geometry of an isa.
 local GEOM = {
-  [1] = { W = 8, reg = "ymm", nregs = 16, name = "AVX2" },
-  [2] = { W = 16, reg = "zmm", nregs = 32, name = "AVX-512" },
+  [1] = { W = 8, reg = "ymm", nregs = 16, name = "AVX2", max_tile = 12 },
+  [2] = { W = 16, reg = "zmm", nregs = 32, name = "AVX-512", max_tile = 32 },
 }
 local ELEM = { [0] = 4, 2, 2, 1, 1 }   -- bytes per KV element
 
@@ -54,7 +67,9 @@ local ELEM = { [0] = 4, 2, 2, 1, 1 }   -- bytes per KV element
 function M.check(isa, D, T, fail)
   local g = GEOM[isa]
   if D % g.W ~= 0 then fail("head_dim", ("%d is not a multiple of the %s vector (%d floats)"):format(D, g.name, g.W)) end
-  if isa == 1 and T > 12 then fail("group_tile", ("%d exceeds the 12 AVX2 can hold in registers"):format(T)) end
+  if T > g.max_tile then
+    fail("group_tile", ("%d exceeds the %d %s can hold in registers"):format(T, g.max_tile, g.name))
+  end
 end
 
 -- A buffer of assembler lines for one asm statement.
@@ -105,14 +120,18 @@ local function load_kv(b, dtype, dst, m, tmp)
   elseif dtype == 1 then b.v("vcvtph2ps", dst, m)
   elseif dtype == 2 then b.v("vpmovzxwd", dst, m); b.v("vpslld", dst, dst, 16)
   elseif dtype == 3 then b.v("vpmovsxbd", dst, m); b.v("vcvtdq2ps", dst, dst)
-  else  -- fp8 e4m3: magnitude bits to f32 place, rebias by 2^120, sign from bit 7
-    b.v("vpmovzxbd", dst, m)
+  else  -- fp8 e4m3: the byte sign-extended and shifted puts its magnitude bits
+        -- in f32 place and its sign in bit 31; rebias by 2^120. The NaN codes
+        -- 0x7f and 0xff are the ones whose magnitude bits, shifted to the top,
+        -- are all set (an integer compare: the FMA pipes are the busy ones).
+    b.v("vpmovsxbd", dst, m)
     b.v("vpslld", dst, dst, 20)
-    b.v("vpslld", tmp, dst, 4)
-    b.v(b.isa == 2 and "vpandd" or "vpand", tmp, tmp, mem("r11", C.sign))
-    b.v(b.isa == 2 and "vpandd" or "vpand", dst, dst, mem("r11", C.fp8_mag))
+    b.v("vpslld", tmp, dst, 5)
+    b.v("vpcmpeqd", b.isa == 2 and "k1" or tmp, tmp, mem("r11", C.fp8_nan))  -- AVX2: all ones, a NaN
+    b.v(b.isa == 2 and "vpandd" or "vpand", dst, dst, mem("r11", C.fp8_bits))
     b.v("vmulps", dst, dst, mem("r11", C.two120))
-    b.v(b.isa == 2 and "vpord" or "vpor", dst, dst, tmp)
+    if b.isa == 2 then b.v("vpord", dst .. "{k1}", dst, mem("r11", C.qnan))
+    else b.v("vpor", dst, dst, tmp) end
   end
   return r
 end
@@ -532,16 +551,18 @@ function M.max(isa, p)
     function(b, hl, t) head_result(b, hl, 0, t, 1, "vmaxps") end)
 end
 
--- p = e^x in place for the vector at r9, x = (it - register 1), added to
--- register 2. Arguments below -87 (and -inf) give exactly 0: a degree-7
--- polynomial after range reduction by ln 2, scaled by 2^n.
+-- p = e^x * 2^-P_SHIFT in place for the vector at r9, x = (it - register 1),
+-- added to register 2 (register 8 holds min_x). Arguments below P_MIN_X (and
+-- -inf) give exactly 0, NaN gives NaN: a degree-7 polynomial after range
+-- reduction by ln 2, scaled by 2^n.
 local function exp_step(b)
   local r, isa = b.r, b.isa
   b.v("vmovups", r(3), mem("r9", 0))                       -- 3: x
   b.v("vsubps", r(3), r(3), r(1))
-  if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x1d)
-  else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x1d) end   -- keep x >= -87
-  b.v("vmaxps", r(3), r(3), mem("r11", C.min_x))
+  -- keep x >= min_x and NaN (predicate NLT_UQ: not less than, or unordered)
+  if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)
+  else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x15) end
+  b.v("vmaxps", r(3), r(8), r(3))                          -- a NaN x, the second operand, passes
   b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
   if isa == 2 then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
   b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
@@ -564,13 +585,14 @@ local function exp_step(b)
   b.v("vaddps", r(2), r(2), r(5))
 end
 
--- p = e^(s - in[t]) in place over each head's padded row, out[t] = sum of its
--- p. Head-lane tiles: one key-major row, in and out T-float vectors.
+-- p = e^(s - in[t]) * 2^-P_SHIFT in place over each head's padded row, out[t]
+-- = sum of its p. Head-lane tiles: one key-major row, in and out T-float vectors.
 function M.exp(isa, p)
   return softmax_statement(isa, p, { "ptr", "n", "consts" },
     function(b, hl, t)
       head_value(b, hl, 1, t)                                   -- 1: max
       b.v("vxorps", b.r(2, "xmm"), b.r(2, "xmm"), b.r(2, "xmm"))  -- 2: sum
+      b.v("vmovups", b.r(8), mem("r11", C.min_x))               -- 8: min_x
     end,
     exp_step,
     function(b, hl, t) head_result(b, hl, 2, t, 3, "vaddps") end)
@@ -762,13 +784,19 @@ end
 
 -- Blocks depend only on these parameters; memoize them, since a kernel emits
 -- max and exp once per head and a plan compiles three variants of one kernel.
-local memo = {}
+-- The memo is emptied when it reaches MEMO_MAX blocks, so a long-running
+-- process that generates many kernels does not grow without bound.
+local MEMO_MAX = 256
+local memo, memo_n = {}, 0
 for _, name in ipairs { "scores", "max", "exp", "pv", "qload", "store_out", "scale_records" } do
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
                              blk and blk[1] or "", blk and blk[2] or "" }, ":")
-    if not memo[k] then memo[k] = build(isa, p, blk) end
+    if not memo[k] then
+      if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end
+      memo[k], memo_n = build(isa, p, blk), memo_n + 1
+    end
     return memo[k]
   end
 end

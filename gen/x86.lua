@@ -156,6 +156,8 @@ local OPS = {
   -- compares: VEX writes a vector, EVEX an opmask
   { "vcmpps",       "V",  "0F",   "",   0xC2, 0, "RVMI", "V,V,VM,I",    "xy",  "-",   "" },
   { "vcmpps",       "E",  "0F",   "",   0xC2, 0, "RVMI", "K,V,VM,I",    "xyz", "fv",  "b nozero" },
+  { "vpcmpeqd",     "V",  "0F",   "66", 0x76, 0, "RVM",  "V,V,VM",      "xy",  "-",   "" },
+  { "vpcmpeqd",     "E",  "0F",   "66", 0x76, 0, "RVM",  "K,V,VM",      "xyz", "fv",  "b nozero" },
   -- opmask instructions (VEX-encoded)
   { "kmovw",        "V",  "0F",   "",   0x90, 0, "RM",   "K,KM16",      "0",   "-",   "" },
   { "kmovw",        "V",  "0F",   "",   0x91, 0, "MR",   "M16,K",       "0",   "-",   "" },

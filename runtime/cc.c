@@ -66,6 +66,22 @@ static int make_dirs(const char *path) {
   return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
 }
 
+/* Whether dir (NULL: the default) can hold the cache: created if missing, a
+   directory, and a file can be created in it; 0, or -1 with the reason. */
+int fd_cc_check_dir(const char *dir, char *why, size_t whylen) {
+  if (!dir) dir = fd_cc_default_dir();
+  struct stat st;
+  if (make_dirs(dir) || stat(dir, &st)) { snprintf(why, whylen, "cannot create cache directory %s: %s", dir, strerror(errno)); return -1; }
+  if (!S_ISDIR(st.st_mode)) { snprintf(why, whylen, "cache directory %s is not a directory", dir); return -1; }
+  char probe[1100];
+  snprintf(probe, sizeof probe, "%s/.fd-probe-XXXXXX", dir);
+  int fd = mkstemp(probe);
+  if (fd < 0) { snprintf(why, whylen, "cannot write in cache directory %s: %s", dir, strerror(errno)); return -1; }
+  close(fd);
+  unlink(probe);
+  return 0;
+}
+
 /* Write src to path; -1 on failure. */
 static int write_file(const char *path, const char *src) {
   FILE *f = fopen(path, "w");

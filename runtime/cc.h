@@ -12,6 +12,9 @@ const char *fd_cc_version(void);
 int fd_cc_compile(const char *src, const char *key, const char *cache_dir, const char *symbol,
                   fd_cc_unit **unit, void **addr, char *err, size_t errlen);
 void fd_cc_free(fd_cc_unit *unit);
+/* Whether dir (NULL: the default) can hold the cache (created if missing);
+   0, or -1 with the reason in why. */
+int fd_cc_check_dir(const char *dir, char *why, size_t whylen);
 /* The cache directory a NULL config value means. */
 const char *fd_cc_default_dir(void);
 

@@ -14,6 +14,7 @@ typedef struct run_state {
   const fd_bucket *b;
   int n_items;
   atomic_int next;
+  atomic_int bad;                  /* check_inputs: the lowest item holding a refused value */
 } run_state;
 
 /* Check the arguments before anything is written; FD_OK or an error naming the field. */
@@ -166,6 +167,163 @@ static void merge_task(void *arg, int tid) { drain(arg, tid, merge_item); }
 /* Pool task: run work items until none are left. */
 static void task(void *arg, int tid) { drain(arg, tid, work_item); }
 
+/* ---- fd_config.check_inputs: NaN and infinities refused before anything is written ---- */
+
+/* Per dtype (f32, f16, bf16, int8, fp8): the bits all set in a NaN or an
+   infinity (0: int8 has neither), the mantissa bits (nonzero: NaN), the sign. */
+static const struct { uint32_t exp, man, sign; } NONFINITE[] = {
+  { 0x7f800000u, 0x007fffffu, 0x80000000u }, { 0x7c00u, 0x3ffu, 0x8000u }, { 0x7f80u, 0x7fu, 0x8000u },
+  { 0, 0, 0 }, { 0x7fu, 0x7fu, 0x80u },
+};
+#define MASK_DTYPE 5           /* a mask element: f32 where -Inf is allowed (it masks a key) */
+
+/* first_bad_uN(p, n, e): index of the first of n elements whose bits hold all
+   of e (a NaN or an infinity), or -1. Blocks of 64 elements take a min
+   reduction of (bits & e) ^ e, which compilers vectorize at -O2 (a constant
+   trip count); the element by element search starts at the block of a hit. */
+#define FIRST_BAD(name, T)                                                        \
+  static int64_t name(const T *p, int64_t n, T e) {                               \
+    int64_t i = 0;                                                                \
+    for (; i + 64 <= n; i += 64) {                                                \
+      T m = (T)~(T)0;                                                             \
+      for (int k = 0; k < 64; k++) {                                              \
+        T v = (T)((p[i + k] & e) ^ e);                                            \
+        m = v < m ? v : m;                                                        \
+      }                                                                           \
+      if (!m) break;                                                              \
+    }                                                                             \
+    for (; i < n; i++) if ((p[i] & e) == e) return i;                             \
+    return -1;                                                                    \
+  }
+FIRST_BAD(first_bad_u32, uint32_t)
+FIRST_BAD(first_bad_u16, uint16_t)
+FIRST_BAD(first_bad_u8, uint8_t)
+
+/* Bytes per element of a checked input's dtype. */
+static size_t in_size(int dtype) { return dtype == MASK_DTYPE ? 4 : fd_dtype_size(dtype); }
+
+/* Bits of element i of dtype at p. */
+static uint32_t elem_bits(int dtype, const void *p, int64_t i) {
+  if (dtype == FD_F32 || dtype == MASK_DTYPE) return ((const uint32_t *)p)[i];
+  if (dtype <= FD_BF16) return ((const uint16_t *)p)[i];
+  return ((const uint8_t *)p)[i];
+}
+
+/* Index of the first refused element among the n of dtype at p, or -1. */
+static int64_t first_bad(int dtype, const void *p, int64_t n) {
+  if (dtype == MASK_DTYPE) {                     /* NaN or +Inf; -Inf masks the key */
+    for (int64_t from = 0;;) {
+      int64_t i = first_bad_u32((const uint32_t *)p + from, n - from, 0x7f800000u);
+      if (i < 0) return -1;
+      if (((const uint32_t *)p)[from + i] != 0xff800000u) return from + i;
+      from += i + 1;
+    }
+  }
+  uint32_t e = NONFINITE[dtype].exp;
+  if (!e) return -1;
+  if (dtype == FD_F32) return first_bad_u32(p, n, e);
+  if (dtype <= FD_BF16) return first_bad_u16(p, n, (uint16_t)e);
+  return first_bad_u8(p, n, (uint8_t)e);
+}
+
+/* "NaN", "+Inf" or "-Inf": what refused element i of dtype at p is. */
+static const char *bad_name(int dtype, const void *p, int64_t i) {
+  int t = dtype == MASK_DTYPE ? FD_F32 : dtype;
+  uint32_t u = elem_bits(dtype, p, i);
+  if (u & NONFINITE[t].man) return "NaN";
+  return u & NONFINITE[t].sign ? "-Inf" : "+Inf";
+}
+
+/* rows x len elements of one input for one (b, kv head), rows stride elements apart. */
+typedef struct in_rows { const void *base; int dtype; int64_t rows, len, stride; } in_rows;
+
+/* The inputs in the order they are checked and reported, and how their elements are named. */
+enum { IN_Q, IN_K, IN_KSCALE, IN_V, IN_VSCALE, IN_MASK, IN_COUNT };
+static const char *const IN_NAME[] = { "q", "k", "k_scale", "v", "v_scale", "mask" };
+
+/* Input t of (b, kv head) w with n keys read; 0 when the run reads none of it. */
+static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_rows *r) {
+  const fd_shape *s = &p->shape;
+  int64_t D = s->head_dim;
+  int quant = s->kv_dtype >= FD_I8;
+  switch (t) {
+  case IN_Q: *r = (in_rows){ w->q, s->q_dtype, p->G, D, D }; return 1;
+  case IN_K: *r = (in_rows){ w->k, s->kv_dtype, n, D, w->kv_stride }; return 1;
+  case IN_V: *r = (in_rows){ w->v, s->kv_dtype, n, D, w->kv_stride }; return 1;
+  case IN_KSCALE: *r = (in_rows){ w->k_scale, FD_F32, n, 1, w->scale_stride }; return quant;
+  case IN_VSCALE: *r = (in_rows){ w->v_scale, FD_F32, n, 1, w->scale_stride }; return quant;
+  default: *r = (in_rows){ w->mask, MASK_DTYPE, p->G, n, w->mask_stride }; return s->mask_mode == FD_MASK;
+  }
+}
+
+/* The first refused element of r: its row and column; 0 when there is none. */
+static int scan_rows(const in_rows *r, int64_t *row, int64_t *col) {
+  size_t size = in_size(r->dtype);
+  int64_t whole = r->stride == r->len ? r->rows : 1;     /* contiguous rows: one scan */
+  for (int64_t i = 0; i < r->rows; i += whole) {
+    int64_t k = first_bad(r->dtype, (const char *)r->base + (size_t)(i * r->stride) * size, whole * r->len);
+    if (k >= 0) { *row = i + k / r->len; *col = k % r->len; return 1; }
+  }
+  return 0;
+}
+
+/* Refuse the element (row, col) of input t of (b, j), naming it. */
+static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64_t row, int64_t col) {
+  const char *what = bad_name(r->dtype, (const char *)r->base + (size_t)(row * r->stride) * in_size(r->dtype), col);
+  long long h = (long long)j * p->G + row;
+  if (t == IN_Q) return fd_fail(p->ctx, FD_EINVAL, "args.q[b=%d, head=%lld, d=%lld] is %s", b, h, (long long)col, what);
+  if (t == IN_MASK)
+    return fd_fail(p->ctx, FD_EINVAL, "args.mask[b=%d, head=%lld, key=%lld] is %s", b, h, (long long)col, what);
+  if (t == IN_KSCALE || t == IN_VSCALE)
+    return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld] is %s", IN_NAME[t], b, j, (long long)row, what);
+  return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld, d=%lld] is %s", IN_NAME[t], b, j,
+                 (long long)row, (long long)col, what);
+}
+
+/* Check item i, one input t of one (b, kv head j) in report order: its rows; 0 when the run reads none. */
+static int item_rows(const run_state *rs, int i, in_rows *r, int *t, int *b, int *j) {
+  const fd_shape *s = &rs->p->shape;
+  fd_work w;
+  *t = i / (s->batch * s->n_kv_heads);
+  *b = i / s->n_kv_heads % s->batch;
+  *j = i % s->n_kv_heads;
+  fill_work(rs->p, rs->a, *b, *j, &w);
+  return input_rows(rs->p, &w, *t, rs->p->row_len[*b], r);
+}
+
+/* Scan check item i; a refused value lowers rs->bad to i unless a lower item holds one. */
+static void check_item(run_state *rs, int i, int tid) {
+  (void)tid;
+  in_rows r;
+  int t, b, j, cur = atomic_load_explicit(&rs->bad, memory_order_relaxed);
+  int64_t row, col;
+  if (i > cur || !item_rows(rs, i, &r, &t, &b, &j) || !scan_rows(&r, &row, &col)) return;
+  while (i < cur && !atomic_compare_exchange_weak(&rs->bad, &cur, i)) {}
+}
+
+/* Pool task of check_inputs: scan items until none are left. */
+static void check_task(void *arg, int tid) { drain(arg, tid, check_item); }
+
+/* fd_config.check_inputs: every value the run reads (q; K, V, their scales and
+   the mask for the keys of rs->p->row_len), scanned on the pool, one item per
+   input and (b, kv head); FD_EINVAL naming the first NaN or infinity in the
+   order q, k, k_scale, v, v_scale, mask, each in index order (-Inf allowed in
+   the mask). The caller's thread writes the message. */
+static int check_inputs(run_state *rs) {
+  const fd_shape *s = &rs->p->shape;
+  int n = IN_COUNT * s->batch * s->n_kv_heads, threads = rs->b->threads < n ? rs->b->threads : n;
+  rs->n_items = n;
+  atomic_store(&rs->next, 0);
+  atomic_store(&rs->bad, n);
+  fd_pool_run(rs->p->ctx->pool, threads, check_task, rs);
+  atomic_store(&rs->next, 0);
+  int i = atomic_load(&rs->bad), t, b, j;
+  in_rows r;
+  int64_t row, col;
+  if (i == n || !item_rows(rs, i, &r, &t, &b, &j) || !scan_rows(&r, &row, &col)) return FD_OK;
+  return refuse(rs->p, &r, t, b, j, row, col);
+}
+
 /* Run a plan; nothing is written to out or lse unless it returns FD_OK. */
 int fd_run(const fd_plan *cp, const fd_args *a) {
   if (!cp) return fd_fail(NULL, FD_EINVAL, "plan is NULL");
@@ -178,7 +336,11 @@ int fd_run(const fd_plan *cp, const fd_args *a) {
     pthread_mutex_unlock(&ctx->run_lock);
     return fd_fail(ctx, FD_EDESTROYED, "the plan's context was destroyed (fd_destroy); destroy the plan too");
   }
-  run_state rs = { p, a, measure_rows(p, a), 0, 0 };
+  run_state rs = { p, a, measure_rows(p, a), 0, 0, 0 };
+  if (ctx->check_inputs && (rc = check_inputs(&rs)) != FD_OK) {
+    pthread_mutex_unlock(&ctx->run_lock);
+    return rc;
+  }
   rs.n_items = layout_items(p, rs.b);
   int threads = rs.b->threads < rs.n_items ? rs.b->threads : rs.n_items;
   fd_pool_run(ctx->pool, threads, task, &rs);

@@ -1,5 +1,5 @@
 /* flashdecode: decode-phase attention (flash-decode) for CPUs, with kernels
-   generated per shape and compiled at run time. See DESIGN.md and README.md.
+   generated per shape and compiled at run time. See docs/DESIGN.md and README.md.
 
    Per batch row b and query head h (kv head j = h / G, G = n_q_heads / n_kv_heads):
      s_i = scale * q[b,h].K[b,j,i] (+ mask[b,h,i]),  out = softmax(s) V,  lse = log sum exp s
@@ -7,10 +7,22 @@
 
    Thread safety: a context may be used from several threads at once (plans are
    created and run concurrently; runs of one context share its thread pool and
-   take turns). A plan must not be destroyed while it runs.
-   Lifetime: fd_destroy ends the context's thread pool and frees its kernels;
-   plans of a destroyed context stay safe to pass to fd_plan_destroy, and
-   fd_run on them fails with FD_EDESTROYED (nothing is written). */
+   take turns; one plan may be run from several threads).
+   Lifetime: a context lives while its handle or a plan of it does. fd_destroy
+   may race fd_plan_create(_opts), fd_kernel_source and fd_run on the same
+   context: each of them either completes as if before the destroy (a plan so
+   created is valid, its runs then fail) or fails with FD_EDESTROYED, writing
+   nothing. After fd_destroy the thread pool is stopped (once a run in
+   progress ends) and kernels no plan holds are freed; fd_run on the plans
+   left fails with FD_EDESTROYED, fd_plan_info_get still answers, and the
+   last fd_plan_destroy frees the rest.
+   Caller misuse, undefined behaviour: fd_destroy twice on one context,
+   fd_plan_destroy twice on one plan or while the plan runs, and a call with
+   a context that starts after fd_destroy of it returned with no plan left
+   (fd_plan_create*, fd_kernel_source and fd_destroy look the context up and
+   fail with FD_EDESTROYED or do nothing, unless a new context got the same
+   address; fd_ctx_threads, fd_ctx_backend, fd_ctx_max_isa and fd_errmsg
+   read freed memory). */
 #ifndef FLASHDECODE_H
 #define FLASHDECODE_H
 #include <stddef.h>
@@ -21,6 +33,19 @@ extern "C" {
 #endif
 
 #define FD_VERSION "0.1.0"
+/* Upper bounds, refused above with FD_EINVAL (tuned-table rows: the table is
+   refused whole): fd_config.threads and fd_plan_opts.threads (and a table
+   row's threads) at most FD_MAX_THREADS; a split plan (splits > 1) at most
+   FD_MAX_SPLIT_ITEMS split work items, batch x n_kv_heads x splits, which
+   bounds its scratch (that many records of group x (head_dim + 2) floats). */
+#define FD_MAX_THREADS 1024
+#define FD_MAX_SPLIT_ITEMS 16384
+
+/* The functions declared in this header are the only symbols libflashdecode
+   exports: the library is compiled with hidden visibility by default. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 /* Return codes: 0 or one of these. Every failure leaves a message in fd_errmsg. */
 enum {
@@ -44,13 +69,21 @@ typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
 enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3 };
 
 typedef struct fd_config {
-  int threads;              /* worker threads; 0 = all online cores */
+  int threads;              /* worker threads, at most FD_MAX_THREADS; 0 = all online cores (at most FD_MAX_THREADS) */
   fd_backend backend;       /* FD_BACKEND_TCC (default, embedded) or FD_BACKEND_CC (system compiler) */
   const char *table;        /* tuned table to plan from; NULL = heuristic only */
   const char *cache_dir;    /* cc backend cache; NULL = $FD_CACHE_DIR, else $XDG_CACHE_HOME/flashdecode,
-                               else ~/.cache/flashdecode */
+                               else ~/.cache/flashdecode. Created if missing; when no compiler runs or
+                               it cannot be created or written, the context uses tcc and fd_errmsg(ctx)
+                               says why (also on stderr) */
   int isa_limit;            /* FD_ISA_AUTO: best supported (lowered by $FD_MAX_ISA=0|1|2, a key digit);
                                FD_ISA_C / FD_ISA_AVX2 / FD_ISA_AVX512: the highest allowed */
+  int max_kernels;          /* kernel-cache bound; 0 = none: the least recently used kernel no live
+                               plan uses is evicted (recompiled on next use); in-use ones never are */
+  int check_inputs;         /* 1: fd_run first reads every q, K, V, scale and mask value the run will use and
+                               refuses a NaN or an infinity (mask: NaN or +Inf; -Inf masks a key) with
+                               FD_EINVAL naming the first one; it reads the cache once more. 0 (default): no check;
+                               see "Non-finite values" below for what such inputs give */
 } fd_config;
 
 typedef struct fd_shape {
@@ -74,6 +107,26 @@ typedef struct fd_args {
   float *lse;               /* [B, Hq] natural-log sum-exp, or NULL */
 } fd_args;
 
+/* Non-finite values: IEEE arithmetic, as the double-precision reference (and
+   PyTorch) give them, the same under every ISA, split count and backend. For
+   head (b, h) over the keys it reads (0..cur_pos[b] causal, all kv_len else):
+   - A score s_i = scale q.K_i (+ mask_i) that is NaN or +Inf (a NaN in q, K
+     or k_scale; a +-Inf in q or K whose product is +Inf, or 0 x Inf; mask NaN
+     or +Inf): out[b, h] and lse[b, h] are NaN. A -Inf score (mask -Inf, a
+     -Inf product) drops the key; -Inf in the mask does not hide a NaN score.
+   - NaN or +-Inf in V or v_scale of a key: NaN, or that infinity, in those
+     columns of out for every head of its kv head; lse is unaffected. A key of
+     weight 0 (masked, or e^(s_i - max) below e^-64) gives NaN there (0 x Inf).
+   - A head with no visible key (every score -Inf): out exactly 0 and lse
+     -inf, never NaN, whatever its keys' V hold.
+   - Finite V up to FLT_MAX: the weighted mean, rounded; the f32 accumulators
+     do not overflow (weights are scaled by 2^-32), so out is Inf only where
+     the mean rounds past the out dtype's largest value.
+   - fp8 e4m3 codes 0x7f and 0xff are NaN; int8 codes are always finite.
+   fd_config.check_inputs = 1 refuses all of these (except -Inf in the mask)
+   with FD_EINVAL, e.g. "args.k[b=0, kv_head=1, key=17, d=3] is NaN": inputs
+   in the order q, k, k_scale, v, v_scale, mask, each in index order. */
+
 typedef struct fd_ctx fd_ctx;
 typedef struct fd_plan fd_plan;
 
@@ -84,14 +137,24 @@ int fd_run(const fd_plan *plan, const fd_args *args);
 void fd_plan_destroy(fd_plan *plan);
 const char *fd_errmsg(const fd_ctx *ctx);           /* why the calling thread's last call failed */
 
+/* Merge n partial results of the same queries over disjoint key sets (cascade
+   attention, context parallelism): outs[i] [rows, head_dim] f32 (normalized),
+   lses[i] [rows] (natural log). A state with lse -inf is empty and merges as
+   the identity; all empty: out 0, lse -inf. A NaN lse gives NaN out and lse.
+   lse may be NULL (not wanted). n >= 1, rows >= 0, head_dim >= 1; out may be
+   one of outs[] only when n is 1. Errors: FD_EINVAL, message in fd_errmsg(NULL). */
+int fd_merge_states(int n, const float *const outs[], const float *const lses[],
+                    int64_t rows, int head_dim, float *out, float *lse);
+
 /* ---- Additions for tools and tuning (not in the minimal API) ---- */
 
 /* Force parts of a plan; 0 leaves a field to the planner (a zeroed struct forces nothing). */
 typedef struct fd_plan_opts {
   int chunk;                /* keys per chunk */
   int group_tile;           /* query heads per pass over K/V; must divide n_q_heads / n_kv_heads */
-  int splits;               /* splits of every (batch, kv head) range; > kv_len is allowed */
-  int threads;              /* at most the context's threads */
+  int splits;               /* splits of every (batch, kv head) range; above kv_len it is rounded down to
+                               kv_len; batch x n_kv_heads x splits at most FD_MAX_SPLIT_ITEMS */
+  int threads;              /* at most the context's threads (so at most FD_MAX_THREADS) */
   int isa;                  /* FD_ISA_C, FD_ISA_AVX2 or FD_ISA_AVX512 */
 } fd_plan_opts;
 
@@ -121,13 +184,17 @@ const char *fd_build_templates_hash(void);
 const char *fd_build_tcc_version(void);
 /* Tuned tables (plain text, see README): the header this build on this machine
    writes and accepts, the canonical text of a shape in table rows, and the
-   kv-length bucket (the smallest power of two >= len) a length falls in. */
+   kv-length bucket a length falls in: the smallest power of two >= len, 1 for
+   len < 1, and INT64_MAX for len above 2^62 (never below len). */
 int fd_tuned_table_header(char *buf, size_t size);
 int fd_shape_signature(const fd_shape *shape, char *buf, size_t size);
 int64_t fd_length_bucket(int64_t len);
 /* The C source of a key's kernel (malloc'd, free() it), or NULL with the message in fd_errmsg(ctx). */
 char *fd_kernel_source(fd_ctx *ctx, const char *key);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -13,18 +13,23 @@
 #define FD_MAX_CHUNK 4096      /* keep in sync with gen/generate.lua M.MAX_CHUNK */
 #define FD_MAX_TILE 99         /* the group_tile key field */
 
+/* A context lives while references to it remain: one for the caller's handle
+   (dropped by fd_destroy), one per live plan and one per call in progress
+   (fd_plan_create*, fd_kernel_source); the last one frees it. Every context
+   not yet freed is in a global registry, so a call that races fd_destroy
+   finds out under the registry's lock whether it may take a reference. */
 struct fd_ctx {
   int threads, max_isa;
+  int check_inputs;                /* fd_config.check_inputs: fd_run refuses NaN and infinities (exec.c) */
   fd_backend backend;
-  fd_pool *pool;
-  fd_kcache *kernels;
+  fd_pool *pool;                   /* NULL once destroyed */
+  fd_kcache *kernels;              /* kept until the last reference: plans hold kernels in it */
   fd_table *table;                 /* NULL: none, or refused */
-  pthread_mutex_t lock;            /* n_plans, destroyed, run serialization below */
   pthread_mutex_t run_lock;        /* one fd_run at a time owns the pool */
-  int n_plans;
-  int released;                    /* fd_destroy was called: the last plan frees the struct */
-  atomic_int destroyed;
-  char table_note[1024];           /* why a table was refused ("" if accepted or none) */
+  int refs;                        /* references (registry lock) */
+  fd_ctx *next_live;               /* registry chain (registry lock) */
+  atomic_int destroyed;            /* fd_destroy was called: new plans and runs are refused */
+  char table_note[1024];           /* why a table was refused, and the cc backend's fallback warning ("" if none) */
 };
 
 /* The configuration of one kv-length bucket: lengths up to max_len. */
@@ -60,8 +65,14 @@ struct fd_plan {
 int fd_fail(const fd_ctx *ctx, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Clear the calling thread's error for ctx. */
 void fd_clear_error(const fd_ctx *ctx);
-/* Free a context's memory (after fd_destroy and its last plan). */
-void fd_ctx_free(fd_ctx *ctx);
+/* Take a reference to ctx for a call in progress or a new plan: FD_OK, or
+   FD_EDESTROYED (with the message) when ctx was destroyed or is unknown; the
+   check and the reference are atomic with respect to fd_destroy. */
+int fd_ctx_acquire(fd_ctx *ctx);
+/* Drop a reference; the last one frees the context. */
+void fd_ctx_release(fd_ctx *ctx);
+/* Give back the kernel references of a plan's buckets (each slot once per get). */
+void fd_ctx_put_kernels(fd_ctx *ctx, fd_bucket *b, int n_buckets);
 /* Bytes per element of a dtype. */
 size_t fd_dtype_size(int dtype);
 /* Encode the key of a kernel; -1 with err on a field out of range. */

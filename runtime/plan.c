@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Heuristic constants (see README "Planner"); measured on the portable-C kernels. */
+/* Heuristic constants (see docs/DESIGN.md "Planner"); measured on the portable-C kernels. */
 #define H_CHUNK 128             /* keys per chunk, portable C */
 #define H_CHUNK_SIMD 256        /* keys per chunk, AVX2 / AVX-512 (the tuner picked 256-512 on most shapes) */
 #define H_MAX_TILE 8            /* largest group tile the heuristic picks */
@@ -19,10 +19,12 @@ static const char *DTYPE[] = { "f32", "f16", "bf16", "i8", "fp8" };
 static const char *MODE[] = { "causal", "mask", "full" };
 static const char *LAYOUT[] = { "bhsd", "bshd", "paged" };
 
-/* The smallest power of two >= len (len >= 1). */
+/* The smallest power of two >= len; 1 for len < 1, and INT64_MAX for len above
+   2^62 (no larger power of two fits int64_t), so never below len. */
 int64_t fd_length_bucket(int64_t len) {
+  if (len > (INT64_C(1) << 62)) return INT64_MAX;
   int64_t b = 1;
-  while (b < len && b < (INT64_C(1) << 62)) b <<= 1;
+  while (b < len) b <<= 1;
   return b;
 }
 
@@ -33,6 +35,30 @@ int fd_shape_signature(const fd_shape *s, char *buf, size_t size) {
                    s->head_dim, DTYPE[s->q_dtype], DTYPE[s->kv_dtype], DTYPE[s->out_dtype],
                    MODE[s->mask_mode], LAYOUT[s->layout]);
   return n < 0 || (size_t)n >= size ? -1 : n;
+}
+
+/* The index of name in names[0..n), or -1. */
+static int name_index(const char *const *names, int n, const char *name) {
+  for (int i = 0; i < n; i++) if (!strcmp(names[i], name)) return i;
+  return -1;
+}
+
+/* Parse a shape signature: fields read back, then the signature written again
+   must be the same text (canonical form, nothing after it). */
+int fd_shape_parse(const char *sig, fd_shape *s) {
+  char q[8], kv[8], o[8], mode[8], layout[8], again[256];
+  int end = -1;
+  memset(s, 0, sizeof *s);
+  if (sscanf(sig, "b%9d.hq%9d.hkv%9d.d%3d.q%7[a-z0-9].kv%7[a-z0-9].o%7[a-z0-9].%7[a-z].%7[a-z]%n", &s->batch,
+             &s->n_q_heads, &s->n_kv_heads, &s->head_dim, q, kv, o, mode, layout, &end) != 9 || end < 0)
+    return -1;
+  int v[] = { name_index(DTYPE, 3, q), name_index(DTYPE, 5, kv), name_index(DTYPE, 3, o), name_index(MODE, 3, mode),
+              name_index(LAYOUT, 3, layout) };
+  for (int i = 0; i < 5; i++) if (v[i] < 0) return -1;
+  s->q_dtype = v[0]; s->kv_dtype = v[1]; s->out_dtype = v[2]; s->mask_mode = v[3]; s->layout = v[4];
+  if (s->batch < 1 || s->n_q_heads < 1 || s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads || s->head_dim < 1)
+    return -1;
+  return fd_shape_signature(s, again, sizeof again) < 0 || strcmp(again, sig) ? -1 : 0;
 }
 
 /* Encode the key of a kernel for shape s. */
@@ -56,6 +82,11 @@ static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
   if (s->head_dim < 1 || s->head_dim > 999)
     return fd_fail(ctx, FD_EINVAL, "shape.head_dim is %d; it must be 1..999 (the tiling key's field)", s->head_dim);
   if (s->kv_len < 1) return fd_fail(ctx, FD_EINVAL, "shape.kv_len is %lld; it must be at least 1", (long long)s->kv_len);
+  if (s->kv_len > (INT64_C(1) << (FD_MAX_BUCKETS - 1)))
+    return fd_fail(ctx, FD_EINVAL, "shape.kv_len %lld is too large: above 2^%d, the planner's largest length bucket",
+                   (long long)s->kv_len, FD_MAX_BUCKETS - 1);
+  if ((int64_t)s->batch * s->n_q_heads > INT_MAX)
+    return fd_fail(ctx, FD_EINVAL, "shape.batch x shape.n_q_heads (%d x %d) is above INT_MAX", s->batch, s->n_q_heads);
   if ((unsigned)s->q_dtype > 2) return fd_fail(ctx, FD_EINVAL, "shape.q_dtype %d is unknown (f32, f16 or bf16)", (int)s->q_dtype);
   if ((unsigned)s->kv_dtype > 4) return fd_fail(ctx, FD_EINVAL, "shape.kv_dtype %d is unknown", (int)s->kv_dtype);
   if ((unsigned)s->out_dtype > 2) return fd_fail(ctx, FD_EINVAL, "shape.out_dtype %d is unknown (f32, f16 or bf16)", (int)s->out_dtype);
@@ -81,6 +112,12 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
     return fd_fail(ctx, FD_EINVAL, "opts.group_tile %d does not divide the %d query heads per kv head (or exceeds %d)",
                    o->group_tile, G, FD_MAX_TILE);
   if (o->splits < 0) return fd_fail(ctx, FD_EINVAL, "opts.splits %d is negative", o->splits);
+  int64_t splits = o->splits < s->kv_len ? o->splits : s->kv_len, rows = (int64_t)s->batch * s->n_kv_heads;
+  if (splits > 1 && rows * splits > FD_MAX_SPLIT_ITEMS)
+    return fd_fail(ctx, FD_EINVAL, "opts.splits %d gives %lld split work items (batch x n_kv_heads x splits, splits at most "
+                   "kv_len), above FD_MAX_SPLIT_ITEMS (%d)", o->splits, (long long)(rows * splits), FD_MAX_SPLIT_ITEMS);
+  if (o->threads > FD_MAX_THREADS)
+    return fd_fail(ctx, FD_EINVAL, "opts.threads %d is above FD_MAX_THREADS (%d)", o->threads, FD_MAX_THREADS);
   if (o->threads < 0 || o->threads > ctx->threads)
     return fd_fail(ctx, FD_EINVAL, "opts.threads %d is outside 0..%d (the context's threads)", o->threads, ctx->threads);
   if (o->isa < 0 || o->isa > FD_ISA_AVX512)
@@ -126,9 +163,9 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
   b->splits = o->splits ? o->splits : heuristic_splits(&p->shape, b->threads, len);
   b->from_table = 0;
-  if (row) {
+  if (row) {   /* the loader bounded its splits by the bucket; the kv_len may be shorter */
     b->from_table = 1;
-    b->splits = row->splits;
+    b->splits = row->splits < len ? row->splits : (int)len;
     b->threads = row->threads < ctx->threads ? row->threads : ctx->threads;
   }
 }
@@ -138,6 +175,7 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
   char key[FD_KEY_BUFSZ];
   const fd_kernel_desc **slot[] = { &b->plain, &b->with_lse, &b->split };
   static const int flags[] = { 0, 2, 1 };
+  fd_ctx_put_kernels(p->ctx, b, 1);            /* what an earlier attempt for this bucket took */
   for (int i = 0; i < 3; i++) {
     if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, flags[i], key, err, errlen)) return FD_EINVAL;
     char why[3000];
@@ -168,15 +206,18 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
 }
 
 /* Use a table row's key: compile it, then take chunk, tile and isa from its
-   descriptor; a key that does not fit the shape leaves the heuristic in charge. */
+   descriptor. A key that does not fit the shape (fd_table_key_fits, which the
+   loader already enforced), whose isa this CPU lacks or that does not compile
+   leaves the heuristic in charge. */
 static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   const fd_table_row *row = fd_table_find(p->ctx->table, sig, b->max_len);
   char err[4096];
-  const fd_kernel_desc *d = fd_kcache_get(p->ctx->kernels, row->key, &p->compile_ms, &p->kernels_compiled, err, sizeof err);
+  int v[FD_KF_COUNT];
   const fd_shape *s = &p->shape;
-  if (!d || d->head_dim != s->head_dim || d->q_dtype != (int)s->q_dtype || d->kv_dtype != (int)s->kv_dtype ||
-      d->out_dtype != (int)s->out_dtype || d->mask_mode != (int)s->mask_mode || d->layout != (int)s->layout ||
-      p->G % d->group_tile || d->isa > p->ctx->max_isa) {
+  int usable = !fd_table_key_fits(row->key, s, v, err, sizeof err) && v[FD_KF_ISA] <= p->ctx->max_isa;
+  const fd_kernel_desc *d = usable ? fd_kcache_get(p->ctx->kernels, row->key, &p->compile_ms, &p->kernels_compiled,
+                                                   err, sizeof err) : NULL;
+  if (!d) {
     int64_t len = b->max_len < s->kv_len ? b->max_len : s->kv_len;
     b->from_table = 0;   /* a row that does not fit this shape or build is ignored whole */
     b->threads = p->ctx->threads;
@@ -185,6 +226,7 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   }
   b->chunk = d->chunk; b->tile = d->group_tile;
   if (!b->forced_isa) b->isa = d->isa;   /* a forced isa keeps the row's chunk, tile and splits */
+  fd_kcache_put(p->ctx->kernels, d);     /* compile_bucket takes the bucket's kernels itself */
   return FD_OK;
 }
 
@@ -212,8 +254,9 @@ static int alloc_scratch(fd_plan *p) {
   return FD_OK;
 }
 
-/* Free a plan's memory (not its context). */
+/* Free a plan's memory and give back its kernels (not its context). */
 static void free_plan(fd_plan *p) {
+  fd_ctx_put_kernels(p->ctx, p->buckets, p->n_buckets);
   free(p->partials); free(p->thread_scratch); free(p->remaining);
   free(p->row_splits); free(p->row_order); free(p->row_len); free(p->items);
   free(p);
@@ -241,17 +284,15 @@ static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
   return FD_OK;
 }
 
-/* Create a plan with some choices forced. */
-int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **out) {
-  if (!ctx) return fd_fail(NULL, FD_EINVAL, "ctx is NULL");
-  if (!out) return fd_fail(ctx, FD_EINVAL, "plan (the output pointer) is NULL");
-  *out = NULL;
-  if (atomic_load(&ctx->destroyed)) return fd_fail(ctx, FD_EDESTROYED, "the context was destroyed");
-  fd_plan_opts none = { 0 };
-  if (!opts) opts = &none;
+/* Create a plan with some choices forced (ctx referenced by the caller). */
+static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **out) {
+  fd_plan_opts o = { 0 };
+  if (opts) o = *opts;
   int rc = check_shape(ctx, shape);
-  if (!rc) rc = check_opts(ctx, shape, opts);
+  if (!rc) rc = check_opts(ctx, shape, &o);
   if (rc) return rc;
+  if (o.splits > shape->kv_len) o.splits = (int)shape->kv_len;   /* more splits than keys: one key each */
+  opts = &o;
   fd_plan *p = calloc(1, sizeof *p);
   if (!p) return fd_fail(ctx, FD_ENOMEM, "out of memory for a plan");
   p->ctx = ctx;
@@ -263,13 +304,24 @@ int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *
   p->max_splits = p->max_threads = 1;
   rc = plan_buckets(p, opts);
   if (!rc) rc = alloc_scratch(p);
+  if (!rc && atomic_load(&ctx->destroyed))
+    rc = fd_fail(ctx, FD_EDESTROYED, "the context was destroyed (fd_destroy) while the plan was created");
   if (rc) { free_plan(p); return rc; }
-  pthread_mutex_lock(&ctx->lock);
-  ctx->n_plans++;
-  pthread_mutex_unlock(&ctx->lock);
   fd_clear_error(ctx);
   *out = p;
   return FD_OK;
+}
+
+/* Create a plan with some choices forced; the plan holds a reference to ctx. */
+int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **out) {
+  if (!ctx) return fd_fail(NULL, FD_EINVAL, "ctx is NULL");
+  if (!out) return fd_fail(ctx, FD_EINVAL, "plan (the output pointer) is NULL");
+  *out = NULL;
+  int rc = fd_ctx_acquire(ctx);
+  if (rc) return rc;
+  rc = create_plan(ctx, shape, opts, out);
+  if (rc) fd_ctx_release(ctx);
+  return rc;
 }
 
 /* Create a plan with every choice left to the planner. */
@@ -294,13 +346,10 @@ int fd_plan_info_get(const fd_plan *p, int64_t kv_len, fd_plan_info *info) {
   return FD_OK;
 }
 
-/* Destroy a plan; the last plan of a destroyed context frees the context. */
+/* Destroy a plan; the last reference to a destroyed context frees the context. */
 void fd_plan_destroy(fd_plan *p) {
   if (!p) return;
   fd_ctx *ctx = p->ctx;
   free_plan(p);
-  pthread_mutex_lock(&ctx->lock);
-  int last = --ctx->n_plans == 0 && ctx->released;
-  pthread_mutex_unlock(&ctx->lock);
-  if (last) fd_ctx_free(ctx);
+  fd_ctx_release(ctx);
 }

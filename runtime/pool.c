@@ -46,13 +46,13 @@ static void *worker(void *argp) {
   for (;;) {
     seen = wait_job(p, seen);
     if (p->stop) return NULL;
-    if (wa.index < p->active) {
-      p->fn(p->arg, wa.index);
-      if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-        pthread_mutex_lock(&p->m);
-        pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->m);
-      }
+    if (wa.index < p->active) p->fn(p->arg, wa.index);
+    /* every worker acknowledges every job, so none can still be reading this
+       job's fn, arg and active when the caller starts the next one */
+    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&p->m);
+      pthread_cond_signal(&p->done);
+      pthread_mutex_unlock(&p->m);
     }
   }
 }
@@ -80,7 +80,7 @@ void fd_pool_run(fd_pool *p, int n, fd_task_fn fn, void *arg) {
   if (n > p->n) n = p->n;
   if (n <= 1) { fn(arg, 0); return; }
   p->fn = fn; p->arg = arg; p->active = n;
-  atomic_store(&p->pending, n - 1);
+  atomic_store(&p->pending, p->n - 1);
   pthread_mutex_lock(&p->m);
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
   pthread_cond_broadcast(&p->start);

@@ -220,27 +220,26 @@ $(lane_reduce("          "))
         sc[$(t * CHUNK) + i] = ($(acc_sum(t)))$(QUANT and " * x" or "")$(MASK and (" + mrow" .. t .. "[i]") or "");
 @ end
       }
-      /* Online softmax over the chunk, one query head at a time. */
+      /* Online softmax over the chunk, one query head at a time: weights
+         e^(s - m) 2^-$(P_SHIFT) (gen/simd.lua). A head whose keys so far are all
+         masked keeps m = -inf and takes base 0, so its weights are 0; a NaN
+         score gives a NaN weight whatever m is, so NaN reaches l and acc. */
 @ for t = 0, T - 1 do
       {
-        float *s = sc + $(t * CHUNK), mx = st$(t)[$(D)], sum = 0.0f, x, p, et, er;
+        float *s = sc + $(t * CHUNK), mx = st$(t)[$(D)], base, sum = 0.0f, x, p, et, er;
         fd_bits eb; int en;
         for (i = 0; i < n; i++) if (s[i] > mx) mx = s[i];
-        if (mx == ninf) {
-          for (i = 0; i < n; i++) s[i] = 0.0f;
-        } else {
-          if (st$(t)[$(D)] != mx) fd_rescale(st$(t), $(D), mx);
-          for (i = 0; i < n; i++) {
-            x = s[i] - mx;
-            if (!(x >= -87.0f)) p = 0.0f;
-            else {
-$(exp_body("x", "p", "              "))
-            }
-            s[i] = p;
-            sum += p;
-          }
-          st$(t)[$(D + 1)] += sum;
+        base = mx == ninf ? 0.0f : mx;
+        if (st$(t)[$(D)] != mx) fd_rescale(st$(t), $(D), mx);
+        for (i = 0; i < n; i++) {
+          x = s[i] - base;
+          if (x >= $(P_MIN_X).0f) {
+$(exp_body("x", "p", "            ", P_BIAS))
+          } else p = x != x ? x : 0.0f;      /* below the cutoff or -inf: 0; NaN stays */
+          s[i] = p;
+          sum += p;
         }
+        st$(t)[$(D + 1)] += sum;
       }
 @ end
       /* P.V: each V row is loaded once for the whole tile. */
@@ -267,12 +266,18 @@ $(exp_body("x", "p", "              "))
     }
   }
 @ if not SPLIT then
-  /* Epilogue: normalize; a row with no valid key gives 0 and lse -inf. */
+  /* Epilogue: normalize. A head with no visible key (l = 0: all masked) gives
+     exactly 0, even where a masked key's V held NaN, and lse -inf; a NaN l
+     (a NaN or +Inf score) gives NaN. */
   {
     $(OUTT) *out = ($(OUTT) *)w->out;
     for (h = 0; h < nh; h++) {
-      const float *st = state + (fd_i64)h * $(REC);
-      float l = st[$(D + 1)], inv = l > 0.0f ? 1.0f / l : 0.0f;
+      float *st = state + (fd_i64)h * $(REC);
+      float l = st[$(D + 1)], inv;
+      if (l == 0.0f) {
+        for (d = 0; d < $(D); d++) st[d] = 0.0f;
+        inv = 0.0f;
+      } else inv = 1.0f / l;
 @   if ISA > 0 then
       fd_asm_args aa;
       aa.consts = &fd_simd_c;
@@ -285,7 +290,7 @@ $(simd_store_out())
       for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, (fd_i64)h * $(D) + d, st[d] * inv);
 @   end
 @   if LSE then
-      w->lse[h] = l > 0.0f ? st[$(D)] + fd_logf(l) : ninf;
+      w->lse[h] = l == 0.0f ? ninf : st[$(D)] + fd_log_sum(l);
 @   end
     }
   }

@@ -16,11 +16,14 @@
      void *scratch = malloc(n);
      fdt_args a = { .q = q, .k = k, .v = v, .cur_pos = pos, .out = out, .lse = NULL };
      int rc = fdt_run(&s, &a, scratch, n, NULL, NULL);    (0 or an FDT_E* code)
+     const char *why;
+     if (fdt_validate(&s, &a, &why)) puts(why);           (the field a refusal names)
 
    fdt_run runs on the calling thread; pass a parallel-for (fdt_parallel_for)
    and its user pointer to spread the work items over your threads. Shapes,
    arguments and results are those of libflashdecode's fd_shape, fd_args and
-   fd_run (see its flashdecode.h); paged layouts are not served. Kernels whose
+   fd_run (see its flashdecode.h), and fdt_run refuses what fd_plan_create and
+   fd_run refuse, with the same codes; paged layouts are not served. Kernels whose
    key has isa digit (digit 6) 1 or 2 execute AVX2+FMA+F16C or AVX-512
    instructions: run this header on a CPU with the features listed above. */
 #ifndef FLASHDECODE_TUNED_H
@@ -140,11 +143,46 @@ static inline const fdt_row *fdt_lookup(const fdt_shape *s, int64_t longest) {
 
 /* ---- Executor (as libflashdecode's runtime/exec.c, on the caller's threads) ---- */
 
-/* Is shape s one this header can check and run? */
-static inline int fdt_shape_ok(const fdt_shape *s) {
-  return s && s->batch >= 1 && s->n_q_heads >= 1 && s->n_kv_heads >= 1 && s->n_q_heads % s->n_kv_heads == 0 &&
-         s->head_dim >= 1 && s->kv_len >= 1 && s->layout != FDT_PAGED;
+/* Refuse with code: set *why (when why is not NULL) to a sentence naming the field. */
+static inline int fdt_refuse(const char **why, int code, const char *msg) {
+  if (why) *why = msg;
+  return code;
 }
+
+/* Check shape s as libflashdecode's fd_plan_create does (runtime/plan.c,
+   check_shape), in the same order: FDT_OK, FDT_EINVAL or FDT_EUNSUPPORTED
+   (paged layout), *why naming the field. */
+static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
+  if (!s) return fdt_refuse(why, FDT_EINVAL, "shape is NULL");
+  if (s->batch < 1) return fdt_refuse(why, FDT_EINVAL, "shape.batch must be at least 1");
+  if (s->n_q_heads < 1) return fdt_refuse(why, FDT_EINVAL, "shape.n_q_heads must be at least 1");
+  if (s->n_kv_heads < 1) return fdt_refuse(why, FDT_EINVAL, "shape.n_kv_heads must be at least 1");
+  if (s->n_q_heads % s->n_kv_heads)
+    return fdt_refuse(why, FDT_EINVAL, "shape.n_q_heads is not a multiple of shape.n_kv_heads");
+  if (s->head_dim < 1 || s->head_dim > 999)
+    return fdt_refuse(why, FDT_EINVAL, "shape.head_dim must be 1..999 (the tiling key's field)");
+  if (s->kv_len < 1) return fdt_refuse(why, FDT_EINVAL, "shape.kv_len must be at least 1");
+  if (s->kv_len > ((int64_t)1 << 47))   /* 2^(FD_MAX_BUCKETS - 1), runtime/internal.h */
+    return fdt_refuse(why, FDT_EINVAL, "shape.kv_len is too large: above 2^47, the planner's largest length bucket");
+  if ((int64_t)s->batch * s->n_q_heads > INT32_MAX)
+    return fdt_refuse(why, FDT_EINVAL, "shape.batch x shape.n_q_heads is above INT_MAX");
+  if ((unsigned)s->q_dtype > 2) return fdt_refuse(why, FDT_EINVAL, "shape.q_dtype is unknown (f32, f16 or bf16)");
+  if ((unsigned)s->kv_dtype > 4) return fdt_refuse(why, FDT_EINVAL, "shape.kv_dtype is unknown");
+  if ((unsigned)s->out_dtype > 2) return fdt_refuse(why, FDT_EINVAL, "shape.out_dtype is unknown (f32, f16 or bf16)");
+  if ((unsigned)s->mask_mode > 2) return fdt_refuse(why, FDT_EINVAL, "shape.mask_mode is unknown");
+  if ((unsigned)s->layout > 2) return fdt_refuse(why, FDT_EINVAL, "shape.layout is unknown");
+  if (s->layout == FDT_PAGED) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.layout FDT_PAGED is not served by this header");
+  if (s->mask_mode == FDT_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
+    return fdt_refuse(why, FDT_EINVAL, "shape.kv_len is too large for int32 cur_pos positions");
+  double elems = (double)s->batch * s->n_kv_heads * (double)s->kv_len * s->head_dim;
+  double mask = (double)s->batch * s->n_q_heads * (double)s->kv_len;
+  if (elems * 4 > 9.0e18 || mask * 4 > 9.0e18)
+    return fdt_refuse(why, FDT_EINVAL, "shape.kv_len is too large: the cache would have more than 2^63 bytes");
+  return FDT_OK;
+}
+
+/* Is shape s one this header can check and run? */
+static inline int fdt_shape_ok(const fdt_shape *s) { return fdt_check_shape(s, NULL) == FDT_OK; }
 
 /* Floats of one work item's query buffer (a multiple of 16: 64-byte steps). */
 static inline size_t fdt_qbuf_floats(const fdt_shape *s) {
@@ -260,24 +298,53 @@ static inline void fdt_serial_for(void *user, int n, fdt_body body, void *ctx) {
   for (int i = 0; i < n; i++) body(ctx, i);
 }
 
-/* Check the arguments as fd_run does; FDT_OK or FDT_EINVAL. */
-static inline int fdt_check(const fdt_shape *s, const fdt_args *a) {
-  if (!fdt_shape_ok(s) || !a || !a->q || !a->k || !a->v || !a->out) return FDT_EINVAL;
-  if (s->mask_mode == FDT_MASK && !a->mask) return FDT_EINVAL;
-  if (s->kv_dtype >= FDT_I8 && (!a->k_scale || !a->v_scale)) return FDT_EINVAL;
+/* Is x finite (not NaN, not +-Inf)? Arithmetic, so that no libm is needed. */
+static inline int fdt_finite(float x) { return x - x == 0.0f; }
+
+/* Check the arguments for shape s as libflashdecode's fd_run does
+   (runtime/exec.c, check_args), in the same order, after the shape. */
+static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const char **why) {
+  if (!a) return fdt_refuse(why, FDT_EINVAL, "args is NULL");
+  if (!a->q) return fdt_refuse(why, FDT_EINVAL, "args.q is NULL");
+  if (!a->k) return fdt_refuse(why, FDT_EINVAL, "args.k is NULL");
+  if (!a->v) return fdt_refuse(why, FDT_EINVAL, "args.v is NULL");
+  if (!a->out) return fdt_refuse(why, FDT_EINVAL, "args.out is NULL");
+  if (s->mask_mode == FDT_MASK && !a->mask)
+    return fdt_refuse(why, FDT_EINVAL, "args.mask is NULL but the shape's mask_mode is FDT_MASK");
+  if (s->kv_dtype >= FDT_I8 && !a->k_scale)
+    return fdt_refuse(why, FDT_EINVAL, "args.k_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
+  if (s->kv_dtype >= FDT_I8 && !a->v_scale)
+    return fdt_refuse(why, FDT_EINVAL, "args.v_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
+  if (!fdt_finite(a->scale)) return fdt_refuse(why, FDT_EINVAL, "args.scale is not finite");
   if (s->mask_mode != FDT_CAUSAL) return FDT_OK;
-  if (!a->cur_pos) return FDT_EINVAL;
+  if (!a->cur_pos) return fdt_refuse(why, FDT_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FDT_CAUSAL");
   for (int b = 0; b < s->batch; b++)
-    if (a->cur_pos[b] < 0 || a->cur_pos[b] >= s->kv_len) return FDT_EINVAL;
+    if (a->cur_pos[b] < 0 || a->cur_pos[b] >= s->kv_len)
+      return fdt_refuse(why, FDT_EINVAL, "args.cur_pos[b] is outside 0..kv_len - 1");
   return FDT_OK;
 }
+
+/* Why fdt_run would refuse s and a before running: FDT_OK, or the code it
+   returns (FDT_EINVAL, FDT_EUNSUPPORTED for a paged layout) with *why (when
+   why is not NULL) a sentence naming the field. The checks, their order and
+   codes are those of fd_plan_create then fd_run (tests/test_export.c compares
+   them case by case). */
+static inline int fdt_validate(const fdt_shape *s, const fdt_args *a, const char **why) {
+  int rc = fdt_check_shape(s, why);
+  return rc ? rc : fdt_check_args(s, a, why);
+}
+
+/* Check the arguments as fd_run does; FDT_OK or the refusal's code. */
+static inline int fdt_check(const fdt_shape *s, const fdt_args *a) { return fdt_validate(s, a, NULL); }
 
 /* Run attention for shape s: the row of the longest valid length, its splits
    for every (batch row, kv head), the split kernel into partial records then
    the merge (or the plain or lse kernel when the row has one split). scratch
    holds scratch_bytes bytes, at least fdt_scratch_bytes(s); pfor NULL runs on
-   the calling thread. Returns FDT_OK, FDT_EINVAL (bad shape or arguments),
-   FDT_ENOMEM (scratch too small) or FDT_EUNSUPPORTED (no kernel serves s). */
+   the calling thread. Returns FDT_OK, FDT_EINVAL (bad shape or arguments:
+   fdt_validate says which field), FDT_ENOMEM (scratch too small) or
+   FDT_EUNSUPPORTED (no kernel serves s, or a paged layout); nothing is
+   written to out or lse unless it returns FDT_OK. */
 static inline int fdt_run(const fdt_shape *s, const fdt_args *a, void *scratch, size_t scratch_bytes,
                           fdt_parallel_for pfor, void *user) {
   int rc = fdt_check(s, a);

@@ -1,29 +1,32 @@
-/* Merge of split partials (m, l, acc): exact and associative; splits with
-   m = -inf (empty or fully masked ranges) are the identity. */
+/* Merge of split partials (m, l, acc): exact and associative. A split with
+   no visible key (m = -inf, l = 0; empty or fully masked) weighs 0: its acc
+   is 0, or NaN where a masked key's V held NaN, which stays NaN as in the
+   unsplit kernel; a NaN l poisons the head; a head none of whose splits has a
+   visible key gives exactly 0 and lse -inf. */
 void fd_k$(KEY)_merge(const fd_merge_args *a) {
   $(OUTT) *out = ($(OUTT) *)a->out;
   const float ninf = fd_ninf();
   float acc[$(D)];
   int h, s, d;
   for (h = 0; h < a->n_heads; h++) {
-    float m = ninf, l = 0.0f, inv;
+    float m = ninf, base, l = 0.0f, inv;
     for (s = 0; s < a->n_splits; s++) {
       const float *r = a->part + s * a->split_stride + (fd_i64)h * $(REC);
       if (r[$(D)] > m) m = r[$(D)];
     }
+    base = m == ninf ? 0.0f : m;
     for (d = 0; d < $(D); d++) acc[d] = 0.0f;
-    if (m != ninf) {
-      for (s = 0; s < a->n_splits; s++) {
-        const float *r = a->part + s * a->split_stride + (fd_i64)h * $(REC);
-        float wgt;
-        if (r[$(D)] == ninf) continue;
-        wgt = fd_expf(r[$(D)] - m);
-        l += r[$(D + 1)] * wgt;
-        for (d = 0; d < $(D); d++) acc[d] += r[d] * wgt;
-      }
+    for (s = 0; s < a->n_splits; s++) {
+      const float *r = a->part + s * a->split_stride + (fd_i64)h * $(REC);
+      float wgt = fd_expf(r[$(D)] - base);
+      l += r[$(D + 1)] * wgt;
+      for (d = 0; d < $(D); d++) acc[d] += r[d] * wgt;
     }
-    inv = l > 0.0f ? 1.0f / l : 0.0f;
+    if (l == 0.0f) {
+      for (d = 0; d < $(D); d++) acc[d] = 0.0f;
+      inv = 0.0f;
+    } else inv = 1.0f / l;
     for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, (fd_i64)h * $(D) + d, acc[d] * inv);
-    if (a->lse) a->lse[h] = l > 0.0f ? m + fd_logf(l) : ninf;
+    if (a->lse) a->lse[h] = l == 0.0f ? ninf : m + fd_log_sum(l);
   }
 }

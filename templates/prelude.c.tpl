@@ -8,10 +8,15 @@
 /* -inf without math.h or a division by zero. */
 static inline float fd_ninf(void) { fd_bits b; b.u = 0xff800000u; return b.f; }
 
-/* e^x for x <= 0 (softmax arguments), ~1e-7 relative; 0 below -87. */
+/* A quiet NaN without math.h. */
+static inline float fd_nan(void) { fd_bits b; b.u = 0x7fc00000u; return b.f; }
+
+/* e^x for x <= 0 (the ratio of two running maxima), ~1e-7 relative; 0 below
+   -87 and for -inf; NaN for NaN (and for x > 0, which only a NaN score leads to). */
 static inline float fd_expf(float x) {
   fd_bits eb; float et, er, p; int en;
-  if (!(x >= -87.0f)) return 0.0f;
+  if (x < -87.0f) return 0.0f;
+  if (!(x <= 0.0f)) return fd_nan();
 $(exp_body("x", "p", "    "))
   return p;
 }
@@ -25,11 +30,13 @@ static inline void fd_rescale(float *st, int D, float mx) {
   st[D + 1] *= corr;
 }
 
-/* Natural log of x >= 1 (a softmax denominator), in double internally. */
-static inline float fd_logf(float x) {
+/* ln(l 2^P_SHIFT) of a softmax denominator l > 0 summed from weights scaled
+   by 2^-P_SHIFT (gen/simd.lua), in double internally; NaN for NaN. */
+static inline float fd_log_sum(float x) {
   fd_bits b; int e; double m, s, s2;
+  if (x != x) return x;
   b.f = x;
-  e = (int)((b.u >> 23) & 0xffu) - 127;
+  e = (int)((b.u >> 23) & 0xffu) - 127 + $(P_SHIFT);
   b.u = (b.u & 0x7fffffu) | 0x3f800000u;
   m = b.f;
   if (m > 1.4142135623730951) { m *= 0.5; e += 1; }

@@ -239,7 +239,8 @@ static void tuned_tables(void) {
   memcpy(strstr(text, "\ntemplates\t") + 11, "0000", 4);
   table_case(text, 0, "(templates)", "table from another build");
   table_text(text, sizeof text, head, sig, "10032064020010100");
-  table_case(text, 0, "", "table row whose key does not fit the shape is ignored");
+  table_case(text, 0, "line 8: key 10032064020010100 does not fit the row's shape: mask_mode is 1, the shape has 0",
+             "table row whose key does not fit the shape refuses the table");
   snprintf(text, sizeof text, "%s%s\t2048\t%s\t0\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
   table_case(text, 0, "splits '0'", "table row with 0 splits");
   snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\n", head, sig, key);

@@ -5,10 +5,15 @@
      - JIT (-DFDT_JIT, linked with libflashdecode.a): `test_export_jit TABLE
        OUT` runs the same problems through fd_create(.table = TABLE) and
        fd_run, checks the planner used each row's key, and compares with OUT
-       within f32 rounding (and one unit of a 16-bit output dtype).
+       within f32 rounding (and one unit of a 16-bit output dtype);
+       `test_export_jit --refusals` gives the same bad shapes and arguments
+       to fdt_run and to fd_plan_create + fd_run, case by case: the same
+       code, the same field named, nothing written to out or lse by either.
    Each row runs at a length inside its bucket, batch rows of uneven lengths. */
 #include FDT_HEADER
+#include <ctype.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +174,14 @@ static int aot_case(int i, FILE *f) {
   return rc;
 }
 
+/* A head_dim in 1..999 (valid) that no kernel of this header serves for s, or 0. */
+static int unserved_head_dim(const fdt_shape *s) {
+  fdt_shape t = *s;
+  for (t.head_dim = 999; t.head_dim >= 1; t.head_dim--)
+    if (!fdt_lookup(&t, 1)) return t.head_dim;
+  return 0;
+}
+
 /* Refusals: scratch too small, a shape no kernel serves, a bad cur_pos; 0 when all hold. */
 static int error_cases(void) {
   fdt_shape s;
@@ -182,8 +195,8 @@ static int error_cases(void) {
   int bad = 0;
   bad += fdt_run(&p.s, &a, scratch, 64, NULL, NULL) != FDT_ENOMEM;
   fdt_shape odd = p.s;
-  odd.head_dim = 1000 + p.s.head_dim;   /* no kernel of any header has this head_dim */
-  bad += fdt_scratch_bytes(&odd) != 0 || fdt_run(&odd, &a, scratch, n, NULL, NULL) != FDT_EUNSUPPORTED;
+  odd.head_dim = unserved_head_dim(&p.s);   /* valid, but no kernel of this header has it */
+  bad += odd.head_dim == 0 || fdt_scratch_bytes(&odd) != 0 || fdt_run(&odd, &a, scratch, n, NULL, NULL) != FDT_EUNSUPPORTED;
   if (s.mask_mode == FDT_CAUSAL) {
     p.pos[0] = (int32_t)p.s.kv_len;
     bad += fdt_run(&p.s, &a, scratch, n, NULL, NULL) != FDT_EINVAL;
@@ -239,6 +252,21 @@ static void compare(int i, const prob *p, FILE *f) {
   free(aot); free(alse);
 }
 
+/* libflashdecode's shape for header shape s. */
+static fd_shape to_fd_shape(const fdt_shape *s) {
+  fd_shape fs = { .batch = s->batch, .n_q_heads = s->n_q_heads, .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim,
+                  .kv_len = s->kv_len, .q_dtype = (fd_dtype)s->q_dtype, .kv_dtype = (fd_dtype)s->kv_dtype,
+                  .out_dtype = (fd_dtype)s->out_dtype, .mask_mode = (fd_mask_mode)s->mask_mode, .layout = (fd_layout)s->layout };
+  return fs;
+}
+
+/* libflashdecode's arguments for header arguments a. */
+static fd_args to_fd_args(const fdt_args *a) {
+  fd_args fa = { .q = a->q, .k = a->k, .v = a->v, .cur_pos = a->cur_pos, .mask = a->mask, .k_scale = a->k_scale,
+                 .v_scale = a->v_scale, .scale = a->scale, .out = a->out, .lse = a->lse };
+  return fa;
+}
+
 /* Run one case through the library (the table's row for row cases). */
 static void jit_case(int i, const char *table, FILE *f) {
   fdt_shape s;
@@ -249,14 +277,14 @@ static void jit_case(int i, const char *table, FILE *f) {
   fd_ctx *ctx = fd_create(&(fd_config){ .table = table });
   check(ctx && !fd_errmsg(ctx)[0], "the table was refused", i);
   if (ctx && fd_errmsg(ctx)[0]) printf("  %s\n", fd_errmsg(ctx));
-  fd_shape fs = { p.s.batch, p.s.n_q_heads, p.s.n_kv_heads, p.s.head_dim, p.s.kv_len, (fd_dtype)p.s.q_dtype,
-                  (fd_dtype)p.s.kv_dtype, (fd_dtype)p.s.out_dtype, (fd_mask_mode)p.s.mask_mode, (fd_layout)p.s.layout, 0 };
+  fd_shape fs = to_fd_shape(&p.s);
   fd_plan *plan = NULL;
   fd_plan_info info = { 0 };
   int rc = fd_plan_create(ctx, &fs, &plan);
   if (!rc) rc = fd_plan_info_get(plan, L, &info);
   if (row != &fdt_default_row) check(!rc && info.from_table && !strcmp(info.key, row->key), "the planner did not use the row's key", i);
-  fd_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, NULL, 0, p.out, lse_on(i) ? p.lse : NULL };
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, lse_on(i) ? p.lse : NULL };
+  fd_args a = to_fd_args(&ta);
   if (!rc) rc = fd_run(plan, &a);
   check(rc == 0, "plan or run failed", i);
   if (rc) printf("  %s\n", fd_errmsg(ctx));
@@ -268,8 +296,237 @@ static void jit_case(int i, const char *table, FILE *f) {
   unmake(&p);
 }
 
+/* ---- Refusals: fdt_run against fd_plan_create + fd_run, case by case ---- */
+
+/* The problem a refusal case starts from: one the table's rows have when they can. */
+enum { BASE_CAUSAL, BASE_MASK, BASE_FULL_FP8, N_BASES };
+
+/* What one change to a valid problem does. */
+enum { M_NONE, M_SHAPE_NULL, M_ARGS_NULL, M_SHAPE_INT, M_KV_LEN, M_ARG_NULL, M_SCALE, M_POS };
+
+/* One change: kind, the field's offset (or the cur_pos index, -1 = the last), the value. */
+typedef struct mutation { int kind; long off; int64_t i; float f; } mutation;
+#define AT_KV_LEN INT64_MAX   /* an M_POS value: the shape's kv_len */
+
+/* A refusal case: a name, its base, up to two changes (the first refused
+   field must win); controls (ok = 1) must be refused by neither. */
+typedef struct refusal { const char *name; int base, ok; mutation m[2]; } refusal;
+
+#define SHAPE_INT(field, v) { M_SHAPE_INT, (long)offsetof(fdt_shape, field), v, 0 }
+#define ARG_NULL(field) { M_ARG_NULL, (long)offsetof(fdt_args, field), 0, 0 }
+#define KV_LEN(v) { M_KV_LEN, 0, v, 0 }
+#define SCALE(v) { M_SCALE, 0, 0, v }
+#define NO_CHANGE { M_NONE, 0, 0, 0 }
+#define POS(index, v) { M_POS, index, v, 0 }
+
+static const refusal REFUSALS[] = {
+  { "valid causal problem (control)", BASE_CAUSAL, 1, { NO_CHANGE } },
+  { "valid mask problem (control)", BASE_MASK, 1, { NO_CHANGE } },
+  { "valid full fp8 problem (control)", BASE_FULL_FP8, 1, { NO_CHANGE } },
+  { "scale 0.5 (control)", BASE_CAUSAL, 1, { SCALE(0.5f) } },
+  { "cur_pos[last] kv_len - 1 (control)", BASE_CAUSAL, 1, { POS(-1, 39) } },
+  { "shape NULL", BASE_CAUSAL, 0, { { M_SHAPE_NULL, 0, 0, 0 } } },
+  { "batch 0", BASE_CAUSAL, 0, { SHAPE_INT(batch, 0) } },
+  { "batch -3", BASE_MASK, 0, { SHAPE_INT(batch, -3) } },
+  { "n_q_heads 0", BASE_CAUSAL, 0, { SHAPE_INT(n_q_heads, 0) } },
+  { "n_kv_heads 0", BASE_CAUSAL, 0, { SHAPE_INT(n_kv_heads, 0) } },
+  { "n_kv_heads -2", BASE_FULL_FP8, 0, { SHAPE_INT(n_kv_heads, -2) } },
+  { "n_q_heads not a multiple of n_kv_heads", BASE_MASK, 0, { SHAPE_INT(n_q_heads, 7) } },
+  { "head_dim 0", BASE_CAUSAL, 0, { SHAPE_INT(head_dim, 0) } },
+  { "head_dim 1000", BASE_CAUSAL, 0, { SHAPE_INT(head_dim, 1000) } },
+  { "kv_len 0", BASE_CAUSAL, 0, { KV_LEN(0) } },
+  { "kv_len -5", BASE_FULL_FP8, 0, { KV_LEN(-5) } },
+  { "q_dtype 3", BASE_CAUSAL, 0, { SHAPE_INT(q_dtype, 3) } },
+  { "q_dtype -1", BASE_CAUSAL, 0, { SHAPE_INT(q_dtype, -1) } },
+  { "kv_dtype 5", BASE_MASK, 0, { SHAPE_INT(kv_dtype, 5) } },
+  { "out_dtype 3", BASE_CAUSAL, 0, { SHAPE_INT(out_dtype, 3) } },
+  { "mask_mode 3", BASE_CAUSAL, 0, { SHAPE_INT(mask_mode, 3) } },
+  { "layout 3", BASE_CAUSAL, 0, { SHAPE_INT(layout, 3) } },
+  { "layout paged", BASE_MASK, 0, { SHAPE_INT(layout, FDT_PAGED) } },
+  { "causal kv_len 2^31 + 1", BASE_CAUSAL, 0, { KV_LEN(((int64_t)1 << 31) + 1) } },
+  { "kv_len 2^60", BASE_FULL_FP8, 0, { KV_LEN((int64_t)1 << 60) } },
+  { "kv_len 2^47 + 1 (above the largest bucket)", BASE_FULL_FP8, 0, { KV_LEN(((int64_t)1 << 47) + 1) } },
+  { "batch 2^20 x kv_len 2^40 (more than 2^63 bytes)", BASE_FULL_FP8, 0,
+    { KV_LEN((int64_t)1 << 40), SHAPE_INT(batch, 1 << 20) } },
+  { "batch x n_q_heads above INT_MAX", BASE_CAUSAL, 0, { SHAPE_INT(batch, 1 << 30) } },
+  { "order: shape.kv_len (2^50) before shape.q_dtype", BASE_MASK, 0, { SHAPE_INT(q_dtype, 7), KV_LEN((int64_t)1 << 50) } },
+  { "args NULL", BASE_CAUSAL, 0, { { M_ARGS_NULL, 0, 0, 0 } } },
+  { "args.q NULL", BASE_CAUSAL, 0, { ARG_NULL(q) } },
+  { "args.k NULL", BASE_MASK, 0, { ARG_NULL(k) } },
+  { "args.v NULL", BASE_FULL_FP8, 0, { ARG_NULL(v) } },
+  { "args.out NULL", BASE_CAUSAL, 0, { ARG_NULL(out) } },
+  { "args.mask NULL in mask mode", BASE_MASK, 0, { ARG_NULL(mask) } },
+  { "args.k_scale NULL with int8/fp8 K", BASE_MASK, 0, { ARG_NULL(k_scale) } },
+  { "args.v_scale NULL with int8/fp8 V", BASE_FULL_FP8, 0, { ARG_NULL(v_scale) } },
+  { "args.scale NaN", BASE_CAUSAL, 0, { SCALE(NAN) } },
+  { "args.scale +Inf", BASE_CAUSAL, 0, { SCALE(INFINITY) } },
+  { "args.scale -Inf", BASE_MASK, 0, { SCALE(-INFINITY) } },
+  { "args.scale NaN (full fp8)", BASE_FULL_FP8, 0, { SCALE(NAN) } },
+  { "args.cur_pos NULL", BASE_CAUSAL, 0, { ARG_NULL(cur_pos) } },
+  { "args.cur_pos[0] -1", BASE_CAUSAL, 0, { POS(0, -1) } },
+  { "args.cur_pos[last] kv_len", BASE_CAUSAL, 0, { POS(-1, AT_KV_LEN) } },
+  { "args.cur_pos[last] INT32_MIN", BASE_CAUSAL, 0, { POS(-1, INT32_MIN) } },
+  { "args.cur_pos[0] INT32_MAX", BASE_CAUSAL, 0, { POS(0, INT32_MAX) } },
+  { "order: shape.batch before args NULL", BASE_CAUSAL, 0, { SHAPE_INT(batch, 0), { M_ARGS_NULL, 0, 0, 0 } } },
+  { "order: args.q before args.scale", BASE_CAUSAL, 0, { SCALE(NAN), ARG_NULL(q) } },
+  { "order: args.mask before args.k_scale", BASE_MASK, 0, { ARG_NULL(k_scale), ARG_NULL(mask) } },
+  { "order: args.scale before args.cur_pos", BASE_CAUSAL, 0, { POS(0, -1), SCALE(INFINITY) } },
+  { "order: shape.head_dim before shape.kv_len", BASE_CAUSAL, 0, { KV_LEN(0), SHAPE_INT(head_dim, 0) } },
+};
+
+/* Does table row r have what base kind needs? */
+static int row_is(const fdt_row *r, int kind) {
+  if (kind == BASE_CAUSAL) return r->mask_mode == FDT_CAUSAL;
+  if (kind == BASE_MASK) return r->mask_mode == FDT_MASK && r->kv_dtype >= FDT_I8;
+  return r->mask_mode == FDT_FULL && r->kv_dtype >= FDT_I8;
+}
+
+/* The base shape of a kind: the first table row of that kind (a shape this
+   header runs), else a small synthetic one. */
+static fdt_shape base_shape(int kind) {
+  static const fdt_shape SYNTH[N_BASES] = {
+    { 2, 4, 2, 64, 40, FDT_F32, FDT_F16, FDT_F32, FDT_CAUSAL, FDT_BHSD, },
+    { 2, 8, 2, 32, 40, FDT_BF16, FDT_I8, FDT_BF16, FDT_MASK, FDT_BSHD },
+    { 3, 6, 3, 80, 40, FDT_F16, FDT_FP8_E4M3, FDT_F16, FDT_FULL, FDT_BHSD },
+  };
+  for (int i = 0; i < FDT_N_ROWS; i++)
+    if (row_is(&fdt_rows[i], kind)) {
+      fdt_shape s = row_shape(&fdt_rows[i]);
+      s.kv_len = 40;
+      return s;
+    }
+  return SYNTH[kind];
+}
+
+/* Apply change m to shape s, arguments a (and their cur_pos), or to the NULL flags. */
+static void mutate(const mutation *m, fdt_shape *s, fdt_args *a, int32_t *pos, int *no_shape, int *no_args) {
+  switch (m->kind) {
+  case M_SHAPE_NULL: *no_shape = 1; break;
+  case M_ARGS_NULL: *no_args = 1; break;
+  case M_SHAPE_INT: { int v = (int)m->i; memcpy((char *)s + m->off, &v, sizeof v); break; }
+  case M_KV_LEN: s->kv_len = m->i; break;
+  case M_ARG_NULL: memset((char *)a + m->off, 0, sizeof(void *)); break;
+  case M_SCALE: a->scale = m->f; break;
+  case M_POS: pos[m->off < 0 ? s->batch - 1 : m->off] = (int32_t)(m->i == AT_KV_LEN ? s->kv_len : m->i); break;
+  default: break;
+  }
+}
+
+/* The field a message names: its leading run of [a-z_.]. */
+static void field_of(const char *msg, char *out, size_t n) {
+  size_t k = 0;
+  while (msg && k + 1 < n && (islower((unsigned char)msg[k]) || msg[k] == '_' || msg[k] == '.')) { out[k] = msg[k]; k++; }
+  out[k] = 0;
+}
+
+/* Fill out and lse with a sentinel byte. */
+static void poison(prob *p) {
+  memset(p->out, 0x5a, p->nq * fdt_dtype_size(p->s.out_dtype));
+  memset(p->lse, 0x5a, p->nh * sizeof(float));
+}
+
+/* Are out and lse still all sentinel bytes? */
+static int untouched(const prob *p) {
+  const unsigned char *o = p->out, *l = (const unsigned char *)p->lse;
+  for (size_t i = 0; i < p->nq * fdt_dtype_size(p->s.out_dtype); i++) if (o[i] != 0x5a) return 0;
+  for (size_t i = 0; i < p->nh * sizeof(float); i++) if (l[i] != 0x5a) return 0;
+  return 1;
+}
+
+/* The library's answer: fd_plan_create's refusal, else fd_run's; its message in msg. */
+static int library_rc(fd_ctx *ctx, const fdt_shape *s, const fdt_args *a, char *msg, size_t n) {
+  fd_shape fs = s ? to_fd_shape(s) : (fd_shape){ 0 };
+  fd_args fa = a ? to_fd_args(a) : (fd_args){ 0 };
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create(ctx, s ? &fs : NULL, &plan);
+  if (!rc) rc = fd_run(plan, a ? &fa : NULL);
+  snprintf(msg, n, "%s", rc ? fd_errmsg(ctx) : "");
+  fd_plan_destroy(plan);
+  return rc;
+}
+
+/* Does case r change the shape (so that its buffers no longer fit it)? */
+static int changes_shape(const refusal *r) {
+  for (int k = 0; k < 2; k++)
+    if (r->m[k].kind == M_SHAPE_NULL || r->m[k].kind == M_SHAPE_INT || r->m[k].kind == M_KV_LEN) return 1;
+  return 0;
+}
+
+/* What each side answered for one case. */
+typedef struct answers {
+  int frc, trc, vrc, f_clean, t_clean;   /* library, fdt_run, fdt_validate codes; out and lse untouched */
+  char msg[1024];                        /* fd_errmsg */
+  const char *why;                       /* fdt_validate's sentence */
+} answers;
+
+/* Compare the answers of case i: a control is refused by neither; a refusal
+   gets the same code from all three, the same field named, nothing written. */
+static void judge(int i, const answers *x) {
+  const refusal *r = &REFUSALS[i];
+  char what[1400], ff[64], tf[64];
+  field_of(x->msg, ff, sizeof ff);
+  field_of(x->why, tf, sizeof tf);
+  if (r->ok) {
+    snprintf(what, sizeof what, "%s: fd_plan_create + fd_run gives %d (%s), fdt_validate %d (%s)", r->name, x->frc, x->msg,
+             x->vrc, x->why ? x->why : "");
+    check(x->frc == 0 && x->vrc == 0, what, i);
+    return;
+  }
+  snprintf(what, sizeof what, "%s: codes: fd_plan_create + fd_run %d, fdt_run %d, fdt_validate %d", r->name, x->frc, x->trc, x->vrc);
+  check(x->frc != 0 && x->trc == x->frc && x->vrc == x->frc, what, i);
+  snprintf(what, sizeof what, "%s: fields: library '%s' (%s), header '%s' (%s)", r->name, ff, x->msg, tf, x->why ? x->why : "(none)");
+  check(ff[0] && !strcmp(ff, tf), what, i);
+  snprintf(what, sizeof what, "%s: fdt_run wrote to out or lse", r->name);
+  check(x->t_clean, what, i);
+  snprintf(what, sizeof what, "%s: fd_run wrote to out or lse", r->name);
+  check(x->f_clean, what, i);
+}
+
+/* One case: the base problem, its changes, then the header and the library
+   on it. fdt_run gets real scratch only when the shape still fits the
+   buffers (a header that wrongly accepts a shape then stops at FDT_ENOMEM
+   instead of reading past them). */
+static void refusal_case(fd_ctx *ctx, int i) {
+  const refusal *r = &REFUSALS[i];
+  printf("case %d: %s\n", i, r->name);   /* names the case if a wrong acceptance crashes */
+  fflush(stdout);
+  fdt_shape base = base_shape(r->base);
+  prob p;
+  make(&p, &base, base.kv_len, 500u + (uint32_t)i);
+  fdt_shape s = p.s;
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, p.lse };
+  int no_shape = 0, no_args = 0;
+  for (int k = 0; k < 2; k++) mutate(&r->m[k], &s, &a, p.pos, &no_shape, &no_args);
+  const fdt_shape *sp = no_shape ? NULL : &s;
+  const fdt_args *ap = no_args ? NULL : &a;
+  size_t n = changes_shape(r) ? 0 : fdt_scratch_bytes(&p.s);
+  void *scratch = n ? malloc(n) : NULL;
+  answers x = { 0 };
+  poison(&p);
+  x.trc = fdt_run(sp, ap, scratch, n, NULL, NULL);
+  x.vrc = fdt_validate(sp, ap, &x.why);
+  x.t_clean = untouched(&p);
+  poison(&p);
+  x.frc = library_rc(ctx, sp, ap, x.msg, sizeof x.msg);
+  x.f_clean = untouched(&p);
+  judge(i, &x);
+  free(scratch);
+  unmake(&p);
+}
+
+/* Every refusal case against one context. */
+static int refusals(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  if (!ctx) { printf("FAIL - fd_create: %s\n", fd_errmsg(NULL)); return 1; }
+  for (int i = 0; i < (int)(sizeof REFUSALS / sizeof REFUSALS[0]); i++) refusal_case(ctx, i);
+  fd_destroy(ctx);
+  printf("%d passed, %d failed\n", pass, fail);
+  return fail != 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3) { fprintf(stderr, "usage: %s TABLE AOT_OUT\n", argv[0]); return 2; }
+  if (argc == 2 && !strcmp(argv[1], "--refusals")) return refusals();
+  if (argc != 3) { fprintf(stderr, "usage: %s TABLE AOT_OUT | --refusals\n", argv[0]); return 2; }
   FILE *f = fopen(argv[2], "rb");
   if (!f) { perror(argv[2]); return 1; }
   for (int i = 0; i < n_cases(); i++) jit_case(i, argv[1], f);

@@ -30,6 +30,8 @@ T.ok(g.source("10064064021001110"):find(".byte 0xc", 1, true), "AVX2 kernel carr
 T.raises("field head_dim: 72 is not a multiple of the AVX%-512 vector", "AVX-512 refuses head_dim 72",
          g.source, "10064072022001110")
 T.raises("field group_tile: 16 exceeds", "AVX2 refuses group tile 16", g.source, "10064064161001110")
+T.raises("field group_tile: 33 exceeds the 32 AVX%-512", "AVX-512 refuses group tile 33", g.source, "10064064332001110")
+T.ok(g.source("10064064322001110"):find(".byte 0x62", 1, true), "AVX-512 takes group tile 32")
 T.eq(table.concat(space.isas(72, 4), ","), "0,1", "isas of head_dim 72")
 T.ok(g.source("10064064020001310"):find("signed char", 1, true), "int8 KV kernel generated")
 T.ok(g.source("10064064020001410"):find("unsigned char", 1, true), "fp8 KV kernel generated")

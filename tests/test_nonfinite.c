@@ -1,0 +1,422 @@
+/* Non-finite inputs through the public API against the double-precision
+   reference (tools/fdgen/ref.c): NaN, +Inf and -Inf in q, K, V and the mask,
+   for each ISA this CPU has (forced through fd_plan_opts.isa), 1, 4 and more
+   splits than keys, the tcc and the cc backend; f16/bf16/fp8 codes and
+   int8/fp8 scales; V values near FLT_MAX; and fd_config.check_inputs, which
+   refuses them with the element named and writes nothing. */
+#include "flashdecode.h"
+#include "kexec.h"
+#include "tcheck.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { AT_Q, AT_K, AT_V, AT_MASK, AT_KSCALE, AT_VSCALE };
+static const char *AT[] = { "q", "K", "V", "mask", "k_scale", "v_scale" };
+static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" };
+static const char *ISA[] = { "auto", "C", "AVX2", "AVX-512" };
+
+/* A test shape: the problem's dimensions and the group tile to force (0: the planner's). */
+typedef struct nf_shape { const char *name; int B, Hq, Hkv, D, tile; } nf_shape;
+static const nf_shape SHAPES[] = {
+  { "gqa tile 4", 2, 8, 2, 64, 4 },
+  { "gqa tile 1", 2, 8, 2, 64, 1 },          /* the staged scores kernel */
+  { "head-lane 16", 1, 16, 1, 64, 16 },      /* AVX-512 head-lane kernel */
+};
+#define S_LEN 40
+#define CHUNK 16                              /* three chunks per unsplit row */
+
+/* Where a case puts its value: q (b, h, d), K/V (b, j, key, d), mask (b, h, key);
+   positions are taken modulo the shape's sizes. */
+static const int POS_Q[3] = { 0, 1, 3 }, POS_K[4] = { 1, 0, 17, 5 }, POS_V[4] = { 1, 1, 9, 7 }, POS_M[3] = { 0, 5, 20 };
+
+/* The flat element index of a case's position in its tensor, for problem p. */
+static size_t pos_index(const kproblem *p, int at) {
+  const ref_problem *r = &p->ref;
+  int B = r->B, Hq = r->Hq, Hkv = r->Hkv;
+  if (at == AT_Q) return ((size_t)(POS_Q[0] % B) * Hq + POS_Q[1] % Hq) * r->D + POS_Q[2];
+  if (at == AT_MASK) return ((size_t)(POS_M[0] % B) * Hq + POS_M[1] % Hq) * r->S + POS_M[2];
+  const int *P = at == AT_K || at == AT_KSCALE ? POS_K : POS_V;
+  size_t row = (size_t)ref_kv_offset(r, P[0] % B, P[1] % Hkv, P[2]) / r->D;
+  return at >= AT_KSCALE ? row : row * r->D + P[3];
+}
+
+/* A random problem in mask mode whose mask leaves the keys the cases touch visible. */
+static void make_problem(kproblem *p, const nf_shape *s, int kv_dtype, int mode, uint64_t seed) {
+  kp_init(p, s->B, s->Hq, s->Hkv, s->D, S_LEN, 0, kv_dtype, 0, mode, 0, seed);
+  if (mode != 1) return;
+  for (int bh = 0; bh < s->B * s->Hq; bh++) {
+    p->mask[(size_t)bh * S_LEN + POS_K[2]] = 0.5f;
+    p->mask[(size_t)bh * S_LEN + POS_V[2]] = -0.5f;
+    p->mask[(size_t)bh * S_LEN + POS_M[2]] = 0.25f;
+  }
+}
+
+/* Put value x at the case's position: in the f32 values the reference reads and
+   in the storage buffers (f16/bf16/fp8 by their own encoding; int8 and fp8 rows
+   keep their scales; a scale makes its whole row x times the stored codes). */
+static void inject(kproblem *p, int at, float x) {
+  size_t i = pos_index(p, at);
+  int D = p->ref.D;
+  if (at == AT_Q) { p->qf[i] = t_store(p->q_dtype, p->q, i, x); return; }
+  if (at == AT_MASK) { p->mask[i] = x; return; }
+  if (at == AT_KSCALE || at == AT_VSCALE) {
+    float *sc = at == AT_KSCALE ? p->k_scale : p->v_scale, *vals = at == AT_KSCALE ? p->kf : p->vf;
+    const void *buf = at == AT_KSCALE ? p->k : p->v;
+    sc[i] = x;
+    for (int d = 0; d < D; d++) vals[i * D + d] = t_load(p->kv_dtype, buf, i * D + d) * x;
+    return;
+  }
+  float *vals = at == AT_K ? p->kf : p->vf;
+  void *buf = at == AT_K ? p->k : p->v;
+  if (p->kv_dtype >= 3) {            /* fp8: the NaN code; the row's scale stays */
+    vals[i] = t_store(p->kv_dtype, buf, i, x) * (at == AT_K ? p->k_scale : p->v_scale)[i / D];
+    return;
+  }
+  vals[i] = t_store(p->kv_dtype, buf, i, x);
+}
+
+/* Plan and run p with opts on ctx; out and lse as f32 values. Returns 0 or the failing code. */
+static int api_run(fd_ctx *ctx, const kproblem *p, const fd_plan_opts *o, float *out, float *lse, const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D;
+  fd_shape s = { r->B, r->Hq, r->Hkv, r->D, r->S, (fd_dtype)p->q_dtype, (fd_dtype)p->kv_dtype,
+                 (fd_dtype)p->out_dtype, (fd_mask_mode)r->mask_mode, (fd_layout)r->layout, 0 };
+  void *obuf = malloc(n * t_dtype_size(p->out_dtype));
+  fd_args a = { p->q, p->k, p->v, p->cur_pos, p->mask, p->k_scale, p->v_scale, NULL, 0, obuf, lse };
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create_opts(ctx, &s, o, &plan);
+  if (t_check(rc == 0, "%s: plan: %s", name, fd_errmsg(ctx))) {
+    rc = fd_run(plan, &a);
+    t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx));
+    fd_plan_destroy(plan);
+  }
+  for (size_t i = 0; i < n; i++) out[i] = t_load(p->out_dtype, obuf, i);
+  free(obuf);
+  return rc;
+}
+
+/* Whether x matches the reference value want: NaN for NaN, the same infinity,
+   else within tol (absolute, the caller scales it). */
+static int same(double x, double want, double tol) {
+  if (isnan(want)) return isnan(x);
+  if (isinf(want)) return x == want;
+  return !isnan(x) && fabs(x - want) <= tol;
+}
+
+/* Compare out and lse with the reference element by element (NaN, infinities,
+   finite values within the problem's tolerance); one check each, naming the first mismatch. */
+static void compare_nf(const kproblem *p, const float *out, const float *lse, const double *rout, const double *rlse,
+                       const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D, nl = (size_t)r->B * r->Hq, bad = n, lbad = nl;
+  double scale = 0;
+  for (size_t i = 0; i < n; i++) if (isfinite(rout[i]) && fabs(rout[i]) > scale) scale = fabs(rout[i]);
+  double tol = t_tolerance(p) * (scale > 0 ? scale : 1);
+  for (size_t i = 0; i < n && bad == n; i++) if (!same(out[i], rout[i], tol)) bad = i;
+  for (size_t i = 0; i < nl && lbad == nl; i++) if (!same(lse[i], rlse[i], 1e-5 * fmax(1, fabs(rlse[i])))) lbad = i;
+  t_check(bad == n, "%s: out[b=%zu, h=%zu, d=%zu] = %g, reference %g", name, bad / r->D / r->Hq, bad / r->D % r->Hq,
+          bad % r->D, bad < n ? out[bad] : 0.0, bad < n ? rout[bad] : 0.0);
+  t_check(lbad == nl, "%s: lse[b=%zu, h=%zu] = %g, reference %g", name, lbad / r->Hq, lbad % r->Hq,
+          lbad < nl ? lse[lbad] : 0.0, lbad < nl ? rlse[lbad] : 0.0);
+}
+
+/* What a case must give in head (b, h): NaN out and lse; x (or NaN) in one
+   column of out; every column of out non-finite; or finite, as without the value. */
+enum { E_SAME, E_NAN_HEAD, E_COL, E_ROW };
+
+/* The expected effect of value x at `at` on head (b, h) (mask mode, the touched keys visible):
+   NaN or +-Inf in q, a NaN or +Inf score (K, k_scale, mask) poisons the head; a
+   -Inf score drops the key; a non-finite V element poisons its column, a
+   non-finite v_scale every column, in each head of its kv head. */
+static int expected(const kproblem *p, int at, float x, int b, int h) {
+  const ref_problem *r = &p->ref;
+  int G = r->Hq / r->Hkv;
+  if (at == AT_Q) return b == POS_Q[0] % r->B && h == POS_Q[1] % r->Hq ? E_NAN_HEAD : E_SAME;
+  if (at == AT_MASK) return b == POS_M[0] % r->B && h == POS_M[1] % r->Hq && !(x < 0) ? E_NAN_HEAD : E_SAME;
+  const int *P = at == AT_K || at == AT_KSCALE ? POS_K : POS_V;
+  if (b != P[0] % r->B || h / G != P[1] % r->Hkv) return E_SAME;
+  if (at == AT_V) return E_COL;
+  if (at == AT_VSCALE) return E_ROW;
+  if (isnan(x) || at == AT_KSCALE) return E_NAN_HEAD;
+  float qd = p->qf[((size_t)b * r->Hq + h) * r->D + P[3]];        /* q[d] * (+-Inf): the key's score */
+  return qd * x > 0 || qd == 0 ? E_NAN_HEAD : E_SAME;
+}
+
+/* Whether the reference's head (o, l) shows effect e of value x in column col. */
+static int shows(const double *o, double l, int D, int e, float x, int col) {
+  int nan_all = isnan(l), fin = isfinite(l), nonfin = isfinite(l);
+  for (int d = 0; d < D; d++) {
+    nan_all &= isnan(o[d]) != 0;
+    fin &= isfinite(o[d]) || (e == E_COL && d == col);
+    nonfin &= !isfinite(o[d]);
+  }
+  if (e == E_NAN_HEAD) return nan_all;
+  if (e == E_COL) return fin && (isnan(x) ? isnan(o[col]) : o[col] == x);
+  if (e == E_ROW) return nonfin;
+  return fin;
+}
+
+/* Check the reference itself gives what the semantics say (a wrong reference would hide a kernel bug). */
+static void check_expectation(const kproblem *p, int at, float x, const double *rout, const double *rlse,
+                              const char *name) {
+  static const char *WHAT[] = { "finite", "NaN", "x in one column", "non-finite in every column" };
+  const ref_problem *r = &p->ref;
+  int col = (at == AT_V ? POS_V : POS_K)[3], bad = -1;
+  for (int bh = 0; bh < r->B * r->Hq && bad < 0; bh++)
+    if (!shows(rout + (size_t)bh * r->D, rlse[bh], r->D, expected(p, at, x, bh / r->Hq, bh % r->Hq), x, col)) bad = bh;
+  t_check(bad < 0, "%s: the reference's head (b=%d, h=%d) is not %s", name, bad / r->Hq, bad % r->Hq,
+          bad < 0 ? "" : WHAT[expected(p, at, x, bad / r->Hq, bad % r->Hq)]);
+}
+
+/* One case on one plan configuration: inject, run through the API, compare with the reference. */
+static void run_case(fd_ctx *ctx, const nf_shape *s, int kv_dtype, int at, float x, const fd_plan_opts *o,
+                     const char *tag) {
+  char name[256];
+  snprintf(name, sizeof name, "%s: %s kv %s, %s = %g, isa %s, %d splits", tag, s->name, DT[kv_dtype], AT[at], x,
+           ISA[o->isa], o->splits);
+  kproblem p;
+  make_problem(&p, s, kv_dtype, 1, 7000 + at);
+  inject(&p, at, x);
+  size_t n = (size_t)s->B * s->Hq * s->D, nl = (size_t)s->B * s->Hq;
+  float *out = malloc(n * 4), *lse = malloc(nl * 4);
+  double *rout = malloc(n * 8), *rlse = malloc(nl * 8);
+  ref_attention(&p.ref, rout, rlse);
+  check_expectation(&p, at, x, rout, rlse, name);
+  if (api_run(ctx, &p, o, out, lse, name) == 0) compare_nf(&p, out, lse, rout, rlse, name);
+  free(out); free(lse); free(rout); free(rlse);
+  kp_free(&p);
+}
+
+static const float VALUES[] = { NAN, INFINITY, -INFINITY };
+static const int SPLITS[] = { 1, 4, 64 };      /* 64 > 40 keys: some splits are empty */
+
+/* The highest FD_ISA_* this context may use, and whether forcing isa on shape s can run. */
+static int isa_fits(fd_ctx *ctx, int isa, const nf_shape *s) {
+  if (isa - 1 > fd_ctx_max_isa(ctx)) return 0;
+  return !(isa == FD_ISA_AVX2 && s->tile > 12);
+}
+
+/* q, K, V, mask x NaN/+Inf/-Inf, f32 KV, for every shape, ISA and split count on ctx. */
+static void f32_matrix(fd_ctx *ctx, int n_shapes, const char *tag) {
+  for (int si = 0; si < n_shapes; si++)
+    for (int isa = FD_ISA_C; isa <= FD_ISA_AVX512; isa++) {
+      if (!isa_fits(ctx, isa, &SHAPES[si])) continue;
+      for (int sp = 0; sp < 3; sp++)
+        for (int at = AT_Q; at <= AT_MASK; at++)
+          for (int v = 0; v < 3; v++) {
+            fd_plan_opts o = { CHUNK, SHAPES[si].tile, SPLITS[sp], 0, isa };
+            run_case(ctx, &SHAPES[si], 0, at, VALUES[v], &o, tag);
+          }
+    }
+}
+
+/* The 16-bit and 8-bit KV encodings: NaN and +Inf codes in K and V (f16, bf16),
+   the fp8 NaN code, NaN and +Inf int8/fp8 row scales. */
+static void dtype_cases(fd_ctx *ctx) {
+  static const struct { int dt, at; float x; } C[] = {
+    { 1, AT_K, NAN }, { 1, AT_K, INFINITY }, { 1, AT_V, NAN }, { 1, AT_V, -INFINITY },
+    { 2, AT_K, NAN }, { 2, AT_K, -INFINITY }, { 2, AT_V, NAN }, { 2, AT_V, INFINITY },
+    { 4, AT_K, NAN }, { 4, AT_V, NAN }, { 4, AT_KSCALE, NAN }, { 4, AT_VSCALE, INFINITY },
+    { 3, AT_KSCALE, NAN }, { 3, AT_VSCALE, NAN },
+  };
+  for (int isa = FD_ISA_C; isa <= FD_ISA_AVX512; isa++) {
+    if (!isa_fits(ctx, isa, &SHAPES[0])) continue;
+    for (size_t c = 0; c < sizeof C / sizeof *C; c++)
+      for (int sp = 0; sp < 2; sp++) {
+        fd_plan_opts o = { CHUNK, C[c].dt >= 3 ? 1 : 4, SPLITS[sp], 0, isa };
+        run_case(ctx, &SHAPES[C[c].dt >= 3], C[c].dt, C[c].at, C[c].x, &o, "dtype");
+      }
+  }
+}
+
+/* Plan, run and compare p with the reference on every ISA and split count; `what`
+   then checks the outputs further. */
+static void each_config(fd_ctx *ctx, kproblem *p, const char *tag,
+                        void (*what)(const kproblem *p, const float *out, const float *lse, const char *name)) {
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D, nl = (size_t)r->B * r->Hq;
+  float *out = malloc(n * 4), *lse = malloc(nl * 4);
+  double *rout = malloc(n * 8), *rlse = malloc(nl * 8);
+  ref_attention(r, rout, rlse);
+  for (int isa = FD_ISA_C; isa <= FD_ISA_AVX512; isa++) {
+    if (isa - 1 > fd_ctx_max_isa(ctx)) continue;
+    for (int sp = 0; sp < 3; sp++) {
+      char name[192];
+      snprintf(name, sizeof name, "%s, isa %s, %d splits", tag, ISA[isa], SPLITS[sp]);
+      fd_plan_opts o = { CHUNK, 0, SPLITS[sp], 0, isa };
+      if (api_run(ctx, p, &o, out, lse, name)) continue;
+      compare_nf(p, out, lse, rout, rlse, name);
+      if (what) what(p, out, lse, name);
+    }
+  }
+  free(out); free(lse); free(rout); free(rlse);
+}
+
+/* Head (b=0, h=1) is fully masked: out exactly 0 and lse -inf. */
+static void head1_empty(const kproblem *p, const float *out, const float *lse, const char *name) {
+  int zero = 1;
+  for (int d = 0; d < p->ref.D; d++) zero &= out[p->ref.D + d] == 0.0f;
+  t_check(zero && lse[1] == -INFINITY, "%s: fully masked head: out 0 (got %g) and lse -inf (got %g)", name,
+          out[p->ref.D], lse[1]);
+}
+
+/* Every out and lse value finite. */
+static void all_finite(const kproblem *p, const float *out, const float *lse, const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t bad = 0;
+  for (size_t i = 0; i < (size_t)r->B * r->Hq * r->D; i++) bad += !isfinite(out[i]);
+  for (size_t i = 0; i < (size_t)r->B * r->Hq; i++) bad += !isfinite(lse[i]);
+  t_check(bad == 0, "%s: %zu values of out and lse not finite", name, bad);
+}
+
+/* -Inf in the mask keeps its meaning: a fully masked head gives 0 and -inf even
+   when its keys' V hold NaN or Inf; a masked key's NaN V still poisons its column
+   (0 x NaN, as IEEE, the reference and PyTorch give); keys past cur_pos are
+   never read, whatever they hold. */
+static void masking(fd_ctx *ctx) {
+  kproblem p;
+  make_problem(&p, &SHAPES[0], 0, 1, 7100);
+  for (int i = 0; i < S_LEN; i++) p.mask[1 * S_LEN + i] = -INFINITY;       /* (b0, h1): all masked */
+  p.vf[ref_kv_offset(&p.ref, 0, 0, 33) + 2] = NAN;                          /* V of its kv head */
+  p.vf[ref_kv_offset(&p.ref, 0, 0, 35) + 4] = INFINITY;
+  kp_sync(&p);
+  each_config(ctx, &p, "masking: fully masked head, NaN and Inf V", head1_empty);
+  kp_free(&p);
+  make_problem(&p, &SHAPES[0], 0, 1, 7101);
+  for (int h = 0; h < 8; h++) p.mask[(size_t)(8 + h) * S_LEN + 3] = -INFINITY;     /* b1, key 3 masked */
+  p.vf[ref_kv_offset(&p.ref, 1, 1, 3) + 6] = NAN;
+  kp_sync(&p);
+  each_config(ctx, &p, "masking: masked key with NaN V", NULL);
+  kp_free(&p);
+  kp_init(&p, 2, 8, 2, 64, S_LEN, 0, 0, 0, 0, 0, 7102);                  /* causal */
+  p.cur_pos[0] = 20; p.cur_pos[1] = 5;
+  for (int j = 0; j < 2; j++)
+    for (int key = 21; key < S_LEN; key++) {
+      p.kf[ref_kv_offset(&p.ref, 0, j, key)] = NAN;
+      p.vf[ref_kv_offset(&p.ref, 0, j, key) + 1] = INFINITY;
+    }
+  kp_sync(&p);
+  each_config(ctx, &p, "causal: NaN and Inf past cur_pos are not read", all_finite);
+  kp_free(&p);
+}
+
+/* V values near FLT_MAX (f32 KV): the weighted mean is finite, so out is the
+   reference's finite value (the f32 accumulation must not overflow), the same
+   for every split count; all the same sign and of random signs. */
+static void huge_values(fd_ctx *ctx) {
+  for (int sign = 0; sign < 2; sign++) {
+    kproblem p;
+    make_problem(&p, &SHAPES[0], 0, 2, 7200 + sign);
+    uint64_t st = 99;
+    for (size_t i = 0; i < (size_t)2 * 2 * S_LEN * 64; i++)
+      p.vf[i] = sign ? t_rand(&st, -1, 1) * 3.4e38f : t_rand(&st, 3.0e38f, 3.4e38f);
+    kp_sync(&p);
+    each_config(ctx, &p, sign ? "V of random sign up to 3.4e38" : "V in 3e38..3.4e38", all_finite);
+    kp_free(&p);
+  }
+}
+
+/* ---- fd_config.check_inputs ---- */
+
+/* A refused run: code FD_EINVAL, message msg, out and lse untouched. */
+static void refused(fd_ctx *ctx, const kproblem *p, const char *msg, const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t nb = (size_t)r->B * r->Hq * r->D * t_dtype_size(p->out_dtype), nl = (size_t)r->B * r->Hq * 4;
+  fd_shape s = { r->B, r->Hq, r->Hkv, r->D, r->S, (fd_dtype)p->q_dtype, (fd_dtype)p->kv_dtype,
+                 (fd_dtype)p->out_dtype, (fd_mask_mode)r->mask_mode, (fd_layout)r->layout, 0 };
+  unsigned char *out = malloc(nb), *lse = malloc(nl);
+  memset(out, 0xa5, nb); memset(lse, 0xa5, nl);
+  fd_args a = { p->q, p->k, p->v, p->cur_pos, p->mask, p->k_scale, p->v_scale, NULL, 0, out, (float *)lse };
+  fd_plan *plan;
+  if (!t_check(fd_plan_create(ctx, &s, &plan) == 0, "%s: plan: %s", name, fd_errmsg(ctx))) { free(out); free(lse); return; }
+  int rc = fd_run(plan, &a), untouched = 1;
+  const char *got = rc ? fd_errmsg(ctx) : "(accepted)";
+  for (size_t i = 0; i < nb; i++) untouched &= out[i] == 0xa5;
+  for (size_t i = 0; i < nl; i++) untouched &= lse[i] == 0xa5;
+  if (!msg) t_check(rc == 0, "%s: accepted (got %d: %s)", name, rc, got);
+  else t_check(rc == FD_EINVAL && !strcmp(got, msg) && untouched, "%s: want FD_EINVAL \"%s\", got %d \"%s\"%s", name,
+               msg, rc, got, untouched ? "" : ", out or lse written");
+  fd_plan_destroy(plan);
+  free(out); free(lse);
+}
+
+/* check_inputs refuses each kind of non-finite input with the element named;
+   -inf in the mask, NaN past cur_pos and finite values pass. */
+static void check_inputs(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
+  if (!t_check(ctx != NULL, "check_inputs context: %s", fd_errmsg(NULL))) return;
+  static const struct { int dt, mode, at; float x; const char *msg; } C[] = {
+    { 0, 1, AT_Q, NAN, "args.q[b=0, head=1, d=3] is NaN" },
+    { 1, 1, AT_K, INFINITY, "args.k[b=1, kv_head=0, key=17, d=5] is +Inf" },
+    { 2, 1, AT_K, -INFINITY, "args.k[b=1, kv_head=0, key=17, d=5] is -Inf" },
+    { 0, 1, AT_V, NAN, "args.v[b=1, kv_head=1, key=9, d=7] is NaN" },
+    { 2, 1, AT_V, INFINITY, "args.v[b=1, kv_head=1, key=9, d=7] is +Inf" },
+    { 4, 1, AT_K, NAN, "args.k[b=1, kv_head=0, key=17, d=5] is NaN" },
+    { 4, 2, AT_KSCALE, INFINITY, "args.k_scale[b=1, kv_head=0, key=17] is +Inf" },
+    { 3, 2, AT_VSCALE, NAN, "args.v_scale[b=1, kv_head=1, key=9] is NaN" },
+    { 0, 1, AT_MASK, NAN, "args.mask[b=0, head=5, key=20] is NaN" },
+    { 0, 1, AT_MASK, INFINITY, "args.mask[b=0, head=5, key=20] is +Inf" },
+    { 0, 1, AT_MASK, -INFINITY, NULL },
+    { 1, 2, AT_Q, -INFINITY, "args.q[b=0, head=1, d=3] is -Inf" },
+  };
+  for (size_t c = 0; c < sizeof C / sizeof *C; c++) {
+    kproblem p;
+    char name[128];
+    snprintf(name, sizeof name, "check_inputs: kv %s, %s = %g", DT[C[c].dt], AT[C[c].at], C[c].x);
+    make_problem(&p, &SHAPES[0], C[c].dt, C[c].mode, 7300 + c);
+    refused(ctx, &p, NULL, "check_inputs: finite inputs");
+    inject(&p, C[c].at, C[c].x);
+    refused(ctx, &p, C[c].msg, name);
+    kp_free(&p);
+  }
+  /* the first bad element in index order (q, then K, V, scales, mask), and only keys that are read */
+  kproblem p;
+  kp_init(&p, 2, 8, 2, 64, S_LEN, 0, 0, 0, 0, 1, 7400);                   /* causal, BSHD */
+  p.cur_pos[0] = 10; p.cur_pos[1] = 39;
+  p.kf[ref_kv_offset(&p.ref, 0, 1, 11) + 4] = NAN;                        /* past cur_pos[0]: not read */
+  p.vf[ref_kv_offset(&p.ref, 1, 1, 39) + 63] = -INFINITY;
+  p.vf[ref_kv_offset(&p.ref, 1, 0, 39) + 1] = NAN;
+  kp_sync(&p);
+  refused(ctx, &p, "args.v[b=1, kv_head=0, key=39, d=1] is NaN", "check_inputs: first bad V, BSHD, past cur_pos skipped");
+  p.kf[ref_kv_offset(&p.ref, 0, 1, 10) + 4] = INFINITY;
+  kp_sync(&p);
+  refused(ctx, &p, "args.k[b=0, kv_head=1, key=10, d=4] is +Inf", "check_inputs: K before V");
+  kp_free(&p);
+  fd_destroy(ctx);
+  /* off by default: the same input runs and gives NaN */
+  ctx = fd_create(&(fd_config){ .threads = 1 });
+  make_problem(&p, &SHAPES[0], 0, 1, 7500);
+  inject(&p, AT_Q, NAN);
+  refused(ctx, &p, NULL, "check_inputs off by default");
+  kp_free(&p);
+  fd_destroy(ctx);
+}
+
+int main(void) {
+  fd_ctx *tcc = fd_create(&(fd_config){ .threads = 2 });
+  if (!t_check(tcc != NULL, "tcc context: %s", fd_errmsg(NULL))) return t_done();
+  char tmp[] = "/tmp/fd_nonfinite_XXXXXX", *dir = getenv("FD_TEST_CACHE_DIR");
+  if (!dir) dir = mkdtemp(tmp);
+  fd_ctx *cc = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir });
+  t_check(cc && fd_ctx_backend(cc) == FD_BACKEND_CC, "cc backend in use (a compiler is installed): %s",
+          cc ? "fell back to tcc" : fd_errmsg(NULL));
+  f32_matrix(tcc, 3, "tcc");
+  if (cc) f32_matrix(cc, 1, "cc");
+  dtype_cases(tcc);
+  masking(tcc);
+  huge_values(tcc);
+  if (cc) huge_values(cc);
+  check_inputs();
+  fd_destroy(tcc);
+  fd_destroy(cc);
+  if (dir == tmp) {                  /* our own cache directory: its files, then itself */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
+  }
+  kx_cleanup();
+  return t_done();
+}
