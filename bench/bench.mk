@@ -1,6 +1,6 @@
 # The benchmark (`make bench`), included by the main Makefile. Uses B and CC.
-# `make bench`: every shape of tuner/shapes/bench.lua (~10 min on 2 cores);
-# `QUICK=1 make bench`: a short run writing results/bench/<machine>-quick.md;
+# `make bench`: every shape of tuner/shapes/bench.lua (about 2.5 min on 2 cores: 149 s in the last report);
+# `QUICK=1 make bench`: a short run (about 40 s) writing results/bench/<machine>-quick.md;
 # `make bench-check`: the vanilla baseline against a double-precision loop.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
@@ -28,7 +28,7 @@ FDB_PLOT_CMD = for f in $$(cat $(B)/bench/plots.list 2>/dev/null); do \
 	  echo "gnuplot $$f"; $(GNUPLOT) "$$f" || exit 1; done
 
 bench: lib $(B)/libfdbench.so
-	OMP_WAIT_POLICY=passive FDB_PLOT=0 FDB_PLOT_DIR=$(B)/bench $(LUAJIT) tuner/bench.lua
+	OMP_WAIT_POLICY=passive FDB_PLOT=0 FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/bench.lua
 	@$(FDB_PLOT_CMD)
 
 # Re-render the charts of the last run.

@@ -1,7 +1,7 @@
 -- Measurement for tuner/bench.lua: buffers, plans, cold/warm timing, thread
 -- scaling, statistics and the progress bar.
 local ffi = require("ffi")
-local fd = require("tuner.ffi")
+local fd = require("flashdecode")
 local fdb = require("bench.lib")
 pcall(ffi.cdef, "int isatty(int fd);")
 

@@ -1,6 +1,5 @@
 -- The benchmark's report: results/bench/<name>.tsv (every figure, one row per
 -- measurement) and results/bench/<name>.md (tables, method, charts).
-local fd = require("tuner.ffi")
 local M = {}
 
 local MiB = 2 ^ 20

@@ -1,10 +1,10 @@
--- Tiling key: one decimal digit group per kernel parameter (see DESIGN.md).
+-- Tiling key: one decimal digit group per kernel parameter (see docs/DESIGN.md).
 -- Keys are handled as decimal strings so that 17-digit keys survive LuaJIT,
 -- whose numbers are doubles; Lua 5.4 integers are accepted on input too.
 local M = {}
 
--- The field table: the single source of the key layout. gen/cdefs.lua turns
--- it into a C header, so the C runtime never restates it.
+-- The field table: the single source of the key layout. gen/build.lua keydefs
+-- turns it into build/fd_keydefs.h, so the C runtime never restates it.
 M.fields = {
   { name = "layout",     pos = 0,  width = 1, min = 0, max = 2, names = { [0] = "bhsd", "bshd", "paged" } },
   { name = "q_dtype",    pos = 1,  width = 1, min = 0, max = 2, names = { [0] = "f32", "f16", "bf16" } },

@@ -4,7 +4,6 @@
 #include "internal.h"
 #include "key.h"
 #include "luagen.h"
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,68 +36,6 @@ void kx_cleanup(void) {
   n_cached = 0;
   fd_gen_free(gen);
   gen = NULL;
-}
-
-/* Allocate and fill a random problem. */
-void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, int kv_dt,
-             int out_dt, int mask_mode, int layout, uint64_t seed) {
-  memset(p, 0, sizeof *p);
-  uint64_t st = seed * 0x9e3779b97f4a7c15ull + 1;
-  size_t nq = (size_t)B * Hq * D, nkv = (size_t)B * Hkv * S * D;
-  p->q_dtype = q_dt; p->kv_dtype = kv_dt; p->out_dtype = out_dt;
-  p->qf = malloc(nq * 4); p->kf = malloc(nkv * 4); p->vf = malloc(nkv * 4);
-  p->q = malloc(nq * t_dtype_size(q_dt));
-  p->k = malloc(nkv * t_dtype_size(kv_dt)); p->v = malloc(nkv * t_dtype_size(kv_dt));
-  p->cur_pos = malloc(sizeof(int32_t) * B);
-  if (kv_dt >= 3) { p->k_scale = malloc(4 * nkv / D); p->v_scale = malloc(4 * nkv / D); }
-  for (size_t i = 0; i < nq; i++) p->qf[i] = t_rand(&st, -1, 1);
-  for (size_t i = 0; i < nkv; i++) { p->kf[i] = t_rand(&st, -1, 1); p->vf[i] = t_rand(&st, -1, 1); }
-  for (int b = 0; b < B; b++) p->cur_pos[b] = (int32_t)(b == 0 ? S - 1 : (int64_t)(t_rand(&st, 0, 1) * S) % S);
-  if (mask_mode == 1) {
-    size_t nm = (size_t)B * Hq * S;
-    p->mask = malloc(nm * 4);
-    for (size_t i = 0; i < nm; i++) {
-      float r = t_rand(&st, 0, 1);
-      p->mask[i] = r < 0.2f ? -INFINITY : t_rand(&st, -2, 2);
-    }
-  }
-  ref_problem r = { B, Hq, Hkv, D, S, mask_mode, layout, p->qf, p->kf, p->vf, p->cur_pos, p->mask,
-                    1.0 / sqrt((double)D) };
-  p->ref = r;
-  kp_sync(p);
-}
-
-/* Quantize one row of n values with a per-row scale (int8: 127, fp8: 448 at the max). */
-static void quantize_row(int dtype, void *buf, float *vals, size_t off, int n, float *scale) {
-  float m = 0;
-  for (int d = 0; d < n; d++) m = fmaxf(m, fabsf(vals[off + d]));
-  *scale = m > 0 ? m / (dtype == 3 ? 127.0f : 448.0f) : 1.0f;
-  for (int d = 0; d < n; d++)
-    vals[off + d] = t_store(dtype, buf, off + d, vals[off + d] / *scale) * *scale;
-}
-
-/* Round the f32 values to their storage dtypes (the reference then sees the stored values). */
-void kp_sync(kproblem *p) {
-  const ref_problem *r = &p->ref;
-  size_t nq = (size_t)r->B * r->Hq * r->D, nkv = (size_t)r->B * r->Hkv * r->S * r->D;
-  for (size_t i = 0; i < nq; i++) p->qf[i] = t_store(p->q_dtype, p->q, i, p->qf[i]);
-  if (p->kv_dtype >= 3) {
-    for (size_t row = 0; row < nkv / r->D; row++) {
-      quantize_row(p->kv_dtype, p->k, p->kf, row * r->D, r->D, &p->k_scale[row]);
-      quantize_row(p->kv_dtype, p->v, p->vf, row * r->D, r->D, &p->v_scale[row]);
-    }
-    return;
-  }
-  for (size_t i = 0; i < nkv; i++) {
-    p->kf[i] = t_store(p->kv_dtype, p->k, i, p->kf[i]);
-    p->vf[i] = t_store(p->kv_dtype, p->v, i, p->vf[i]);
-  }
-}
-
-/* Free a problem's buffers. */
-void kp_free(kproblem *p) {
-  free(p->q); free(p->k); free(p->v); free(p->qf); free(p->kf); free(p->vf);
-  free(p->mask); free(p->cur_pos); free(p->k_scale); free(p->v_scale);
 }
 
 /* The key of a kernel for problem p with cfg and flags (the planner's encoder). */

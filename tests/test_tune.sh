@@ -3,8 +3,9 @@
 # interrupted and resumed from its log, tables from another CPU refused (Lua
 # loader and fd_create), `fdgen export` rewritten only on change, and a
 # program compiled against the exported header with gcc -O2 (and tcc), no
-# library linked, giving the JIT path's outputs for every row; then the same
-# for this machine's table from `make tune` when it belongs to this build.
+# library linked, giving the JIT path's outputs for every row and refusing
+# the bad shapes and arguments the library refuses, case by case; then the
+# same for this machine's table from `make tune` when it belongs to this build.
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -14,6 +15,7 @@ pass=0; fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export TUNE_PROGRESS=0
+export FD_LIB=${FD_LIB:-$PWD/$B/libflashdecode.so} FDGEN=${FDGEN:-$F}   # the tuner runs this build
 
 # Record one check: name, then a command that must succeed.
 check() {
@@ -49,8 +51,8 @@ check "log holds a line per measurement" test "$(measurements "$tmp/t.log")" -ge
 check "tuned rows no slower than the heuristic (recorded)" \
   awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
 cat > "$tmp/ctx.lua" <<'LUA'
-package.path = "./?.lua;./gen/?.lua;" .. package.path
-local fd = require("tuner.ffi")
+package.path = "./?.lua;./gen/?.lua;./lua/?.lua;" .. package.path
+local fd = require("flashdecode")
 local ctx = fd.create { table = arg[1] }
 io.write(fd.errmsg(ctx), "\n")
 LUA
@@ -102,6 +104,8 @@ compare_table() {
   check "$name: the header runs every row (tcc)" "$tmp/$name.tcc" "$tmp/$name.tcc.bin"
   check "$name: gcc -O2 header == JIT for every row" "$tmp/$name.jit" "$table" "$tmp/$name.gcc.bin"
   check "$name: tcc header == JIT for every row" "$tmp/$name.jit" "$table" "$tmp/$name.tcc.bin"
+  check "$name: fdt_run refuses what fd_plan_create + fd_run refuse (code, field, nothing written)" \
+    "$tmp/$name.jit" --refusals
 }
 compare_table tiny "$tmp/t.tsv"
 out=$($F export "$tmp/t.tsv" -o "$tmp/tiny.h" 2>&1)

@@ -10,9 +10,10 @@
 --   FDB_OUT        output folder (default results/bench); FDB_PLOT=0: no gnuplot
 --   FDB_PLOT_DIR   where the gnuplot scripts and data go (default build/bench)
 local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
-package.path = ("%s/?.lua;%s/gen/?.lua;"):format(root, root) .. package.path
+package.path = ("%s/?.lua;%s/gen/?.lua;%s/lua/?.lua;"):format(root, root, root) .. package.path
 local ffi = require("ffi")
-local fd = require("tuner.ffi")
+local fd = require("flashdecode")
+local machine = require("tuner.machine")
 local fdb = require("bench.lib")
 local space = require("space")
 local report = require("bench.report")
@@ -50,7 +51,7 @@ end
 
 -- The run's identity: machine, commit (+ "-dirty"), date, library build.
 local function run_info()
-  local m = fd.machine()
+  local m = machine.info()
   local git = ("git -C '%s' "):format(root)
   local commit = sh(git .. "rev-parse --short HEAD")
   if commit == "" then commit = "unknown" end
@@ -98,7 +99,7 @@ end
 -- heuristic) and each ISA forced (portable C first); then vanilla. Failures
 -- become notes.
 local function variants(info)
-  local table_path = env("FDB_TABLE", nil) or fd.tuned_table(info.machine.slug)
+  local table_path = env("FDB_TABLE", nil) or machine.tuned_table(info.machine.slug)
   info.table = table_path
   local vs, notes, only = {}, {}, env_set("FDB_VARIANTS")
   local backends = env("FDB_BACKENDS", "tcc,cc")

@@ -3,7 +3,7 @@
 -- default: in a model every layer's KV cache is cold) or not (warm); the
 -- median. A failing configuration (compile or run error) is a record with
 -- ok = false, never an error. Every record goes through the log first.
-local fd = require("tuner.ffi")
+local fd = require("flashdecode")
 local sys = require("tuner.sys")
 
 local M = {}

@@ -1,12 +1,13 @@
 -- System helpers for the tuner: clock, terminal test, cache flush, files,
--- environment. LuaJIT FFI on libc only.
+-- environment. LuaJIT FFI on libc, and the library through lua/flashdecode.lua.
 local ffi = require("ffi")
-local fd = require("tuner.ffi")
+local fd = require("flashdecode")
 local files = require("files")
 
 pcall(ffi.cdef, "typedef struct fdt_timespec { long tv_sec; long tv_nsec; } fdt_timespec;")
 pcall(ffi.cdef, "int clock_gettime(int clk, fdt_timespec *ts);")
 pcall(ffi.cdef, "int isatty(int fd);")
+pcall(ffi.cdef, "void *malloc(size_t size);")
 
 local M = {}
 local ts = ffi.new("fdt_timespec")

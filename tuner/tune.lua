@@ -15,8 +15,9 @@
 --   TUNE_PROGRESS=0|1   force the progress bar off or on (default: when stderr is a terminal)
 local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
 local home = root == "." and "" or (root .. "/")   -- prefix of paths under the repository
-package.path = ("%s/?.lua;%s/gen/?.lua;"):format(root, root) .. package.path
-local fd = require("tuner.ffi")
+package.path = ("%s/?.lua;%s/gen/?.lua;%s/lua/?.lua;"):format(root, root, root) .. package.path
+local fd = require("flashdecode")
+local machine = require("tuner.machine")
 local space = require("space")
 local sys = require("tuner.sys")
 local tlog = require("tuner.log")
@@ -177,7 +178,7 @@ end
 -- Main: load shapes, tune, write the table, print the summary.
 local function main(a)
   local cfg = settings(a)
-  cfg.cpu0, cfg.cores = sys.cpu_sample(), fd.machine().cores
+  cfg.cpu0, cfg.cores = sys.cpu_sample(), machine.info().cores
   local shapes = space.load_shapes(cfg.shapes)
   local jobs = jobs_of(shapes, cfg)
   local ctx = fd.create {}

@@ -11,13 +11,13 @@
 .PHONY: tune export tune-verify test-tune
 
 tune: deps lib $(B)/fdgen
-	$(LUAJIT) tuner/tune.lua
+	FD_LIB=$(B)/libflashdecode.so FDGEN=$(B)/fdgen $(LUAJIT) tuner/tune.lua
 
 export: deps $(B)/fdgen
 	$(B)/fdgen export results/tuned/$$($(B)/fdgen machine).tsv -o results/$$($(B)/fdgen machine)/flashdecode_tuned.h
 
 tune-verify: deps lib $(B)/fdgen
-	$(LUAJIT) tuner/verify.lua results/tuned/$$($(B)/fdgen machine).tsv
+	FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/verify.lua results/tuned/$$($(B)/fdgen machine).tsv
 
 test-tune: all
 	bash tests/test_tune.sh

@@ -10,7 +10,7 @@ local modname = ...
 local function setup()
   local src = debug.getinfo(1, "S").source:gsub("^@", "")
   local root = src:match("^(.*)/tuner/[^/]*$") or "."
-  package.path = ("%s/?.lua;%s/gen/?.lua;"):format(root, root) .. package.path
+  package.path = ("%s/?.lua;%s/gen/?.lua;%s/lua/?.lua;"):format(root, root, root) .. package.path
 end
 setup()
 local export = require("export")

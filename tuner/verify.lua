@@ -8,8 +8,9 @@
 -- passes when its median is within this many microseconds of the heuristic's, default 5).
 -- Prints one line per row and "N passed, N failed"; exits 1 on a failure.
 local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
-package.path = ("%s/?.lua;%s/gen/?.lua;"):format(root, root) .. package.path
-local fd = require("tuner.ffi")
+package.path = ("%s/?.lua;%s/gen/?.lua;%s/lua/?.lua;"):format(root, root, root) .. package.path
+local fd = require("flashdecode")
+local machine = require("tuner.machine")
 local key = require("key")
 local space = require("space")
 local sys = require("tuner.sys")
@@ -114,7 +115,7 @@ local function main(a)
   local p, f = verify(t, shapes, { limit = tonumber(sys.env("VERIFY_LIMIT", "1.03")),
     rounds = tonumber(sys.env("VERIFY_ROUNDS", "")), max_bucket = tonumber(sys.env("VERIFY_MAX_BUCKET", "")),
     slack = tonumber(sys.env("VERIFY_MIN_US", "5")) })
-  local cores = fd.machine().cores
+  local cores = machine.info().cores
   print(("other processes kept %.2f of the %d cores busy meanwhile"):format(sys.others_cores(cpu0, sys.cpu_sample(), cores), cores))
   print(("%d passed, %d failed"):format(p, f))
   os.exit(f == 0 and 0 or 1)

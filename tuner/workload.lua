@@ -2,7 +2,7 @@
 -- filled with a constant pattern (timing only; correctness is the tests'),
 -- and the fd_shape / fd_args of a measured length.
 local ffi = require("ffi")
-local fd = require("tuner.ffi")
+local fd = require("flashdecode")
 local space = require("space")
 
 local M = {}

@@ -1,5 +1,5 @@
 /* Reference decode attention in double precision (the straightforward
-   two-pass softmax), and the test-data conversions. */
+   two-pass softmax), and the storage-dtype conversions of fdgen run and the tests. */
 #include "ref.h"
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, 
     for (int d = 0; d < p->D; d++) dot += (double)q[d] * k[d];
     s[i] = p->scale * dot;
     if (p->mask_mode == 1) s[i] += p->mask[((int64_t)b * p->Hq + h) * p->S + i];
-    if (s[i] > m) m = s[i];
+    if (s[i] > m || isnan(s[i])) m = s[i];   /* a NaN score makes m NaN, and so out and lse (IEEE) */
   }
   for (int d = 0; d < p->D; d++) out[d] = 0;
   if (m == -INFINITY) { *lse = -INFINITY; return; }

@@ -1,6 +1,7 @@
-/* Reference decode attention in double precision, and test-data helpers. */
-#ifndef FD_TEST_REF_H
-#define FD_TEST_REF_H
+/* Reference decode attention in double precision, and the storage-dtype conversions
+   `fdgen run` and the C tests check kernels with. */
+#ifndef FD_TOOL_REF_H
+#define FD_TOOL_REF_H
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,7 +38,7 @@ size_t t_dtype_size(int dtype);
 float t_store(int dtype, void *buf, size_t i, float x);
 /* Load element i of dtype as f32. */
 float t_load(int dtype, const void *buf, size_t i);
-/* Uniform random in [lo, hi) from a per-test xorshift state. */
+/* Uniform random in [lo, hi) from a caller-owned xorshift state. */
 float t_rand(uint64_t *state, float lo, float hi);
 
 #endif

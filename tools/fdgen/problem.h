@@ -1,0 +1,44 @@
+/* Random decode-attention problems in every storage dtype, and how far an output is
+   from the double-precision reference: `fdgen run` and the C tests use both. */
+#ifndef FD_TOOL_PROBLEM_H
+#define FD_TOOL_PROBLEM_H
+#include "ref.h"
+
+/* A problem with its storage buffers; ref holds the f32 values the reference sees. */
+typedef struct kproblem {
+  ref_problem ref;
+  int q_dtype, kv_dtype, out_dtype;
+  void *q, *k, *v;            /* storage dtype buffers */
+  float *qf, *kf, *vf, *mask;
+  float *k_scale, *v_scale;   /* int8/fp8: one per K/V row, laid out as K without D */
+  int32_t *cur_pos;
+} kproblem;
+
+/* Allocate and fill a random problem (seeded); mask mode gets some -inf entries. */
+void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, int kv_dt,
+             int out_dt, int mask_mode, int layout, uint64_t seed);
+void kp_free(kproblem *p);
+/* Re-store q/k/v element values from qf/kf/vf after a test edits them. */
+void kp_sync(kproblem *p);
+
+/* Largest |x| of a double array. */
+double max_abs_d(const double *x, size_t n);
+/* Allowed error relative to output scale for a problem's dtypes. */
+double t_tolerance(const kproblem *p);
+/* Allowed lse error relative to max(1, |reference lse|). */
+#define KP_LSE_TOL 1e-5
+
+/* How far an output [B,Hq,D] (f32 values) and lse [B,Hq] are from the reference's. */
+typedef struct kp_error {
+  double out;                 /* max |out - ref| / max |ref| (1 when the reference is all 0) */
+  double lse;                 /* max |lse - ref| / max(1, |ref|), INFINITY for a NaN; 0 without lse */
+  int nan;                    /* out holds a NaN */
+  int lse_inf;                /* lse and the reference disagree on which rows are -inf */
+} kp_error;
+
+/* Measure out (and lse unless NULL) against the reference rout, rlse. */
+kp_error kp_errors(const kproblem *p, const float *out, const float *lse, const double *rout,
+                   const double *rlse);
+/* Whether e is within tolerance: out, no NaN, and the lse too when check_lse. */
+int kp_error_ok(const kproblem *p, const kp_error *e, int check_lse);
+#endif

@@ -1,0 +1,40 @@
+-- This machine for result file names: the CPU model, online cores and flags,
+-- its slug ("amd-epyc-2c"), and its tuned table in the repository.
+local ffi = require("ffi")
+pcall(ffi.cdef, "long sysconf(int name);")                 -- unless declared already
+
+local M = {}
+
+-- The repository root: the directory above this file's tuner/.
+M.root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
+
+-- The machine's slug: the CPU model lowercased, vendor marks and clock dropped,
+-- words joined by '-', then "-<cores>c": "AMD EPYC" on 2 cores -> "amd-epyc-2c".
+function M.slug(model, cores)
+  local s = model:lower():gsub("%(r%)", ""):gsub("%(tm%)", ""):gsub("@.*$", "")
+  s = s:gsub("%f[%w]%d+%-core%f[%W]", ""):gsub("%f[%w]processor%f[%W]", ""):gsub("%f[%w]cpu%f[%W]", "")
+  s = s:gsub("[^%w]+", "-"):gsub("^%-+", ""):gsub("%-+$", "")
+  return (s == "" and "cpu" or s) .. "-" .. tostring(cores) .. "c"
+end
+
+-- This machine: { model, cores (online), flags, slug }.
+function M.info()
+  local f = io.open("/proc/cpuinfo", "rb")
+  local info = f and f:read("*a") or ""
+  if f then f:close() end
+  local model = info:match("model name%s*:%s*([^\n]+)") or "unknown cpu"
+  local flags = info:match("\nflags%s*:%s*([^\n]+)") or ""
+  local cores = tonumber(ffi.C.sysconf(84))                -- _SC_NPROCESSORS_ONLN on Linux
+  model = model:gsub("%s+", " "):gsub("%s+$", "")
+  return { model = model, cores = cores, flags = flags, slug = M.slug(model, cores) }
+end
+
+-- The tuned table for this machine (results/tuned/<slug>.tsv) if it exists, else nil.
+function M.tuned_table(slug)
+  local path = ("%s/results/tuned/%s.tsv"):format(M.root, slug or M.info().slug)
+  local f = io.open(path)
+  if f then f:close() return path end
+  return nil
+end
+
+return M
