@@ -67,8 +67,9 @@ deps: $(B)/config.mk
 # Build-time outputs of the generator (rewritten only when their content changes).
 $(B)/fd_abi.h: templates/abi.h.tpl $(GEN_LUA) | $(B)/config.mk
 	$(LUA) gen/build.lua abi $@
-$(B)/fd_keydefs.h: gen/key.lua gen/build.lua | $(B)/config.mk
+$(B)/fd_keydefs.h: gen/key.lua gen/facts.lua gen/build.lua | $(B)/config.mk
 	$(LUA) gen/build.lua keydefs $@
+	$(LUA) gen/build.lua python python/flashdecode/_facts.py
 $(B)/embedded.c: $(GEN_LUA) $(TEMPLATES) | $(B)/config.mk
 	$(LUA) gen/build.lua embed $@ $(GEN_LUA) $(TEMPLATES)
 
@@ -169,6 +170,8 @@ help:
 	@echo "make bench-plan      plan and JIT times per shape"
 	@echo "make install [PREFIX=/usr/local] [DESTDIR=]   library, header, pkg-config file, fdgen, LuaJIT and Python modules"
 	@echo "make uninstall [PREFIX=...] [DESTDIR=]       remove every installed file"
+	@echo "make mpi | test-mpi | bench-mpi   libflashdecode_mpi, fdmpi-bench, MPI tests np 1-4 (needs mpicc)"
+	@echo "make tsan | fuzz [FUZZ_S=60]      ThreadSanitizer build of the concurrency test; libFuzzer targets"
 	@echo "make export | tune-verify | sanitize | clean"
 
 clean:
@@ -179,3 +182,4 @@ clean:
 -include tests/tsan.mk
 -include tests/fuzz/fuzz.mk
 -include bench/bench.mk
+-include mpi/mpi.mk

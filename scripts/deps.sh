@@ -3,7 +3,7 @@
 # `deps.sh --list` prints the packages the project brings (those a bare Debian
 # machine of this kind lacks), for CI to purge before it proves the README.
 set -euo pipefail
-project=(lua5.4 liblua5.4-dev luajit libluajit-5.1-dev tcc libtcc-dev gnuplot-nox python3-numpy)
+project=(lua5.4 liblua5.4-dev luajit libluajit-5.1-dev tcc libtcc-dev gnuplot-nox python3-numpy openmpi-bin libopenmpi-dev)
 base=(gcc make binutils pkg-config python3 clang libclang-rt-14-dev)
 if [ "${1:-}" = "--list" ]; then echo "${project[*]}"; exit 0; fi
 need=()

@@ -37,6 +37,7 @@ suite "tuned tables refused whole, upper bounds" "$B/test_tables"
 suite "concurrency, destroy races, cc fallback, kernel-cache bound" "$B/test_concurrency"
 suite "test_concurrency under ThreadSanitizer" env TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$B/tsan/test_concurrency"
 suite "fd_merge_states vs attention over the union, in double" "$B/test_merge"
+suite "context-parallel decode over MPI, np 1-4" env B="$B" bash tests/test_mpi.sh
 suite "NaN/Inf in q, K, V, mask vs double reference (each ISA, splits 1/4/64, tcc and cc), check_inputs" "$B/test_nonfinite"
 suite "tuner, tuned table, exported header (gcc -O2, tcc) vs JIT" bash tests/test_tune.sh
 suite "LuaJIT require \"flashdecode\" vs double reference, from a temp dir" env FD_LIB="$PWD/$B/libflashdecode.so" luajit tests/luajit_module.lua
