@@ -168,6 +168,7 @@ help:
 	@echo "make test            build everything and run every test; ends with 'N passed, N failed'"
 	@echo "make bench [QUICK=1] the benchmark report under results/bench/"
 	@echo "make bench-plan      plan and JIT times per shape"
+	@echo "make bench-peers [QUICK=1]  flashdecode vs ggml flash_attn_ext (pip + cmake once, ~4 min)"
 	@echo "make install [PREFIX=/usr/local] [DESTDIR=]   library, header, pkg-config file, fdgen, LuaJIT and Python modules"
 	@echo "make uninstall [PREFIX=...] [DESTDIR=]       remove every installed file"
 	@echo "make mpi | test-mpi | bench-mpi   libflashdecode_mpi, fdmpi-bench, MPI tests np 1-4 (needs mpicc)"
@@ -182,4 +183,5 @@ clean:
 -include tests/tsan.mk
 -include tests/fuzz/fuzz.mk
 -include bench/bench.mk
+-include bench/peers/peers.mk
 -include mpi/mpi.mk

@@ -1,0 +1,31 @@
+-- The shapes of `make bench-peers`: every shape of the benchmark set
+-- (tuner/shapes/bench.lua, the same lengths and QUICK lengths), then the ones
+-- the comparison with ggml adds. Fields as in bench.lua; kv_dtype may also be
+-- "int8" (flashdecode's int8 + one f32 scale per row; ggml gets the same
+-- values as q8_0 blocks). `peer_note` is printed under the shape's rows.
+local root = ...
+local K = 1024
+local shapes = dofile(root .. "/tuner/shapes/bench.lua")
+
+-- A copy of the benchmark shape named `name` with fields replaced.
+local function variant_of(name, extra)
+  for _, s in ipairs(shapes) do
+    if s.name == name then
+      local t = {}
+      for k, v in pairs(s) do t[k] = v end
+      for k, v in pairs(extra) do t[k] = v end
+      return t
+    end
+  end
+  error("bench/peers/shapes.lua: no benchmark shape " .. name)
+end
+
+shapes[#shapes + 1] = variant_of("falcon-40b", { name = "falcon-40b-bf16", q_dtype = "bf16", kv_dtype = "bf16",
+                                                 out_dtype = "bf16" })
+shapes[#shapes + 1] = variant_of("llama3-8b-f16", {
+  name = "llama3-8b-int8", q_dtype = "f32", kv_dtype = "int8", out_dtype = "f32",
+  kv_len = { 16 * K, 64 * K }, quick = { 16 * K },
+  peer_note = "int8 K/V with one f32 scale per row (ours, 132 bytes per row) against ggml q8_0 (136 bytes per row: " ..
+              "4 blocks of 32 codes + an f16 scale); every block carries its row's scale, so both hold the same values; " ..
+              "ggml also rounds q to q8_0 for the dot products" })
+return shapes
