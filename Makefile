@@ -136,6 +136,7 @@ PY_FILES   := $(notdir $(wildcard python/flashdecode/*.py))
 INSTALL_MAP = $(LIBDIR)/$(SO_REAL):$(B)/$(SO_REAL) $(LIBDIR)/libflashdecode.a:$(B)/libflashdecode.a \
 	$(INCLUDEDIR)/flashdecode.h:runtime/flashdecode.h $(BINDIR)/fdgen:$(B)/fdgen \
 	$(LUADIR)/flashdecode.lua:lua/flashdecode.lua \
+	$(LUADIR)/flashdecode_facts.lua:gen/facts.lua \
 	$(foreach f,$(PY_FILES),$(PYDIR)/flashdecode/$(f):python/flashdecode/$(f))
 INSTALLED  = $(foreach p,$(INSTALL_MAP),$(firstword $(subst :, ,$(p)))) \
 	$(LIBDIR)/$(SO_NAME) $(LIBDIR)/libflashdecode.so $(LIBDIR)/pkgconfig/flashdecode.pc

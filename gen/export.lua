@@ -7,16 +7,14 @@ local key = require("key")
 local template = require("template")
 local generate = require("generate")
 local files = require("files")
+local facts = require("facts")
 
 local M = {}
-M.MAGIC = "flashdecode tuned table 1"
-M.IDENTITY = { "library", "templates", "tcc", "cpu", "features" }
-M.COLUMNS = "columns\tshape\tbucket\tkey\tsplits\tthreads\tmedian_us\tgbps\theuristic_us\tname"
-M.DEFAULT_CHUNK = 128   -- the default row's chunk (the planner heuristic's)
-
-local DTYPES = { f32 = 0, f16 = 1, bf16 = 2, i8 = 3, fp8 = 4 }
-local MODES = { causal = 0, mask = 1, full = 2 }
-local LAYOUTS = { bhsd = 0, bshd = 1, paged = 2 }
+-- The table format, shared with runtime/table.c through gen/facts.lua.
+M.MAGIC = facts.TABLE_MAGIC
+M.IDENTITY = facts.TABLE_IDENTITY
+M.COLUMNS = "columns\t" .. table.concat(facts.TABLE_COLUMNS, "\t")
+M.DEFAULT_CHUNK = facts.H_CHUNK   -- the default row's chunk (the planner heuristic's)
 
 -- Split a line on tabs (empty fields kept).
 local function fields_of(line)
@@ -26,32 +24,10 @@ local function fields_of(line)
 end
 M.fields_of = fields_of
 
--- A shape signature (fd_shape_signature text) as numeric fields, or nil.
-function M.parse_signature(sig)
-  local b, hq, hkv, d, q, kv, o, mode, layout =
-    sig:match("^b(%d+)%.hq(%d+)%.hkv(%d+)%.d(%d+)%.q(%w+)%.kv(%w+)%.o(%w+)%.(%w+)%.(%w+)$")
-  if not b then return nil end
-  local s = { batch = tonumber(b), n_q_heads = tonumber(hq), n_kv_heads = tonumber(hkv), head_dim = tonumber(d),
-              q_dtype = DTYPES[q], kv_dtype = DTYPES[kv], out_dtype = DTYPES[o],
-              mask_mode = MODES[mode], layout = LAYOUTS[layout] }
-  for _, f in ipairs { "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
-    if s[f] == nil then return nil end
-  end
-  if s.n_kv_heads < 1 or s.n_q_heads % s.n_kv_heads ~= 0 then return nil end
-  return s
-end
-
--- Why a decoded key cannot serve shape s, or nil when it can.
-function M.misfit(f, s)
-  for _, n in ipairs { "head_dim", "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
-    if f[n] ~= s[n] then return ("its %s is %s but the shape's is %s"):format(n, f[n], s[n]) end
-  end
-  if (s.n_q_heads / s.n_kv_heads) % f.group_tile ~= 0 then
-    return ("its group tile %d does not divide the shape's %d query heads per kv head"):format(
-      f.group_tile, s.n_q_heads / s.n_kv_heads)
-  end
-  return nil
-end
+-- The shape signature and the fit check: gen/facts.lua's, which runtime/plan.c
+-- and runtime/table.c read too (through build/fd_keydefs.h).
+M.parse_signature = facts.parse_signature
+M.misfit = facts.misfit
 
 -- A positive integer field, or an error naming it.
 local function pos_int(v, name, bad)
@@ -71,16 +47,15 @@ end
 -- Parse one row line; bad(why) raises naming the file and line.
 local function parse_row(line, bad)
   local f = fields_of(line)
-  if #f ~= 9 then bad(("has %d fields, want 9 (%s)"):format(#f, M.COLUMNS:gsub("^columns\t", ""):gsub("\t", " "))) end
+  if #f ~= #facts.TABLE_COLUMNS then
+    bad(("has %d fields, want %d (%s)"):format(#f, #facts.TABLE_COLUMNS, table.concat(facts.TABLE_COLUMNS, " ")))
+  end
   local r = { shape = f[1], key = f[3], median_text = f[6], gbps_text = f[7], heuristic_text = f[8], name = f[9] }
   r.s = M.parse_signature(f[1]) or bad(("field shape '%s' is not a shape signature"):format(f[1]))
   r.bucket = pos_int(f[2], "bucket", bad)
   local ok, dec = pcall(key.decode, f[3])
-  if not ok or #f[3] ~= key.DIGITS then
-    bad(("field key '%s' is not a tiling key: %s"):format(f[3], ok and "not 17 digits" or dec))
-  end
-  if dec.flags ~= 0 then
-    bad(("field key %s: flags digit is %d; a row holds the plain key (flags 0)"):format(f[3], dec.flags))
+  if not ok or dec.key ~= f[3] then   -- canonical: no leading zero (a new top digit may be 0)
+    bad(("field key '%s' is not a tiling key: %s"):format(f[3], ok and "a leading zero" or dec))
   end
   local why = M.misfit(dec, r.s)
   if why then bad(("field key %s does not fit shape %s: %s"):format(f[3], f[1], why)) end
@@ -169,8 +144,11 @@ end
 
 -- Row data for the template: numeric shape fields and the three kernel symbols.
 local function row_params(r)
-  local s = r.s or { batch = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, q_dtype = 0, kv_dtype = 0,
-                     out_dtype = 0, mask_mode = 0, layout = 0 }
+  local s = r.s
+  if not s then   -- the default row fits no shape: every signature field 0
+    s = {}
+    for _, f in ipairs(facts.SIGNATURE) do s[f[2]] = 0 end
+  end
   return { sig = c_str(r.shape), name = c_str(r.name), key = c_str(r.key), s = s, bucket = r.bucket,
            splits = r.splits, threads = r.threads, median = r.median_text, gbps = r.gbps_text,
            heuristic = r.heuristic_text, plain = "fd_k" .. r.key .. "_desc",
@@ -182,8 +160,8 @@ end
 local function kernel_keys(rows)
   local seen, keys = {}, {}
   for _, r in ipairs(rows) do
-    for _, fl in ipairs { 0, key.FLAG_LSE, key.FLAG_SPLIT } do
-      local k = M.variant(r.key, fl)
+    for _, v in ipairs(facts.variants) do
+      local k = M.variant(r.key, v.flags)
       if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
     end
   end

@@ -4,14 +4,13 @@
 local key = require("key")
 local template = require("template")
 local simd = require("simd")
+local facts = require("facts")
 
 local M = {}
 M.ABI_VERSION = 2          -- bump when templates/abi.h.tpl changes
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
-M.MAX_CHUNK = 4096         -- sc[] is group_tile * chunk floats on the stack
-
-local STORAGE = { [0] = "float", "fd_u16", "fd_u16", "signed char", "unsigned char" }
-local OUT_NAME = { [0] = "f32", "f16", "bf16" }
+M.MAX_CHUNK = facts.MAX_CHUNK
+local DT = facts.dtypes
 local F16_LOAD = "hu = %s; cv.u = ((hu & 0x7fffu) << 13) | ((((hu & 0x7c00u) + 0x400u) & 0x8000u) * 0xe000u);"
   .. " cv.f *= 5.192296858534828e+33f; cv.u |= (hu & 0x8000u) << 16; %s = cv.f;"
 
@@ -58,13 +57,16 @@ local function check_supported(f)
   local function no(field, why)
     error(("gen: key %s: field %s: %s"):format(f.key, field, why), 0)
   end
-  if f.layout == 2 then no("layout", "paged is not supported by template 1 yet") end
-  if f.isa ~= 0 then simd.check(f.isa, f.head_dim, f.group_tile, no) end
+  if facts.layouts[f.layout].reserved then
+    no("layout", ("%s is not supported by template 1 yet"):format(facts.layouts[f.layout].name))
+  end
+  if simd.vector(f.isa) then simd.check(f.isa, f.head_dim, f.group_tile, no) end
   if f.chunk > M.MAX_CHUNK then no("chunk", ("%d exceeds %d"):format(f.chunk, M.MAX_CHUNK)) end
-  if f.flags % 2 == 1 and f.flags >= 2 then no("flags", "split kernels leave lse to the merge: use flag 1 or 2, not 3") end
+  if key.has_flag(f.flags, facts.FLAG_SPLIT) and key.has_flag(f.flags, facts.FLAG_LSE) then
+    no("flags", ("split kernels leave lse to the merge: use flag %d or %d, not %d"):format(facts.FLAG_SPLIT,
+      facts.FLAG_LSE, facts.FLAG_SPLIT + facts.FLAG_LSE))
+  end
 end
-
-local ELEM = { [0] = 4, 2, 2, 1, 1 }
 
 -- Lanes of a constant: a float literal or an unsigned integer, 16 times.
 local function lanes(v)
@@ -76,13 +78,15 @@ end
 
 -- The parameters of SIMD kernels: geometry, constants and the asm blocks.
 local function add_simd(p)
-  p.W = p.ISA == 2 and 16 or 8
-  p.ISA_NAME = p.ISA == 2 and "AVX-512" or "AVX2"
+  local caps = facts.isas[p.ISA]
+  p.W = caps.W
+  p.ISA_NAME = caps.short
   -- one vector of slack: the direct scores kernel writes whole groups of rows
   p.SCW = math.ceil(p.CHUNK / p.W) * p.W + p.W
   p.CHUNKP = p.SCW
-  p.KV_SIZE = ELEM[p.KV_DTYPE]
+  p.KV_SIZE = DT[p.KV_DTYPE].size
   p.CONST_FLOATS, p.CONST_INTS = simd.CONST_FLOATS, simd.CONST_INTS
+  p.ASM_ARGS, p.asm_arg_line = facts.ASM_ARGS, facts.asm_arg_line
   p.lanes = lanes
   p.xmm_list = function(a, b)
     local t = {}
@@ -113,19 +117,19 @@ function M.params(k)
     D = D, T = T, CHUNK = f.chunk, SCW = f.chunk, DB = DB, A = A, REC = math.ceil((D + 2) / 16) * 16,
     ISA = f.isa, FLAGS = f.flags, MASK_MODE = f.mask_mode, LAYOUT = f.layout,
     Q_DTYPE = f.q_dtype, KV_DTYPE = f.kv_dtype, OUT_DTYPE = f.out_dtype,
-    QT = STORAGE[f.q_dtype], KVT = STORAGE[f.kv_dtype], OUTT = STORAGE[f.out_dtype],
-    OUT_NAME = OUT_NAME[f.out_dtype],
-    MASK = f.mask_mode == 1, SPLIT = f.flags % 2 == 1, LSE = f.flags >= 2,
+    QT = DT[f.q_dtype].storage, KVT = DT[f.kv_dtype].storage, OUTT = DT[f.out_dtype].storage,
+    OUT_NAME = DT[f.out_dtype].name,
+    MASK = f.mask_mode == 1, SPLIT = key.has_flag(f.flags, facts.FLAG_SPLIT), LSE = key.has_flag(f.flags, facts.FLAG_LSE),
     STRIDE = f.layout == 0 and tostring(D) or "w->kv_stride",
     -- the bit-cast temporaries serve q conversion, and K/V loads of portable kernels
-    NEED_BITS = f.isa == 0 and (f.q_dtype ~= 0 or (f.kv_dtype ~= 0 and f.kv_dtype ~= 3)),
-    NEED_HU = f.isa == 0 and (f.q_dtype == 1 or f.kv_dtype == 1 or f.kv_dtype == 4),
-    QUANT = f.kv_dtype >= 3,
+    NEED_BITS = not simd.vector(f.isa) and (DT[f.q_dtype].bits or DT[f.kv_dtype].bits) or false,
+    NEED_HU = not simd.vector(f.isa) and (DT[f.q_dtype].hu or DT[f.kv_dtype].hu) or false,
+    QUANT = DT[f.kv_dtype].quant or false,
     load = load, exp_body = exp_body,
     -- softmax weights: e^(s - m) * 2^-P_SHIFT, zero below P_MIN_X (see gen/simd.lua)
     P_SHIFT = simd.P_SHIFT, P_MIN_X = simd.P_MIN_X, P_BIAS = 127 - simd.P_SHIFT,
   }
-  if f.isa > 0 then add_simd(p) end
+  if simd.vector(f.isa) then add_simd(p) end
   -- Index expression of element j of the current head_dim block.
   p.dix = function(j) return DB < D and ("d + " .. j) or tostring(j) end
   p.acc_list = function(t)
@@ -170,7 +174,7 @@ function M.params(k)
   end
   p.p_decls = function()
     local a, vs = {}, ""
-    if f.kv_dtype >= 3 then a[1] = ", vsc = w->v_scale[(c + i) * w->scale_stride]"; vs = " * vsc" end
+    if DT[f.kv_dtype].quant then a[1] = ", vsc = w->v_scale[(c + i) * w->scale_stride]"; vs = " * vsc" end
     for t = 0, T - 1 do a[#a + 1] = (", p%d = sc[%d + i]%s"):format(t, t * f.chunk, vs) end
     return table.concat(a)
   end

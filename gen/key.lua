@@ -4,22 +4,25 @@
 local M = {}
 
 -- The field table: the single source of the key layout. gen/build.lua keydefs
--- turns it into build/fd_keydefs.h, so the C runtime never restates it.
+-- turns it into build/fd_keydefs.h, so the C runtime never restates it. Enum
+-- names and ranges come from gen/facts.lua.
+local facts = require("facts")
+local F = facts
 M.fields = {
-  { name = "layout",     pos = 0,  width = 1, min = 0, max = 2, names = { [0] = "bhsd", "bshd", "paged" } },
-  { name = "q_dtype",    pos = 1,  width = 1, min = 0, max = 2, names = { [0] = "f32", "f16", "bf16" } },
-  { name = "kv_dtype",   pos = 2,  width = 1, min = 0, max = 4, names = { [0] = "f32", "f16", "bf16", "i8", "fp8" } },
-  { name = "out_dtype",  pos = 3,  width = 1, min = 0, max = 2, names = { [0] = "f32", "f16", "bf16" } },
-  { name = "mask_mode",  pos = 4,  width = 1, min = 0, max = 2, names = { [0] = "causal", "mask", "full" } },
-  { name = "flags",      pos = 5,  width = 1, min = 0, max = 3 },
-  { name = "isa",        pos = 6,  width = 1, min = 0, max = 2, names = { [0] = "c", "avx2", "avx512" } },
-  { name = "group_tile", pos = 7,  width = 2, min = 1, max = 99 },
-  { name = "head_dim",   pos = 9,  width = 3, min = 1, max = 999 },
+  { name = "layout",     pos = 0,  width = 1, min = 0, max = #F.layouts, names = F.names(F.layouts) },
+  { name = "q_dtype",    pos = 1,  width = 1, min = 0, max = F.io_dtype_max(), names = F.names(F.dtypes, F.io_dtype_max()) },
+  { name = "kv_dtype",   pos = 2,  width = 1, min = 0, max = #F.dtypes, names = F.names(F.dtypes) },
+  { name = "out_dtype",  pos = 3,  width = 1, min = 0, max = F.io_dtype_max(), names = F.names(F.dtypes, F.io_dtype_max()) },
+  { name = "mask_mode",  pos = 4,  width = 1, min = 0, max = #F.mask_modes, names = F.names(F.mask_modes) },
+  { name = "flags",      pos = 5,  width = 1, min = 0, max = F.FLAG_SPLIT + F.FLAG_LSE },
+  { name = "isa",        pos = 6,  width = 1, min = 0, max = #F.isas, names = F.names(F.isas) },
+  { name = "group_tile", pos = 7,  width = 2, min = 1, max = F.MAX_TILE },
+  { name = "head_dim",   pos = 9,  width = 3, min = F.HEAD_DIM_MIN, max = F.HEAD_DIM_MAX },
   { name = "chunk",      pos = 12, width = 4, min = 1, max = 9999 },
   { name = "template",   pos = 16, width = 1, min = 1, max = 1 },
 }
 M.DIGITS = 17
-M.FLAG_SPLIT, M.FLAG_LSE = 1, 2
+M.FLAG_SPLIT, M.FLAG_LSE = F.FLAG_SPLIT, F.FLAG_LSE
 
 local by_name = {}
 for _, f in ipairs(M.fields) do by_name[f.name] = f end
@@ -45,10 +48,17 @@ local function field_value(f, v)
   return math.floor(n)
 end
 
--- Check a key's fields beyond their ranges: the reserved flag bit (arithmetic,
--- not bit operators, so LuaJIT parses it too).
+-- Whether flag bit (a power of two) is set in flags (arithmetic, not bit
+-- operators, so LuaJIT parses it too).
+function M.has_flag(flags, bit)
+  return math.floor(flags / bit) % 2 == 1
+end
+
+-- Check a key's fields beyond their ranges: the reserved flag bit.
 local function check_fields(t)
-  if math.floor(t.flags / 4) % 2 == 1 then error("key: field flags: bit 4 is reserved", 0) end
+  if M.has_flag(t.flags, F.FLAG_RESERVED) then
+    error(("key: field flags: bit %d is reserved"):format(F.FLAG_RESERVED), 0)
+  end
 end
 
 -- Encode a table of fields (names or numbers) into a decimal key string; a
@@ -121,13 +131,11 @@ end
 function M.describe(key)
   local t = M.decode(key)
   local flags = {}
-  if t.flags % 2 == 1 then flags[#flags + 1] = "split partials" end
-  if math.floor(t.flags / 2) % 2 == 1 then flags[#flags + 1] = "lse" end
-  local isa = { [0] = "portable C", "AVX2+FMA+F16C", "AVX-512" }
-  local mask = { [0] = "causal", "additive mask", "full" }
+  if M.has_flag(t.flags, F.FLAG_SPLIT) then flags[#flags + 1] = "split partials" end
+  if M.has_flag(t.flags, F.FLAG_LSE) then flags[#flags + 1] = "lse" end
   return ("template %d, chunk %d, head_dim %d, group tile %d, %s, %s, %s, out %s, kv %s, q %s, %s"):format(
-    t.template, t.chunk, t.head_dim, t.group_tile, isa[t.isa],
-    #flags > 0 and table.concat(flags, " + ") or "no flags", mask[t.mask_mode],
+    t.template, t.chunk, t.head_dim, t.group_tile, F.isas[t.isa].text,
+    #flags > 0 and table.concat(flags, " + ") or "no flags", F.mask_modes[t.mask_mode].text,
     M.value_name("out_dtype", t.out_dtype), M.value_name("kv_dtype", t.kv_dtype),
     M.value_name("q_dtype", t.q_dtype), M.value_name("layout", t.layout):upper())
 end

@@ -1,5 +1,6 @@
--- SIMD micro-kernels for isa 1 (AVX2+FMA+F16C, 8 lanes, 16 registers) and
--- isa 2 (AVX-512 F/BW/VL, 16 lanes, 32 registers), emitted as inline asm
+-- SIMD micro-kernels for the vector ISA records of gen/facts.lua (AVX2+FMA+F16C:
+-- 8 lanes, 16 registers; AVX-512 F/BW/VL: 16 lanes, 32 registers), asking the
+-- records' capabilities (width, registers, instruction groups), emitted as inline asm
 -- statements whose vector instructions are `.byte` lines from gen/x86.lua
 -- (tcc's assembler knows no AVX) and whose loop control is plain AT&T
 -- general-purpose code (which tcc and gas both assemble).
@@ -19,11 +20,13 @@
 --   pv            acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
 --   store_out     one head's normalized output row, rounded to the out dtype
 local x86 = require("x86")
+local facts = require("facts")
 local M = {}
 
--- fd_asm_args field offsets (keep in sync with templates/simd_prelude.c.tpl).
-local ARG = { src = 0, ptr = 8, sc = 16, n = 24, stride = 32, scl = 40, scl_stride = 48,
-              consts = 56, inp = 64, out = 72, stage = 80, pf = 88 }
+-- fd_asm_args field offsets: the struct templates/simd_prelude.c.tpl writes
+-- from gen/facts.lua ASM_ARGS (build/fd_keydefs.h asserts them with offsetof).
+local ARG = facts.asm_arg_offsets()
+ARG.inp = ARG["in"]
 M.ARG = ARG
 -- Softmax weights are p = e^(s - m) * 2^-P_SHIFT, every kernel and ISA alike
 -- (the exp polynomial's coefficients here, the exponent bias in portable C):
@@ -56,25 +59,32 @@ local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
 for i, row in ipairs(M.CONST_INTS) do C[row[1]] = (#M.CONST_FLOATS + i - 1) * 64 end
 
--- Vector geometry of an isa.
-local GEOM = {
-  [1] = { W = 8, reg = "ymm", nregs = 16, name = "AVX2", max_tile = 12 },
-  [2] = { W = 16, reg = "zmm", nregs = 32, name = "AVX-512", max_tile = 32 },
-}
-local ELEM = { [0] = 4, 2, 2, 1, 1 }   -- bytes per KV element
+-- Vector geometry and capabilities of an isa: its gen/facts.lua record.
+local GEOM = facts.isas
+local ELEM = {}                        -- bytes per KV element
+for d = 0, #facts.dtypes do ELEM[d] = facts.dtypes[d].size end
+
+-- Whether isa runs these micro-kernels (a vector record), not portable C.
+function M.vector(isa)
+  return GEOM[isa].W > 1
+end
+
+-- Whether a record has the EVEX (AVX-512 F) forms: opmask registers,
+-- embedded broadcast, vpandd/vpord, 256-bit extracts.
+local function evex(g) return g.groups.avx512f == true end
 
 -- Refuse, with the field named, what the micro-kernels cannot do.
 function M.check(isa, D, T, fail)
   local g = GEOM[isa]
-  if D % g.W ~= 0 then fail("head_dim", ("%d is not a multiple of the %s vector (%d floats)"):format(D, g.name, g.W)) end
+  if D % g.W ~= 0 then fail("head_dim", ("%d is not a multiple of the %s vector (%d floats)"):format(D, g.short, g.W)) end
   if T > g.max_tile then
-    fail("group_tile", ("%d exceeds the %d %s can hold in registers"):format(T, g.max_tile, g.name))
+    fail("group_tile", ("%d exceeds the %d %s can hold in registers"):format(T, g.max_tile, g.short))
   end
 end
 
--- A buffer of assembler lines for one asm statement.
+-- A buffer of assembler lines for one asm statement (b.x: the record has EVEX forms).
 local function new_block(isa)
-  local b = { lines = {}, g = GEOM[isa], isa = isa }
+  local b = { lines = {}, g = GEOM[isa], isa = isa, x = evex(GEOM[isa]) }
   -- A vector instruction: its bytes, with the Intel text as a comment.
   function b.v(mn, ...)
     b.lines[#b.lines + 1] = { x86.line(mn, ...), x86.text(mn, ...) }
@@ -127,10 +137,10 @@ local function load_kv(b, dtype, dst, m, tmp)
     b.v("vpmovsxbd", dst, m)
     b.v("vpslld", dst, dst, 20)
     b.v("vpslld", tmp, dst, 5)
-    b.v("vpcmpeqd", b.isa == 2 and "k1" or tmp, tmp, mem("r11", C.fp8_nan))  -- AVX2: all ones, a NaN
-    b.v(b.isa == 2 and "vpandd" or "vpand", dst, dst, mem("r11", C.fp8_bits))
+    b.v("vpcmpeqd", b.x and "k1" or tmp, tmp, mem("r11", C.fp8_nan))  -- AVX2: all ones, a NaN
+    b.v(b.x and "vpandd" or "vpand", dst, dst, mem("r11", C.fp8_bits))
     b.v("vmulps", dst, dst, mem("r11", C.two120))
-    if b.isa == 2 then b.v("vpord", dst .. "{k1}", dst, mem("r11", C.qnan))
+    if b.x then b.v("vpord", dst .. "{k1}", dst, mem("r11", C.qnan))
     else b.v("vpor", dst, dst, tmp) end
   end
   return r
@@ -140,7 +150,7 @@ end
 -- lowest lane, using scratch register s.
 local function reduce(b, n, s, op)
   local scalar = op == "vaddps" and "vaddss" or "vmaxss"
-  if b.isa == 2 then
+  if b.x then
     b.v("vextractf64x4", b.r(s, "ymm"), b.r(n, "zmm"), 1)
     b.v(op, b.r(n, "ymm"), b.r(n, "ymm"), b.r(s, "ymm"))
     b.v("vextractf32x4", b.r(s, "xmm"), b.r(n, "ymm"), 1)
@@ -157,8 +167,7 @@ end
 -- The accumulator slot of key k in a group, chosen so the reduction tree
 -- leaves the sums in key order (16 lanes: a 4x4 transpose; 8 lanes: 2x4).
 local function slot_of(isa, k)
-  if isa == 2 then return 4 * (k % 4) + math.floor(k / 4) end
-  return 2 * (k % 4) + math.floor(k / 4)
+  return math.floor(GEOM[isa].W / 4) * (k % 4) + math.floor(k / 4)
 end
 
 -- One tree level: pairs (A, B) of registers -> A = shuffle(A,B,lo) + shuffle(A,B,hi).
@@ -181,7 +190,7 @@ end
 -- Reduce W accumulators (registers 0..W-1) to one vector of W sums in register 0.
 local function tree(b, tmp)
   tmp = b.r(tmp)
-  if b.isa == 2 then
+  if b.x then
     tree_level(b, "vshuff64x2", pairs_of(16, 1), 0x44, 0xEE, tmp)
     tree_level(b, "vshuff64x2", pairs_of(16, 2), 0x88, 0xDD, tmp)
     tree_level(b, "vshufps", pairs_of(16, 4), 0x44, 0xEE, tmp)
@@ -227,15 +236,15 @@ end
 -- rbx, row stride D floats; int8/fp8 rows are scaled by their k_scale here.
 local function stage_rows(b, p)
   local W, NCH, esz = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE]
-  local v0, tmp, sreg = b.isa == 2 and 19 or 11, b.isa == 2 and 21 or 13, b.isa == 2 and 22 or 14
+  local v0, tmp, sreg = b.x and 19 or 11, b.x and 21 or 13, b.x and 22 or 14
   b.gp("mov %rbx, %r13")
   b.gp("5:")
-  if p.QUANT and b.isa == 1 then b.v("vbroadcastss", b.r(sreg), mem("r9", 0)) end
+  if p.QUANT and not b.x then b.v("vbroadcastss", b.r(sreg), mem("r9", 0)) end
   for c = 0, NCH - 1 do
     local vr = b.r(v0 + c % 2)
     load_kv(b, p.KV_DTYPE, vr, mem("rsi", c * W * esz), b.r(tmp))
     if p.QUANT then
-      if b.isa == 2 then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
+      if b.x then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vmulps", vr, vr, b.r(sreg)) end
     end
     b.v("vmovups", mem("r13", c * W * 4), vr)
@@ -270,7 +279,7 @@ end
 -- key order and stored at r12.
 local function head_dots(b, p)
   local W, NCH = b.g.W, math.floor(p.D / b.g.W)
-  local q0, tmp = b.isa == 2 and 17 or 9, b.isa == 2 and 16 or 8
+  local q0, tmp = b.x and 17 or 9, b.x and 16 or 8
   for c = 0, NCH - 1 do
     local qr = b.r(q0 + c % 2)
     b.v("vmovups", qr, mem("rax", c * W * 4))
@@ -318,7 +327,8 @@ end
 -- each 32 elements, the even ones first (templates/decode.c.tpl); an odd last
 -- d-block keeps the widening load.
 function M.bf16_split(isa, p)
-  return isa == 2 and p.KV_DTYPE == 2 and M.direct_rows(isa, p) ~= nil and p.T <= 12
+  return evex(GEOM[isa]) and GEOM[isa].nregs >= 32 and facts.dtypes[p.KV_DTYPE].name == "bf16"
+    and M.direct_rows(isa, p) ~= nil and p.T <= 12
 end
 
 -- Load d-block c of a K row at base as f32 into register kr.
@@ -351,7 +361,7 @@ local function store_lanes(b, p, h, R)
   if bytes == 16 or bytes == 32 then
     if h == 0 then b.v("vmovups", m, b.r(0, bytes == 16 and "xmm" or "ymm"))
     elseif bytes == 32 then b.v("vextractf64x4", m, z, h)
-    elseif b.isa == 2 then b.v("vextractf32x4", m, z, h)
+    elseif b.x then b.v("vextractf32x4", m, z, h)
     else b.v("vextractf128", m, z, h) end
     return
   end
@@ -367,7 +377,7 @@ end
 local function scores_direct(isa, p, R)
   local b = new_block(isa)
   local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
-  local kreg = isa == 2 and 30 or 14
+  local kreg = GEOM[isa].nregs - 2
   local qbase = W
   local q_in_regs = W + T + 2 <= b.g.nregs
   prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
@@ -430,7 +440,7 @@ end
 -- scales stay in the staged kernel). Measured slower for 8 heads in ymm (AVX2
 -- or AVX-512, one broadcast load per 8-lane FMA) than the direct kernel.
 function M.head_lanes(isa, p)
-  return isa == 2 and p.T == 16 and not p.QUANT
+  return GEOM[isa].head_lane_tile == p.T and not p.QUANT
 end
 
 -- Keys per group of the head-lane scores kernel, and q columns per d-block.
@@ -560,18 +570,18 @@ local function exp_step(b)
   b.v("vmovups", r(3), mem("r9", 0))                       -- 3: x
   b.v("vsubps", r(3), r(3), r(1))
   -- keep x >= min_x and NaN (predicate NLT_UQ: not less than, or unordered)
-  if isa == 2 then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)
+  if evex(GEOM[isa]) then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)
   else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x15) end
   b.v("vmaxps", r(3), r(8), r(3))                          -- a NaN x, the second operand, passes
   b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
-  if isa == 2 then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
+  if evex(GEOM[isa]) then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
   b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
   b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
   b.v("vmovups", r(5), mem("r11", C.c7))                   -- 5: p
   for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
     b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
   end
-  if isa == 2 then
+  if evex(GEOM[isa]) then
     b.v("vscalefps", r(5), r(5), r(4))
     b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
   else
@@ -620,14 +630,14 @@ end
 -- f32 lanes of register x to bf16 bits in the low 16 bits of each lane of
 -- register r, rounded to nearest even, NaN kept quiet (fd_f32_to_bf16); t: scratch.
 local function to_bf16(b, x, r, t)
-  local pand, por = b.isa == 2 and "vpandd" or "vpand", b.isa == 2 and "vpord" or "vpor"
+  local pand, por = b.x and "vpandd" or "vpand", b.x and "vpord" or "vpor"
   b.v("vpsrld", t, x, 16)
   b.v(pand, r, t, mem("r11", C.one))
   b.v("vpaddd", r, r, x)
   b.v("vpaddd", r, r, mem("r11", C.bf16_half))
   b.v("vpsrld", r, r, 16)
   b.v(por, t, t, mem("r11", C.bf16_quiet))
-  if b.isa == 2 then
+  if b.x then
     b.v("vcmpps", "k1", x, x, 3)                 -- unordered: NaN lanes
     b.v("vmovaps", r .. "{k1}", t)
   else
@@ -654,7 +664,7 @@ function M.store_out(isa, p)
   elseif dt == 1 then b.v("vcvtps2ph", mem("rdx", 0), b.r(0), 0)   -- round to nearest even
   else
     to_bf16(b, b.r(0), b.r(3), b.r(2))
-    if isa == 2 then b.v("vpmovdw", mem("rdx", 0), b.r(3))
+    if evex(GEOM[isa]) then b.v("vpmovdw", mem("rdx", 0), b.r(3))
     else
       b.v("vpackusdw", b.r(3), b.r(3), b.r(3))
       b.v("vpermq", b.r(3), b.r(3), 0x08)
@@ -701,7 +711,7 @@ end
 function M.pv_blocks(isa, p)
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
-  local cb = isa == 2 and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.KV_DTYPE >= 3)
+  local cb = evex(GEOM[isa]) and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.KV_DTYPE >= 3)
   if cb > NCH then cb = NCH end
   local blocks = {}
   for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
@@ -718,7 +728,7 @@ function M.pv(isa, p, block)
   local hl = M.head_lanes(isa, p)
   local p_at = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
   local preload, preg, vreg, tmp = false, nil, 28, 30
-  if isa == 1 then
+  if not evex(GEOM[isa]) then
     local _, fits = avx2_pv_plan(T, p.KV_DTYPE >= 3)
     preload = fits and nacc + T + 2 + (p.KV_DTYPE >= 3 and 1 or 0) <= 16
     preg = nacc
@@ -740,12 +750,12 @@ function M.pv(isa, p, block)
     local vr = b.r(vreg + k % 2)
     load_kv(b, p.KV_DTYPE, vr, mem("rsi", k * W * esz), b.r(tmp))
     if p.QUANT then
-      if isa == 2 then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
+      if evex(GEOM[isa]) then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vbroadcastss", b.r(tmp), mem("r9", 0)); b.v("vmulps", vr, vr, b.r(tmp)) end
     end
     for t = 0, T - 1 do
       local acc = b.r(t * cb + k)
-      if isa == 2 then
+      if evex(GEOM[isa]) then
         b.v("vfmadd231ps", acc, vr, mem("rdx", p_at(t), nil, nil, true))
       elseif preload then
         b.v("vfmadd231ps", acc, vr, b.r(preg + t))

@@ -2,6 +2,7 @@
 -- `fdgen gen` writes all of it, and the planner's heuristic picks inside it.
 local key = require("key")
 local simd = require("simd")
+local facts = require("facts")
 local M = {}
 
 M.CHUNKS = { 32, 64, 128, 256, 512 }   -- keys per chunk the tuner may try
@@ -13,6 +14,11 @@ function M.tiles(G)
   for d = 1, math.min(G, M.MAX_TILE) do if G % d == 0 then t[#t + 1] = d end end
   return t
 end
+
+-- The shape fields given by name (dtypes, mask mode, layout): the enum fields
+-- of the shape signature (gen/facts.lua).
+M.ENUM_FIELDS = {}
+for _, f in ipairs(facts.SIGNATURE) do if f[3] then M.ENUM_FIELDS[#M.ENUM_FIELDS + 1] = f[2] end end
 
 local REQUIRED = { "name", "batch", "n_q_heads", "n_kv_heads", "head_dim", "kv_len" }
 
@@ -27,7 +33,7 @@ function M.check_shape(s, where)
   end
   if s.n_q_heads % s.n_kv_heads ~= 0 then bad("n_q_heads", "must be a multiple of n_kv_heads") end
   if type(s.kv_len) ~= "table" or #s.kv_len == 0 then bad("kv_len", "must be a non-empty list") end
-  for _, f in ipairs { "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
+  for _, f in ipairs(M.ENUM_FIELDS) do
     local ok, err = pcall(key.encode, { head_dim = 1, chunk = 1, [f] = s[f] })
     if not ok then bad(f, err:gsub("^key: field %S+: ", "")) end
   end
@@ -43,17 +49,18 @@ function M.load_shapes(path)
   return shapes
 end
 
--- The key fields a shape fixes (dtypes, mask mode, layout, head_dim).
+-- The key fields a shape fixes: those of the fit check (gen/facts.lua FIT_SAME).
 function M.shape_fields(s)
-  return { head_dim = s.head_dim, q_dtype = s.q_dtype, kv_dtype = s.kv_dtype,
-           out_dtype = s.out_dtype, mask_mode = s.mask_mode, layout = s.layout }
+  local t = {}
+  for _, n in ipairs(facts.FIT_SAME) do t[n] = s[n] end
+  return t
 end
 
 -- A shape with its symbolic fields (dtypes, mask mode, layout) as key digits.
 function M.numeric(s)
   local t = {}
   for k, v in pairs(s) do t[k] = v end
-  for _, f in ipairs { "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" } do
+  for _, f in ipairs(M.ENUM_FIELDS) do
     t[f] = key.decode(key.encode { head_dim = 1, chunk = 1, [f] = s[f] })[f]
   end
   return t
@@ -74,10 +81,11 @@ function M.parse_spec(spec)
   return s
 end
 
--- The isa digits with a kernel for head_dim D and group tile T (gen/simd.lua decides).
+-- The isa digits with a kernel for head_dim D and group tile T (gen/simd.lua
+-- decides; portable C always has one).
 function M.isas(D, T)
   local out = { 0 }
-  for isa = 1, 2 do
+  for isa = 1, #facts.isas do
     if pcall(simd.check, isa, D, T, function(f, why) error(f .. ": " .. why, 0) end) then out[#out + 1] = isa end
   end
   return out

@@ -194,18 +194,39 @@ end
 -- Names and fields
 -- ---------------------------------------------------------------------------
 
+-- The shared facts (enum names, dtype sizes, ISA records): gen/facts.lua, from
+-- the source tree, else its installed copy flashdecode_facts.lua.
+local function load_facts()
+  local root = source_root()
+  if root and exists(root .. "/gen/facts.lua") then return dofile(root .. "/gen/facts.lua") end
+  local ok, facts = pcall(require, "flashdecode_facts")
+  if ok then return facts end
+  error("flashdecode: cannot find gen/facts.lua or flashdecode_facts.lua (install the module with `make install`)", 0)
+end
+local facts = load_facts()
+M.facts = facts
+
+-- Names of an enum table of gen/facts.lua mapped to the C constants; with aliases.
+local function enum_names(t, aliases)
+  local out = {}
+  for i = 0, #t do out[t[i].name] = t[i].enum end
+  for alias, name in pairs(aliases or {}) do out[alias] = out[name] end
+  return out
+end
+
 -- String names of the header's enums, mapped to the C enum constants.
 local ENUMS = {
-  dtype = { f32 = "FD_F32", f16 = "FD_F16", bf16 = "FD_BF16", i8 = "FD_I8", int8 = "FD_I8",
-            fp8 = "FD_FP8_E4M3", fp8_e4m3 = "FD_FP8_E4M3" },
-  mask_mode = { causal = "FD_CAUSAL", mask = "FD_MASK", full = "FD_FULL" },
-  layout = { bhsd = "FD_BHSD", bshd = "FD_BSHD", paged = "FD_PAGED" },
+  dtype = enum_names(facts.dtypes, { int8 = "i8", fp8_e4m3 = "fp8" }),
+  mask_mode = enum_names(facts.mask_modes),
+  layout = enum_names(facts.layouts),
   backend = { tcc = "FD_BACKEND_TCC", cc = "FD_BACKEND_CC" },
-  isa = { auto = "FD_ISA_AUTO", c = "FD_ISA_C", avx2 = "FD_ISA_AVX2", avx512 = "FD_ISA_AVX512" },
+  isa = enum_names(facts.isas),
 }
-M.ISA_NAMES = { [0] = "c", "avx2", "avx512" }              -- by tiling-key isa digit
-M.DTYPE_NAMES = { [0] = "f32", "f16", "bf16", "i8", "fp8" } -- by fd_dtype value
-M.DTYPE_SIZE = { [0] = 4, 2, 2, 1, 1 }                     -- bytes per element, by fd_dtype value
+ENUMS.isa.auto = "FD_ISA_AUTO"
+M.ISA_NAMES = facts.names(facts.isas)              -- by tiling-key isa digit
+M.DTYPE_NAMES = facts.names(facts.dtypes)          -- by fd_dtype value
+M.DTYPE_SIZE = {}                                  -- bytes per element, by fd_dtype value
+for i = 0, #facts.dtypes do M.DTYPE_SIZE[i] = facts.dtypes[i].size end
 
 -- The accepted names of an enum kind, sorted, for messages.
 local function names_of(kind)
@@ -339,12 +360,22 @@ function M.destroy(ctx)
   M.load().fd_destroy(ffi.gc(ctx, nil))
 end
 
--- fd_shape fields with their defaults (nil: required); enums by kind.
-local SHAPE_INTS = { { "batch", 1 }, { "n_q_heads" }, { "n_kv_heads" }, { "head_dim" }, { "kv_len" }, { "page_size", 0 } }
-local SHAPE_ENUMS = { { "q_dtype", "dtype", "f32" }, { "kv_dtype", "dtype" }, { "out_dtype", "dtype" },
-                      { "mask_mode", "mask_mode", "causal" }, { "layout", "layout", "bhsd" } }
-M.SHAPE_FIELDS = set { "batch", "n_q_heads", "n_kv_heads", "head_dim", "kv_len", "page_size",
-                       "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" }
+-- fd_shape fields with their defaults (nil: required or derived in make_shape);
+-- enums by kind: the shape signature's fields (gen/facts.lua), kv_len, page_size.
+local ENUM_KIND = { dtypes = "dtype", mask_modes = "mask_mode", layouts = "layout" }
+local NO_DEFAULT = set { "n_q_heads", "n_kv_heads", "head_dim", "kv_dtype", "out_dtype" }
+local SHAPE_INTS, SHAPE_ENUMS, shape_names = {}, {}, {}
+for _, f in ipairs(facts.SIGNATURE) do
+  local default = nil
+  if not NO_DEFAULT[f[2]] then default = f[3] and facts[f[3]][0].name or (f[2] == "batch" and 1 or 0) end
+  if f[3] then SHAPE_ENUMS[#SHAPE_ENUMS + 1] = { f[2], ENUM_KIND[f[3]], default }
+  else SHAPE_INTS[#SHAPE_INTS + 1] = { f[2], default } end
+  shape_names[#shape_names + 1] = f[2]
+end
+SHAPE_INTS[#SHAPE_INTS + 1] = { "kv_len" }
+SHAPE_INTS[#SHAPE_INTS + 1] = { "page_size", 0 }
+shape_names[#shape_names + 1], shape_names[#shape_names + 2] = "kv_len", "page_size"
+M.SHAPE_FIELDS = set(shape_names)
 
 -- An fd_shape from a table with fd_shape's field names (other keys ignored),
 -- or nil and why. Defaults: batch 1, n_kv_heads = n_q_heads, q_dtype f32,

@@ -1,6 +1,8 @@
-/* CPU identification through CPUID (brand string) and the compiler's feature checks. */
+/* CPU identification through CPUID: the brand string, and the features and
+   register state the ISA records of gen/facts.lua (fd_keydefs.h) need. */
 #include "cpu.h"
 #include "flashdecode.h"
+#include "fd_keydefs.h"
 #include <cpuid.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +12,24 @@
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char model[64], features[128];
+
+/* XCR0: the register state the OS saves (0 when XGETBV is unavailable). */
+static unsigned long long xcr0(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;   /* OSXSAVE */
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((unsigned long long)hi << 32) | lo;
+}
+
+/* Whether the CPU reports feature f and the OS saves the register state of its isa. */
+static int has_feature(const fd_cpuid_bit *f) {
+  unsigned r[4];
+  if (__get_cpuid_max(f->leaf & 0x80000000u, NULL) < f->leaf) return 0;
+  if (!__get_cpuid_count(f->leaf, f->subleaf, &r[0], &r[1], &r[2], &r[3])) return 0;
+  unsigned long long want = fd_isa_table[f->isa].xcr0;
+  return (r[f->reg] >> f->bit) & 1 && (xcr0() & want) == want;
+}
 
 /* Fill model and features once. */
 static void probe(void) {
@@ -23,42 +43,31 @@ static void probe(void) {
   memmove(model, s, strlen(s) + 1);
   for (size_t n = strlen(model); n > 0 && model[n - 1] == ' '; n--) model[n - 1] = 0;
   if (!model[0]) snprintf(model, sizeof model, "unknown x86-64");
-  __builtin_cpu_init();
-  static const char *names[] = { "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl" };
-  int have[] = { __builtin_cpu_supports("avx2"), __builtin_cpu_supports("fma"), 0,
-                 __builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bw"),
-                 __builtin_cpu_supports("avx512vl") };
-  unsigned a, b, c, d;
-  if (__get_cpuid(1, &a, &b, &c, &d)) have[2] = (c >> 29) & 1;   /* F16C */
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (have[i]) snprintf(features + strlen(features), sizeof features - strlen(features), "%s%s", features[0] ? " " : "", names[i]);
+  for (int i = 0; i < FD_CPUID_FEATURES; i++)
+    if (has_feature(&fd_cpuid_bits[i]))
+      snprintf(features + strlen(features), sizeof features - strlen(features), "%s%s", features[0] ? " " : "",
+               fd_cpuid_bits[i].name);
 }
 
 /* The CPU brand string. */
 const char *fd_cpu_model(void) { pthread_once(&once, probe); return model; }
 /* The SIMD features present. */
 const char *fd_cpu_features(void) { pthread_once(&once, probe); return features; }
-/* XCR0: the register state the OS saves (0 when XGETBV is unavailable). */
-static unsigned long long xcr0(void) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;   /* OSXSAVE */
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return ((unsigned long long)hi << 32) | lo;
+/* Whether every CPU feature of isa's record, and of each record on its
+   fallback chain, is present; isa 0 (portable C) needs none. */
+static int isa_present(int isa) {
+  for (; isa >= 0; isa = fd_isa_table[isa].fallback)
+    for (int i = 0; i < FD_CPUID_FEATURES; i++)
+      if ((fd_isa_table[isa].cpuid_mask >> i) & 1 && !has_feature(&fd_cpuid_bits[i])) return 0;
+  return 1;
 }
 
-/* The highest isa digit the CPU has and the OS enables:
-   1 = AVX2 + FMA + F16C with YMM state; 2 = AVX-512 F, BW, VL with opmask and ZMM state too. */
+/* The highest isa digit whose record's features the CPU has and whose
+   register state the OS saves (xcr0); 0 = portable C. */
 int fd_cpu_max_isa(void) {
-  unsigned long long x = xcr0();
-  unsigned a, b, c, d;
-  int avx_os = (x & 0x6) == 0x6, avx512_os = (x & 0xe6) == 0xe6;
-  if (!avx_os || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
-  int fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-  int avx2 = (b >> 5) & 1, f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-  if (!(avx2 && fma && f16c)) return 0;
-  return avx512_os && f && bw && vl ? 2 : 1;
+  int best = 0;
+  for (int isa = 1; isa < FD_ISA_COUNT; isa++) if (isa_present(isa)) best = isa;
+  return best;
 }
 
 static pthread_once_t name_once = PTHREAD_ONCE_INIT;

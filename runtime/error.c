@@ -30,6 +30,5 @@ const char *fd_errmsg(const fd_ctx *ctx) {
 
 /* Bytes per element of a dtype. */
 size_t fd_dtype_size(int dtype) {
-  static const size_t size[] = { 4, 2, 2, 1, 1 };
-  return dtype >= 0 && dtype <= 4 ? size[dtype] : 0;
+  return dtype >= 0 && dtype < FD_DTYPE_COUNT ? fd_dtype_sizes[dtype] : 0;
 }

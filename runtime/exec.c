@@ -1,9 +1,10 @@
 /* The executor: checks the arguments, picks the bucket from the actual
    lengths, lays out work items (b, kv head, split) balanced by length, runs
-   them on the pool and merges split partials. The last worker to finish a
-   (b, kv head) merges it (default); FD_MERGE=pass at plan time selects a
-   second parallel pass instead (measured equal within noise, see README). It
-   never plans or compiles. */
+   them on the pool and merges split partials. The item and merge rules are
+   templates/items.h.tpl's, which the exported header's fdt_run shares. The
+   last worker to finish a (b, kv head) merges it (default); FD_MERGE=pass at
+   plan time selects a second parallel pass instead (measured equal within
+   noise, see README). It never plans or compiles. */
 #include "internal.h"
 #include <math.h>
 #include <stdlib.h>
@@ -40,46 +41,26 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   return FD_OK;
 }
 
-/* Row lengths, the bucket of the longest, and rows sorted by descending length. */
+/* Row lengths, rows by descending length and the bucket of the longest
+   (the rules of templates/items.h.tpl, shared with the exported header). */
 static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
   const fd_shape *s = &p->shape;
-  int64_t longest = 0;
-  for (int b = 0; b < s->batch; b++) {
-    p->row_len[b] = s->mask_mode == FD_CAUSAL ? (int64_t)a->cur_pos[b] + 1 : s->kv_len;
-    if (p->row_len[b] > longest) longest = p->row_len[b];
-    p->row_order[b] = b;
-  }
-  if (s->mask_mode == FD_CAUSAL)   /* insertion sort: lengths are often already ordered */
-    for (int i = 1; i < s->batch; i++)
-      for (int j = i; j > 0 && p->row_len[p->row_order[j]] > p->row_len[p->row_order[j - 1]]; j--) {
-        int t = p->row_order[j]; p->row_order[j] = p->row_order[j - 1]; p->row_order[j - 1] = t;
-      }
+  for (int b = 0; b < s->batch; b++) p->row_len[b] = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len);
+  int64_t longest = fd_order_rows(s->batch, p->row_len, p->row_order);
   const fd_bucket *bk = &p->buckets[0];
   while (bk->max_len < longest) bk++;
   return bk;
 }
 
-/* Lay out the work items, longest rows first; each row gets splits in
-   proportion to its length so items cost about the same. */
+/* Lay out the work items (templates/items.h.tpl: longest rows first, splits
+   in proportion to length) and count each (b, kv head)'s splits to merge. */
 static int layout_items(fd_plan *p, const fd_bucket *bk) {
   const fd_shape *s = &p->shape;
-  int64_t longest = p->row_len[p->row_order[0]];
-  int n = 0;
-  for (int r = 0; r < s->batch; r++) {
-    int b = p->row_order[r];
-    int64_t len = p->row_len[b];
-    int S = p->forced_splits ? p->forced_splits : (int)((bk->splits * len + longest - 1) / longest);
-    if (S < 1) S = 1;
-    p->row_splits[b] = S;
-    for (int j = 0; j < s->n_kv_heads; j++) {
-      atomic_store_explicit(&p->remaining[(size_t)b * s->n_kv_heads + j], S, memory_order_relaxed);
-      for (int sp = 0; sp < S; sp++) {
-        fd_item *it = &p->items[n++];
-        it->b = b; it->j = j; it->s = sp;
-        it->begin = len * sp / S; it->end = len * (sp + 1) / S;
-      }
-    }
-  }
+  int n = fd_layout_items(s->batch, s->n_kv_heads, p->row_len, p->row_order, bk->splits, p->forced_splits,
+                          p->row_splits, p->items);
+  for (int b = 0; b < s->batch; b++)
+    for (int j = 0; j < s->n_kv_heads; j++)
+      atomic_store_explicit(&p->remaining[(size_t)b * s->n_kv_heads + j], p->row_splits[b], memory_order_relaxed);
   return n;
 }
 
@@ -106,16 +87,10 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
 }
 
 /* Merge the partials of (b, j) into out and lse. */
-static void merge_row(const fd_plan *p, const fd_args *a, const fd_bucket *bk, int b, int j, const fd_work *w) {
+static void merge_row(const fd_plan *p, const fd_bucket *bk, int b, int j, const fd_work *w) {
   size_t row = (size_t)b * p->shape.n_kv_heads + j;
-  fd_merge_args m;
-  m.part = p->partials + row * p->max_splits * p->G * p->rec;
-  m.split_stride = (fd_i64)p->G * p->rec;
-  m.n_splits = p->row_splits[b];
-  m.n_heads = p->G;
-  m.out = w->out;
-  m.lse = a->lse ? w->lse : NULL;
-  bk->split->merge(&m);
+  fd_merge_partials(bk->split, fd_partial(p->partials, row, p->max_splits, 0, p->G, p->rec), p->row_splits[b], p->G,
+                    p->rec, w->out, w->lse);
 }
 
 /* Run one work item on thread tid. */
@@ -128,15 +103,12 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
   float *scratch = p->thread_scratch + (size_t)tid * p->thread_scratch_floats;
   w.qbuf = scratch;
   size_t row = (size_t)it->b * p->shape.n_kv_heads + it->j;
-  if (p->row_splits[it->b] == 1) {
-    w.state = scratch + ((size_t)p->G * p->shape.head_dim + 15) / 16 * 16;
-    (rs->a->lse ? bk->with_lse : bk->plain)->run(&w);
-    return;
-  }
-  w.state = p->partials + (row * p->max_splits + it->s) * p->G * p->rec;
-  bk->split->run(&w);
-  if (!p->merge_in_pass && atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
-    merge_row(p, rs->a, bk, it->b, it->j, &w);
+  int S = p->row_splits[it->b];
+  w.state = S == 1 ? scratch + ((size_t)p->G * p->shape.head_dim + 15) / 16 * 16
+                   : fd_partial(p->partials, row, p->max_splits, it->s, p->G, p->rec);
+  fd_item_kernel(bk->plain, bk->with_lse, bk->split, S, rs->a->lse != NULL)->run(&w);
+  if (S > 1 && !p->merge_in_pass && atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
+    merge_row(p, bk, it->b, it->j, &w);
 }
 
 /* Merge the split row (b, j) numbered i, if it was split. */
@@ -146,7 +118,7 @@ static void merge_item(run_state *rs, int i, int tid) {
   if (rs->p->row_splits[b] == 1) return;
   fd_work w;
   fill_work(rs->p, rs->a, b, j, &w);
-  merge_row(rs->p, rs->a, rs->b, b, j, &w);
+  merge_row(rs->p, rs->b, b, j, &w);
 }
 
 /* Run work item i. */
@@ -322,6 +294,21 @@ static int check_inputs(run_state *rs) {
   int64_t row, col;
   if (i == n || !item_rows(rs, i, &r, &t, &b, &j) || !scan_rows(&r, &row, &col)) return FD_OK;
   return refuse(rs->p, &r, t, b, j, row, col);
+}
+
+/* Internal (tests, internal.h): the work items fd_run would run for a on cp,
+   laid out in the plan's scratch without running them; their count, or the
+   code fd_run returns for bad arguments. */
+int fd_exec_items(const fd_plan *cp, const fd_args *a, const fd_item **items) {
+  if (!cp) return fd_fail(NULL, FD_EINVAL, "plan is NULL");
+  fd_plan *p = (fd_plan *)cp;
+  int rc = check_args(p, a);
+  if (rc) return rc;
+  pthread_mutex_lock(&p->ctx->run_lock);
+  int n = layout_items(p, measure_rows(p, a));
+  pthread_mutex_unlock(&p->ctx->run_lock);
+  *items = p->items;
+  return n;
 }
 
 /* Run a plan; nothing is written to out or lse unless it returns FD_OK. */

@@ -10,8 +10,8 @@
 #include <stdatomic.h>
 
 #define FD_MAX_BUCKETS 48
-#define FD_MAX_CHUNK 4096      /* keep in sync with gen/generate.lua M.MAX_CHUNK */
-#define FD_MAX_TILE 99         /* the group_tile key field */
+/* FD_MAX_CHUNK, FD_MAX_TILE, the enum names, dtype sizes, flag bits and ISA
+   records come from gen/facts.lua through fd_keydefs.h (table.h includes it). */
 
 /* A context lives while references to it remain: one for the caller's handle
    (dropped by fd_destroy), one per live plan and one per call in progress
@@ -39,8 +39,8 @@ typedef struct fd_bucket {
   const fd_kernel_desc *plain, *with_lse, *split;
 } fd_bucket;
 
-/* One work item: keys [begin, end) of (b, kv head j), split s of its row. */
-typedef struct fd_item { int b, j, s; int64_t begin, end; } fd_item;
+/* fd_item and the work-item rules fd_run shares with the exported header's fdt_run. */
+#include "../templates/items.h.tpl"
 
 struct fd_plan {
   fd_ctx *ctx;
@@ -75,6 +75,10 @@ void fd_ctx_release(fd_ctx *ctx);
 void fd_ctx_put_kernels(fd_ctx *ctx, fd_bucket *b, int n_buckets);
 /* Bytes per element of a dtype. */
 size_t fd_dtype_size(int dtype);
+/* Internal (tests): the work items fd_run would run for a on p, laid out in
+   p's scratch without running them (*items valid until p's next run); their
+   count, or an error code as fd_run's. Defined in exec.c. */
+int fd_exec_items(const fd_plan *p, const fd_args *a, const fd_item **items);
 /* Encode the key of a kernel; -1 with err on a field out of range. */
 int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen);
 

@@ -1,8 +1,14 @@
-/* Kernel cache by tiling key. One mutex guards the table, the embedded Lua
-   generator and compilation (libtcc serializes compiles anyway); lookups
-   happen at plan time, never in fd_run. Each fd_kcache_get takes a reference
-   that fd_kcache_put gives back (plans hold their kernels this way); with a
-   bound, the least recently used kernels nobody references are evicted. */
+/* Kernel cache by tiling key, in two levels. The process-wide store holds each
+   compiled kernel once per (backend, cache_dir, key), shared by every context,
+   reference-counted by the context caches that hold it, and keeps up to
+   FD_SPARE_KERNELS kernels no context holds (least recently released evicted
+   first), so a new context compiles nothing a former one compiled. Each
+   context's cache (fd_kcache) maps keys to store kernels with its own plan
+   references and its own max_kernels LRU bound, as before the store existed.
+   Locks, always taken in this order: a context's c->m, then build_lock (the
+   one embedded Lua generator and compilation; libtcc serializes compiles
+   anyway), then store_lock (the store's table, held briefly, never while
+   compiling). Lookups happen at plan time, never in fd_run. */
 #include "kcache.h"
 #include "cc.h"
 #include "jit.h"
@@ -13,11 +19,34 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct entry {
-  char key[24];
+#define STORE_SLOTS 1024          /* hash chains of the store (a power of two) */
+#define N_RECORDS 1024            /* compile records kept for fd_kcache_records */
+
+/* A compiled kernel of the process-wide store. */
+typedef struct unit {
+  char *id;                 /* "backend|cache_dir|key" */
   const fd_kernel_desc *desc;
   fd_jit_unit *jit;
   fd_cc_unit *cc;
+  int refs;                 /* context caches holding it */
+  unsigned long long used;  /* the store's clock when the last context let go */
+  struct unit *next;        /* hash chain */
+} unit;
+
+static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
+static fd_gen *shared_gen;                    /* build_lock */
+static unit *store[STORE_SLOTS];              /* store_lock, as the fields below */
+static size_t store_spare;                    /* units no context holds */
+static unsigned long long store_clock;
+static fd_kcache_record records[N_RECORDS];   /* build_lock */
+static int n_records;
+static double gen_start_ms;
+
+/* One key of a context cache: a store unit and the plan references on it. */
+typedef struct entry {
+  char key[24];
+  unit *u;
   int refs;                 /* references held by plans (and plans being created) */
   unsigned long long used;  /* the cache's clock at the last fd_kcache_get */
   struct entry *next;       /* hash chain */
@@ -27,19 +56,167 @@ struct fd_kcache {
   pthread_mutex_t m;
   int backend;
   char *cache_dir;
-  fd_gen *gen;
   entry **slot;             /* hash table of chains, n_slots a power of two */
   size_t n_slots, n, max;   /* max: the bound, 0 = none */
   unsigned long long clock;
   char warning[1200];       /* why the cc backend fell back to tcc ("" if it did not) */
 };
 
-/* FNV-1a of a key. */
+/* FNV-1a of a string. */
 static size_t key_hash(const char *s) {
   size_t h = 1469598103934665603ull;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
   return h;
 }
+
+/* Monotonic milliseconds. */
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* ---- the process-wide store ---- */
+
+/* The store link that holds id (or its chain's end); store_lock held. */
+static unit **store_find(const char *id) {
+  unit **l = &store[key_hash(id) & (STORE_SLOTS - 1)];
+  while (*l && strcmp((*l)->id, id)) l = &(*l)->next;
+  return l;
+}
+
+/* Free a unit's compiled code and the unit. */
+static void unit_free(unit *u) {
+  fd_jit_free(u->jit);
+  fd_cc_free(u->cc);
+  free(u->id);
+  free(u);
+}
+
+/* Take a context's reference on u; store_lock held. */
+static void unit_ref(unit *u) {
+  if (u->refs++ == 0) store_spare--;
+}
+
+/* Evict the least recently released unit no context holds; store_lock held. */
+static void store_evict_one(void) {
+  unit **victim = NULL;
+  for (size_t i = 0; i < STORE_SLOTS; i++)
+    for (unit **l = &store[i]; *l; l = &(*l)->next)
+      if ((*l)->refs == 0 && (!victim || (*l)->used < (*victim)->used)) victim = l;
+  if (!victim) return;
+  unit *u = *victim;
+  *victim = u->next;
+  store_spare--;
+  unit_free(u);
+}
+
+/* Give back a context's reference on u; the store keeps it as a spare. */
+static void unit_release(unit *u) {
+  pthread_mutex_lock(&store_lock);
+  if (--u->refs == 0) { store_spare++; u->used = ++store_clock; }
+  while (store_spare > FD_SPARE_KERNELS) store_evict_one();
+  pthread_mutex_unlock(&store_lock);
+}
+
+/* The store unit of id with a new reference, or NULL. */
+static unit *store_take(const char *id) {
+  pthread_mutex_lock(&store_lock);
+  unit *u = *store_find(id);
+  if (u) unit_ref(u);
+  pthread_mutex_unlock(&store_lock);
+  return u;
+}
+
+/* Generate key's source with the shared generator; build_lock held. */
+static char *generate_locked(const char *key, char *err, size_t errlen) {
+  if (!shared_gen) {
+    double t0 = now_ms();
+    if (!(shared_gen = fd_gen_new(err, errlen))) return NULL;
+    gen_start_ms = now_ms() - t0;
+  }
+  char *src;
+  return fd_gen_source(shared_gen, key, &src, err, errlen) ? NULL : src;
+}
+
+/* Record one compile's breakdown (bytes of `.byte` text counted by line); build_lock held. */
+static void record(const char *key, const char *src, double gen_ms, double cc_ms) {
+  if (n_records >= N_RECORDS) return;
+  fd_kcache_record *r = &records[n_records++];
+  snprintf(r->key, sizeof r->key, "%s", key);
+  r->gen_ms = gen_ms;
+  r->compile_ms = cc_ms;
+  r->src_bytes = strlen(src);
+  r->byte_text = 0;
+  for (const char *p = strstr(src, ".byte "); p; p = strstr(p + 1, ".byte ")) {
+    const char *e = strchr(p, '"');
+    r->byte_text += e ? (size_t)(e - p) : strlen(p);
+  }
+}
+
+/* Generate and compile key into a new unit (NULL with err); build_lock held. */
+static unit *unit_compile(int backend, const char *cache_dir, const char *key, const char *id,
+                          char *err, size_t errlen) {
+  unit *u = calloc(1, sizeof *u);
+  if (!u || !(u->id = strdup(id))) { free(u); snprintf(err, errlen, "out of memory"); return NULL; }
+  double t0 = now_ms();
+  char *src = generate_locked(key, err, errlen);
+  if (!src) { unit_free(u); return NULL; }
+  double t1 = now_ms();
+  char sym[64];
+  void *addr = NULL;
+  snprintf(sym, sizeof sym, "fd_k%s_desc", key);
+  int rc = backend == 1 ? fd_cc_compile(src, key, cache_dir, sym, &u->cc, &addr, err, errlen)
+                        : fd_jit_compile(src, sym, &u->jit, &addr, err, errlen);
+  if (rc == 0) record(key, src, t1 - t0, now_ms() - t1);
+  free(src);
+  if (rc) { unit_free(u); return NULL; }
+  u->desc = addr;
+  if (u->desc->abi_version != FD_ABI_VERSION) {
+    snprintf(err, errlen, "kernel %s has ABI %d, the library %d", key, u->desc->abi_version, FD_ABI_VERSION);
+    unit_free(u);
+    return NULL;
+  }
+  return u;
+}
+
+/* The store unit of key for c's backend with a new reference, compiled once
+   per process (adding to *compile_ms and *compiled when this call compiled). */
+static unit *store_get(const fd_kcache *c, const char *key, double *compile_ms, int *compiled,
+                       char *err, size_t errlen) {
+  char id[1200];
+  snprintf(id, sizeof id, "%d|%s|%s", c->backend, c->backend == 1 && c->cache_dir ? c->cache_dir : "", key);
+  unit *u = store_take(id);
+  if (u) return u;
+  pthread_mutex_lock(&build_lock);
+  if (!(u = store_take(id))) {                 /* another context may have built it meanwhile */
+    double t0 = now_ms();
+    u = unit_compile(c->backend, c->cache_dir, key, id, err, errlen);
+    if (compile_ms) *compile_ms += now_ms() - t0;
+    if (u) {
+      if (compiled) (*compiled)++;
+      pthread_mutex_lock(&store_lock);
+      unit **l = store_find(id);
+      *l = u;
+      u->refs = 1;
+      pthread_mutex_unlock(&store_lock);
+    }
+  }
+  pthread_mutex_unlock(&build_lock);
+  return u;
+}
+
+/* The compile records so far (at most max into out); their count. */
+int fd_kcache_records(fd_kcache_record *out, int max, double *start_ms) {
+  pthread_mutex_lock(&build_lock);
+  int n = n_records < max ? n_records : max;
+  memcpy(out, records, (size_t)n * sizeof *out);
+  if (start_ms) *start_ms = gen_start_ms;
+  pthread_mutex_unlock(&build_lock);
+  return n;
+}
+
+/* ---- a context's cache ---- */
 
 /* Choose the backend: cc falls back to tcc, with c->warning, when no compiler
    runs or its cache directory cannot be created or written. */
@@ -74,48 +251,10 @@ int fd_kcache_backend(const fd_kcache *c) { return c->backend; }
 /* Why cc fell back to tcc, or "". */
 const char *fd_kcache_warning(const fd_kcache *c) { return c->warning; }
 
-/* Monotonic milliseconds. */
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* Generate source under the lock (the Lua state is single-threaded). */
-static char *generate_locked(fd_kcache *c, const char *key, char *err, size_t errlen) {
-  if (!c->gen && !(c->gen = fd_gen_new(err, errlen))) return NULL;
-  char *src;
-  return fd_gen_source(c->gen, key, &src, err, errlen) ? NULL : src;
-}
-
-/* Free one entry's compiled code and the entry. */
+/* Give an entry's unit back to the store and free the entry. */
 static void free_entry(entry *e) {
-  fd_jit_free(e->jit);
-  fd_cc_free(e->cc);
+  unit_release(e->u);
   free(e);
-}
-
-/* Generate and compile key into a new entry (NULL with err). */
-static entry *compile_locked(fd_kcache *c, const char *key, char *err, size_t errlen) {
-  entry *e = calloc(1, sizeof *e);
-  if (!e) { snprintf(err, errlen, "out of memory"); return NULL; }
-  char *src = generate_locked(c, key, err, errlen);
-  if (!src) { free(e); return NULL; }
-  char sym[64];
-  void *addr = NULL;
-  snprintf(sym, sizeof sym, "fd_k%s_desc", key);
-  int rc = c->backend == 1 ? fd_cc_compile(src, key, c->cache_dir, sym, &e->cc, &addr, err, errlen)
-                           : fd_jit_compile(src, sym, &e->jit, &addr, err, errlen);
-  free(src);
-  if (rc) { free(e); return NULL; }
-  e->desc = addr;
-  snprintf(e->key, sizeof e->key, "%s", key);
-  if (e->desc->abi_version != FD_ABI_VERSION) {
-    snprintf(err, errlen, "kernel %s has ABI %d, the library %d", key, e->desc->abi_version, FD_ABI_VERSION);
-    free_entry(e);
-    return NULL;
-  }
-  return e;
 }
 
 /* The chain link that holds key (or the chain's end). */
@@ -162,27 +301,32 @@ static void trim_locked(fd_kcache *c, size_t keep) {
   while (c->n > keep && evict_one_locked(c)) {}
 }
 
-/* The kernel of key with one more reference, compiled on first use. */
+/* A new entry of c for key holding store unit u (NULL, giving u back, on ENOMEM). */
+static entry *add_locked(fd_kcache *c, const char *key, unit *u, char *err, size_t errlen) {
+  entry *e = calloc(1, sizeof *e);
+  if (!e) { unit_release(u); snprintf(err, errlen, "out of memory"); return NULL; }
+  snprintf(e->key, sizeof e->key, "%s", key);
+  e->u = u;
+  entry **l = find_locked(c, key);             /* a trim may have unlinked the chain's end */
+  *l = e;
+  c->n++;
+  grow_locked(c);
+  return e;
+}
+
+/* The kernel of key with one more reference, from the store on first use. */
 const fd_kernel_desc *fd_kcache_get(fd_kcache *c, const char *key, double *compile_ms, int *compiled,
                                     char *err, size_t errlen) {
   pthread_mutex_lock(&c->m);
-  entry **l = find_locked(c, key), *e = *l;
+  entry *e = *find_locked(c, key);
   if (!e) {
     if (c->max) trim_locked(c, c->max - 1);   /* room for the new one */
-    double t0 = now_ms();
-    e = compile_locked(c, key, err, errlen);
-    if (compile_ms) *compile_ms += now_ms() - t0;
-    if (e) {
-      if (compiled) (*compiled)++;
-      l = find_locked(c, key);                 /* the trim may have unlinked the chain's end */
-      *l = e;
-      c->n++;
-      grow_locked(c);
-    }
+    unit *u = store_get(c, key, compile_ms, compiled, err, errlen);
+    e = u ? add_locked(c, key, u, err, errlen) : NULL;
   }
   if (e) { e->refs++; e->used = ++c->clock; }
   pthread_mutex_unlock(&c->m);
-  return e ? e->desc : NULL;
+  return e ? e->u->desc : NULL;
 }
 
 /* Give back one reference to d (from fd_kcache_get); NULL is ignored. */
@@ -190,7 +334,7 @@ void fd_kcache_put(fd_kcache *c, const fd_kernel_desc *d) {
   if (!d) return;
   pthread_mutex_lock(&c->m);
   entry *e = *find_locked(c, d->key);
-  if (e && e->desc == d && e->refs > 0) e->refs--;
+  if (e && e->u->desc == d && e->refs > 0) e->refs--;
   if (c->max) trim_locked(c, c->max);          /* kernels freed by plans leave a cache above its bound */
   pthread_mutex_unlock(&c->m);
 }
@@ -210,20 +354,20 @@ size_t fd_kcache_count(fd_kcache *c) {
   return n;
 }
 
-/* The generated source of key. */
+/* The generated source of key (from the shared generator). */
 char *fd_kcache_source(fd_kcache *c, const char *key, char *err, size_t errlen) {
-  pthread_mutex_lock(&c->m);
-  char *src = generate_locked(c, key, err, errlen);
-  pthread_mutex_unlock(&c->m);
+  (void)c;
+  pthread_mutex_lock(&build_lock);
+  char *src = generate_locked(key, err, errlen);
+  pthread_mutex_unlock(&build_lock);
   return src;
 }
 
-/* Free every kernel, the generator and the cache. */
+/* Give every kernel back to the store and free the cache. */
 void fd_kcache_destroy(fd_kcache *c) {
   if (!c) return;
   for (size_t i = 0; i < c->n_slots; i++)
     for (entry *e = c->slot[i], *next; e; e = next) { next = e->next; free_entry(e); }
-  fd_gen_free(c->gen);
   pthread_mutex_destroy(&c->m);
   free(c->slot);
   free(c->cache_dir);

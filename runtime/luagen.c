@@ -2,6 +2,7 @@
    an installed library needs neither the source tree nor LUA_PATH. */
 #include "luagen.h"
 #include "embedded.h"
+#include "key.h"
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -112,18 +113,16 @@ static int64_t int_field(lua_State *L, const char *k) {
   return v;
 }
 
-/* Copy the numeric shape on top of the stack into e. */
+/* Copy the numeric shape on top of the stack into e: the fields of the shape
+   signature (fd_sig_fields, from gen/facts.lua), lse and the kv_len list. */
 static void read_shape(lua_State *L, fd_gen_shape *e) {
   memset(e, 0, sizeof *e);
   lua_getfield(L, -1, "name");
   snprintf(e->name, sizeof e->name, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
   lua_pop(L, 1);
   fd_shape *s = &e->shape;
-  s->batch = (int)int_field(L, "batch"); s->n_q_heads = (int)int_field(L, "n_q_heads");
-  s->n_kv_heads = (int)int_field(L, "n_kv_heads"); s->head_dim = (int)int_field(L, "head_dim");
-  s->q_dtype = (fd_dtype)int_field(L, "q_dtype"); s->kv_dtype = (fd_dtype)int_field(L, "kv_dtype");
-  s->out_dtype = (fd_dtype)int_field(L, "out_dtype"); s->mask_mode = (fd_mask_mode)int_field(L, "mask_mode");
-  s->layout = (fd_layout)int_field(L, "layout");
+  for (int i = 0; i < FD_SIG_FIELDS; i++)     /* fd_shape's enums are int-sized (fd_keydefs.h asserts it) */
+    *(int *)((char *)s + fd_sig_fields[i].offset) = (int)int_field(L, fd_sig_fields[i].field);
   lua_getfield(L, -1, "lse");
   e->lse = lua_toboolean(L, -1);
   lua_pop(L, 1);

@@ -10,14 +10,11 @@
 #include <string.h>
 
 /* Heuristic constants (see docs/DESIGN.md "Planner"); measured on the portable-C kernels. */
-#define H_CHUNK 128             /* keys per chunk, portable C */
-#define H_CHUNK_SIMD 256        /* keys per chunk, AVX2 / AVX-512 (the tuner picked 256-512 on most shapes) */
+#define H_CHUNK FD_H_CHUNK           /* keys per chunk, portable C (gen/facts.lua) */
+#define H_CHUNK_SIMD FD_H_CHUNK_SIMD /* keys per chunk, vector ISAs (gen/facts.lua) */
 #define H_MAX_TILE 8            /* largest group tile the heuristic picks */
 #define H_MIN_SPLIT_KEYS 512    /* do not split a row into pieces shorter than this */
 
-static const char *DTYPE[] = { "f32", "f16", "bf16", "i8", "fp8" };
-static const char *MODE[] = { "causal", "mask", "full" };
-static const char *LAYOUT[] = { "bhsd", "bshd", "paged" };
 
 /* The smallest power of two >= len; 1 for len < 1, and INT64_MAX for len above
    2^62 (no larger power of two fits int64_t), so never below len. */
@@ -28,45 +25,67 @@ int64_t fd_length_bucket(int64_t len) {
   return b;
 }
 
-/* Canonical text of a shape, as in tuned tables. */
-int fd_shape_signature(const fd_shape *s, char *buf, size_t size) {
-  if (s->q_dtype > 2u || s->kv_dtype > 4u || s->out_dtype > 2u || s->mask_mode > 2u || s->layout > 2u) return -1;
-  int n = snprintf(buf, size, "b%d.hq%d.hkv%d.d%d.q%s.kv%s.o%s.%s.%s", s->batch, s->n_q_heads, s->n_kv_heads,
-                   s->head_dim, DTYPE[s->q_dtype], DTYPE[s->kv_dtype], DTYPE[s->out_dtype],
-                   MODE[s->mask_mode], LAYOUT[s->layout]);
-  return n < 0 || (size_t)n >= size ? -1 : n;
+/* The int value of signature field f of shape s (fd_shape's enums are int-sized). */
+static int *sig_value(const fd_shape *s, const fd_sig_field *f) {
+  return (int *)((char *)s + f->offset);
 }
 
-/* The index of name in names[0..n), or -1. */
-static int name_index(const char *const *names, int n, const char *name) {
-  for (int i = 0; i < n; i++) if (!strcmp(names[i], name)) return i;
-  return -1;
+/* Canonical text of a shape, as in tuned tables: the fields of fd_sig_fields
+   (gen/facts.lua SIGNATURE) joined by '.'. */
+int fd_shape_signature(const fd_shape *s, char *buf, size_t size) {
+  size_t n = 0;
+  for (int i = 0; i < FD_SIG_FIELDS; i++) {
+    const fd_sig_field *f = &fd_sig_fields[i];
+    int v = *sig_value(s, f), w;
+    if (f->names && (v < 0 || v >= f->count)) return -1;
+    if (f->names) w = snprintf(buf + n, size - n, "%s%s%s", i ? "." : "", f->prefix, f->names[v]);
+    else w = snprintf(buf + n, size - n, "%s%s%d", i ? "." : "", f->prefix, v);
+    if (w < 0 || (size_t)w >= size - n) return -1;
+    n += (size_t)w;
+  }
+  return (int)n;
+}
+
+/* Read one signature field's value at *p (advanced past it): a name of
+   f->names, or 1 to 9 digits; 0, or -1 when it is neither. */
+static int sig_read(const fd_sig_field *f, const char **p, int *v) {
+  size_t len = strcspn(*p, ".");
+  if (f->names) {
+    for (int i = 0; i < f->count; i++)
+      if (strlen(f->names[i]) == len && !strncmp(f->names[i], *p, len)) { *v = i; *p += len; return 0; }
+    return -1;
+  }
+  if (len < 1 || len > 9 || strspn(*p, "0123456789") < len) return -1;
+  *v = atoi(*p);
+  *p += len;
+  return 0;
 }
 
 /* Parse a shape signature: fields read back, then the signature written again
    must be the same text (canonical form, nothing after it). */
 int fd_shape_parse(const char *sig, fd_shape *s) {
-  char q[8], kv[8], o[8], mode[8], layout[8], again[256];
-  int end = -1;
+  char again[256];
+  const char *p = sig;
   memset(s, 0, sizeof *s);
-  if (sscanf(sig, "b%9d.hq%9d.hkv%9d.d%3d.q%7[a-z0-9].kv%7[a-z0-9].o%7[a-z0-9].%7[a-z].%7[a-z]%n", &s->batch,
-             &s->n_q_heads, &s->n_kv_heads, &s->head_dim, q, kv, o, mode, layout, &end) != 9 || end < 0)
-    return -1;
-  int v[] = { name_index(DTYPE, 3, q), name_index(DTYPE, 5, kv), name_index(DTYPE, 3, o), name_index(MODE, 3, mode),
-              name_index(LAYOUT, 3, layout) };
-  for (int i = 0; i < 5; i++) if (v[i] < 0) return -1;
-  s->q_dtype = v[0]; s->kv_dtype = v[1]; s->out_dtype = v[2]; s->mask_mode = v[3]; s->layout = v[4];
-  if (s->batch < 1 || s->n_q_heads < 1 || s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads || s->head_dim < 1)
+  for (int i = 0; i < FD_SIG_FIELDS; i++) {
+    const fd_sig_field *f = &fd_sig_fields[i];
+    size_t pl = strlen(f->prefix);
+    if ((i && *p++ != '.') || strncmp(p, f->prefix, pl)) return -1;
+    p += pl;
+    if (sig_read(f, &p, sig_value(s, f))) return -1;
+  }
+  if (s->batch < 1 || s->n_q_heads < 1 || s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads || s->head_dim < 1 ||
+      s->head_dim > FD_HEAD_DIM_MAX)
     return -1;
   return fd_shape_signature(s, again, sizeof again) < 0 || strcmp(again, sig) ? -1 : 0;
 }
 
-/* Encode the key of a kernel for shape s. */
+/* Encode the key of a kernel for shape s: the key fields a shape fixes (the
+   fit check's, fd_fit_same from gen/facts.lua), then the planner's choices. */
 int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen) {
   int v[FD_KF_COUNT] = { 0 };
-  v[FD_KF_LAYOUT] = s->layout; v[FD_KF_Q_DTYPE] = s->q_dtype; v[FD_KF_KV_DTYPE] = s->kv_dtype;
-  v[FD_KF_OUT_DTYPE] = s->out_dtype; v[FD_KF_MASK_MODE] = s->mask_mode; v[FD_KF_FLAGS] = flags;
-  v[FD_KF_ISA] = isa; v[FD_KF_GROUP_TILE] = tile; v[FD_KF_HEAD_DIM] = s->head_dim;
+  for (int i = 0; i < FD_FIT_SAME; i++) v[fd_fit_same[i].field] = *(const int *)((const char *)s + fd_fit_same[i].offset);
+  v[FD_KF_FLAGS] = flags; v[FD_KF_ISA] = isa; v[FD_KF_GROUP_TILE] = tile;
   v[FD_KF_CHUNK] = chunk; v[FD_KF_TEMPLATE] = 1;
   return fd_key_encode(v, key, err, errlen);
 }
@@ -79,19 +98,25 @@ static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
   if (s->n_kv_heads < 1) return fd_fail(ctx, FD_EINVAL, "shape.n_kv_heads is %d; it must be at least 1", s->n_kv_heads);
   if (s->n_q_heads % s->n_kv_heads)
     return fd_fail(ctx, FD_EINVAL, "shape.n_q_heads (%d) is not a multiple of shape.n_kv_heads (%d)", s->n_q_heads, s->n_kv_heads);
-  if (s->head_dim < 1 || s->head_dim > 999)
-    return fd_fail(ctx, FD_EINVAL, "shape.head_dim is %d; it must be 1..999 (the tiling key's field)", s->head_dim);
+  if (s->head_dim < FD_HEAD_DIM_MIN || s->head_dim > FD_HEAD_DIM_MAX)
+    return fd_fail(ctx, FD_EINVAL, "shape.head_dim is %d; it must be %d..%d (the tiling key's field)", s->head_dim,
+                   FD_HEAD_DIM_MIN, FD_HEAD_DIM_MAX);
   if (s->kv_len < 1) return fd_fail(ctx, FD_EINVAL, "shape.kv_len is %lld; it must be at least 1", (long long)s->kv_len);
   if (s->kv_len > (INT64_C(1) << (FD_MAX_BUCKETS - 1)))
     return fd_fail(ctx, FD_EINVAL, "shape.kv_len %lld is too large: above 2^%d, the planner's largest length bucket",
                    (long long)s->kv_len, FD_MAX_BUCKETS - 1);
   if ((int64_t)s->batch * s->n_q_heads > INT_MAX)
     return fd_fail(ctx, FD_EINVAL, "shape.batch x shape.n_q_heads (%d x %d) is above INT_MAX", s->batch, s->n_q_heads);
-  if ((unsigned)s->q_dtype > 2) return fd_fail(ctx, FD_EINVAL, "shape.q_dtype %d is unknown (f32, f16 or bf16)", (int)s->q_dtype);
-  if ((unsigned)s->kv_dtype > 4) return fd_fail(ctx, FD_EINVAL, "shape.kv_dtype %d is unknown", (int)s->kv_dtype);
-  if ((unsigned)s->out_dtype > 2) return fd_fail(ctx, FD_EINVAL, "shape.out_dtype %d is unknown (f32, f16 or bf16)", (int)s->out_dtype);
-  if ((unsigned)s->mask_mode > 2) return fd_fail(ctx, FD_EINVAL, "shape.mask_mode %d is unknown", (int)s->mask_mode);
-  if ((unsigned)s->layout > 2) return fd_fail(ctx, FD_EINVAL, "shape.layout %d is unknown", (int)s->layout);
+  for (int i = 0; i < FD_SIG_FIELDS; i++) {   /* the enum fields of the signature */
+    const fd_sig_field *f = &fd_sig_fields[i];
+    int v = *sig_value(s, f);
+    if (f->names && (v < 0 || v >= f->count)) {
+      char list[256] = "";
+      for (int k = 0; k < f->count; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", f->names[k]);
+      return fd_fail(ctx, FD_EINVAL, "shape.%s %d is unknown (one of %s)", f->field, v, list);
+    }
+  }
   if (s->layout == FD_PAGED) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.layout FD_PAGED is not supported by this build yet");
   if (s->mask_mode == FD_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
     return fd_fail(ctx, FD_EINVAL, "shape.kv_len %lld is too large for int32 cur_pos positions", (long long)s->kv_len);
@@ -120,18 +145,20 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
     return fd_fail(ctx, FD_EINVAL, "opts.threads %d is above FD_MAX_THREADS (%d)", o->threads, FD_MAX_THREADS);
   if (o->threads < 0 || o->threads > ctx->threads)
     return fd_fail(ctx, FD_EINVAL, "opts.threads %d is outside 0..%d (the context's threads)", o->threads, ctx->threads);
-  if (o->isa < 0 || o->isa > FD_ISA_AVX512)
+  if (o->isa < 0 || o->isa > FD_ISA_COUNT)
     return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512 or 0)", o->isa);
   if (o->isa - 1 > ctx->max_isa)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.isa %d is not available in this context (isa digit %d at most)", o->isa, ctx->max_isa);
   return FD_OK;
 }
 
-/* The heuristic group tile: 16 where the AVX-512 head-lane kernel serves it
-   (isa digit 2, G a multiple of 16, no int8/fp8 scales: keep in sync with
-   head_lanes in gen/simd.lua), else the largest divisor of G up to H_MAX_TILE. */
+/* The heuristic group tile: the isa's head-lane tile where its head-lane
+   kernel serves (G a multiple of it, no int8/fp8 scales: the rule of
+   head_lanes in gen/simd.lua, both from gen/facts.lua's isa records), else the
+   largest divisor of G up to H_MAX_TILE. */
 static int heuristic_tile(int G, int isa, fd_dtype kv) {
-  if (isa == 2 && G % 16 == 0 && kv != FD_I8 && kv != FD_FP8_E4M3) return 16;
+  int hl = fd_isa_table[isa].head_lane_tile;
+  if (hl && G % hl == 0 && !fd_dtype_quant[kv]) return hl;
   for (int t = G < H_MAX_TILE ? G : H_MAX_TILE; t > 1; t--) if (G % t == 0) return t;
   return 1;
 }
@@ -155,7 +182,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads ? NULL
                             : fd_table_find(ctx->table, sig, b->max_len);
   b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
-  b->chunk = o->chunk ? o->chunk : b->isa > 0 ? H_CHUNK_SIMD : H_CHUNK;
+  b->chunk = o->chunk ? o->chunk : fd_isa_table[b->isa].width > 1 ? H_CHUNK_SIMD : H_CHUNK;
   b->tile_forced = o->group_tile != 0;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   b->threads = o->threads ? o->threads : ctx->threads;
@@ -165,7 +192,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   b->from_table = 0;
   if (row) {   /* the loader bounded its splits by the bucket; the kv_len may be shorter */
     b->from_table = 1;
-    b->splits = row->splits < len ? row->splits : (int)len;
+    b->splits = fd_bucket_splits(row->splits, b->max_len, p->shape.kv_len);   /* as the exported header */
     b->threads = row->threads < ctx->threads ? row->threads : ctx->threads;
   }
 }
@@ -174,10 +201,10 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
 static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) {
   char key[FD_KEY_BUFSZ];
   const fd_kernel_desc **slot[] = { &b->plain, &b->with_lse, &b->split };
-  static const int flags[] = { 0, 2, 1 };
+  _Static_assert(FD_VARIANTS == 3, "fd_bucket has one slot per variant of gen/facts.lua");
   fd_ctx_put_kernels(p->ctx, b, 1);            /* what an earlier attempt for this bucket took */
-  for (int i = 0; i < 3; i++) {
-    if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, flags[i], key, err, errlen)) return FD_EINVAL;
+  for (int i = 0; i < FD_VARIANTS; i++) {
+    if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, fd_variant_flags[i], key, err, errlen)) return FD_EINVAL;
     char why[3000];
     *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
     if (!*slot[i]) { snprintf(err, errlen, "kernel %s: %s", key, why); return FD_ECOMPILE; }
@@ -185,13 +212,16 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
   return FD_OK;
 }
 
-/* Compile a bucket's kernels; an isa the planner chose falls back to a lower
-   one when the shape has no variant there (e.g. head_dim not a multiple of the
-   vector), and a forced isa that cannot run a table row's tile (AVX2 holds at
-   most 12 heads) takes the heuristic tile. */
+/* Compile a bucket's kernels; an isa the planner chose falls back to its
+   record's fallback isa when the shape has no variant there (e.g. head_dim not
+   a multiple of the vector), and a forced isa that cannot run a table row's
+   tile (above its record's max_tile: AVX2 holds at most 12 heads) takes the
+   heuristic tile. */
 static int compile_bucket(fd_plan *p, fd_bucket *b) {
   char err[4096];
   for (;;) {
+    if (b->forced_isa && b->from_table && b->tile > fd_isa_table[b->isa].max_tile)
+      b->tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
     int rc = compile_variants(p, b, err, sizeof err);
     if (rc == FD_OK) return FD_OK;
     int fallback_tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
@@ -199,8 +229,9 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
       b->tile = fallback_tile;
       continue;
     }
-    if (rc != FD_ECOMPILE || b->forced_isa || b->isa == 0) return fd_fail(p->ctx, rc, "%s", err);
-    b->isa--;
+    int lower = fd_isa_table[b->isa].fallback;
+    if (rc != FD_ECOMPILE || b->forced_isa || lower < 0) return fd_fail(p->ctx, rc, "%s", err);
+    b->isa = lower;
     if (!b->tile_forced && !b->from_table) b->tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   }
 }

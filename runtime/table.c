@@ -1,4 +1,5 @@
-/* Tuned table reader. Format (tab-separated):
+/* Tuned table reader. Format (tab-separated; magic, identity names and columns
+   from gen/facts.lua through fd_keydefs.h, shared with gen/export.lua):
      flashdecode tuned table 1
      library <v> / templates <hash> / tcc <v> / cpu <model> / features <list>
      columns shape bucket key splits threads median_us gbps heuristic_us name
@@ -21,14 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAGIC "flashdecode tuned table 1"
-static const char *COLUMNS = "columns\tshape\tbucket\tkey\tsplits\tthreads\tmedian_us\tgbps\theuristic_us\tname";
-
 /* The header this build writes and accepts: magic, identity lines, columns. */
 int fd_tuned_table_header(char *buf, size_t size) {
-  int n = snprintf(buf, size, "%s\nlibrary\t%s\ntemplates\t%s\ntcc\t%s\ncpu\t%s\nfeatures\t%s\n%s\n",
-                   MAGIC, FD_VERSION, fd_gen_template_hash(), fd_jit_version(), fd_cpu_model(),
-                   fd_cpu_features(), COLUMNS);
+  const char *value[] = { FD_VERSION, fd_gen_template_hash(), fd_jit_version(), fd_cpu_model(), fd_cpu_features() };
+  _Static_assert(sizeof value / sizeof *value == FD_TABLE_NIDENT, "one value per identity line of gen/facts.lua");
+  int n = snprintf(buf, size, "%s\n", FD_TABLE_MAGIC);
+  for (int i = 0; i < FD_TABLE_NIDENT && n >= 0 && (size_t)n < size; i++)
+    n += snprintf(buf + n, size - (size_t)n, "%s\t%s\n", fd_table_identity[i], value[i]);
+  if (n >= 0 && (size_t)n < size) n += snprintf(buf + n, size - (size_t)n, "%s\n", FD_TABLE_COLUMNS);
   return n < 0 || (size_t)n >= size ? -1 : n;
 }
 
@@ -129,21 +130,23 @@ static int parse_int(const char *name, const char *text, long long lo, long long
 }
 
 /* Decode key into v and check that it fits shape s; see table.h. The fields
-   it must share with the shape, and what the shape has for each. */
+   it must share with the shape: fd_fit_same (gen/facts.lua FIT_SAME, which
+   gen/export.lua's misfit reads too), and flags 0. */
 int fd_table_key_fits(const char *key, const fd_shape *s, int v[FD_KF_COUNT], char *why, size_t n) {
   if (fd_table_decode_key(key, v, why, n)) return -1;
-  const struct { int field, shape; } same[] = {
-    { FD_KF_HEAD_DIM, s->head_dim }, { FD_KF_Q_DTYPE, (int)s->q_dtype }, { FD_KF_KV_DTYPE, (int)s->kv_dtype },
-    { FD_KF_OUT_DTYPE, (int)s->out_dtype }, { FD_KF_MASK_MODE, (int)s->mask_mode }, { FD_KF_LAYOUT, (int)s->layout },
-    { FD_KF_FLAGS, 0 },                          /* a row holds the plain key: no split or lse flag */
-  };
-  for (size_t i = 0; i < sizeof same / sizeof *same; i++)
-    if (v[same[i].field] != same[i].shape) {
-      snprintf(why, n, "key %s does not fit the row's shape: %s is %d, the shape has %d%s", key,
-               fd_key_fields[same[i].field].name, v[same[i].field], same[i].shape,
-               same[i].field == FD_KF_FLAGS ? " (a row holds the plain key)" : "");
+  for (int i = 0; i < FD_FIT_SAME; i++) {
+    int f = fd_fit_same[i].field, want = *(const int *)((const char *)s + fd_fit_same[i].offset);
+    if (v[f] != want) {
+      snprintf(why, n, "key %s does not fit the row's shape: %s is %d, the shape has %d", key, fd_key_fields[f].name,
+               v[f], want);
       return -1;
     }
+  }
+  if (v[FD_KF_FLAGS] != 0) {                     /* a row holds the plain key: no split or lse flag */
+    snprintf(why, n, "key %s does not fit the row's shape: flags is %d, the shape has 0 (a row holds the plain key)",
+             key, v[FD_KF_FLAGS]);
+    return -1;
+  }
   int G = s->n_q_heads / s->n_kv_heads;
   if (G % v[FD_KF_GROUP_TILE]) {
     snprintf(why, n, "key %s does not fit the row's shape: group_tile %d does not divide the shape's %d query heads "
@@ -188,9 +191,14 @@ static long long max_splits(const fd_shape *s, int64_t bucket) {
 
 /* Parse one row; 0 or -1 with the reason in why. */
 static int parse_row(char *line, fd_table_row *r, char *why, size_t n) {
-  char *f[9];
-  int k = split_fields(line, f, 9);
-  if (k != 9) { snprintf(why, n, "has %s%d fields, want 9", k > 9 ? "more than " : "", k > 9 ? 9 : k); return -1; }
+  char *f[FD_TABLE_NCOLS];
+  int k = split_fields(line, f, FD_TABLE_NCOLS);
+  if (k != FD_TABLE_NCOLS) {
+    snprintf(why, n, "has %s%d fields, want %d", k > FD_TABLE_NCOLS ? "more than " : "",
+             k > FD_TABLE_NCOLS ? FD_TABLE_NCOLS : k, FD_TABLE_NCOLS);
+    return -1;
+  }
+  _Static_assert(FD_TABLE_NCOLS == 9, "parse_row reads the 9 columns of gen/facts.lua TABLE_COLUMNS");
   memset(r, 0, sizeof *r);
   fd_shape s;
   if (strlen(f[0]) >= sizeof r->shape || fd_shape_parse(f[0], &s)) {

@@ -143,6 +143,10 @@ static inline const fdt_row *fdt_lookup(const fdt_shape *s, int64_t longest) {
 
 /* ---- Executor (as libflashdecode's runtime/exec.c, on the caller's threads) ---- */
 
+/* The work-item rules fd_run uses too (templates/items.h.tpl): fd_item,
+   rows longest first, splits per row in proportion to its length, the merge. */
+@ include("items.h.tpl")
+
 /* Refuse with code: set *why (when why is not NULL) to a sentence naming the field. */
 static inline int fdt_refuse(const char **why, int code, const char *msg) {
   if (why) *why = msg;
@@ -189,12 +193,33 @@ static inline size_t fdt_qbuf_floats(const fdt_shape *s) {
   return ((size_t)(s->n_q_heads / s->n_kv_heads) * (size_t)s->head_dim + 15) / 16 * 16;
 }
 
-/* Floats of scratch a run of row r needs for shape s: a query buffer and the
-   state records of every work item (batch row x kv head x split). */
-static inline size_t fdt_row_floats(const fdt_row *r, const fdt_shape *s) {
+/* Bytes n rounded up to a multiple of 64. */
+static inline size_t fdt_round64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* Where the parts of a run's scratch lie, in bytes from its 64-byte aligned start. */
+typedef struct fdt_scratch_map { size_t qbuf, state, len, items, order, splits, end; } fdt_scratch_map;
+
+/* The scratch of a run of shape s with at most S splits per row and rec
+   floats per head in a state record: a query buffer per work item, the
+   state records of every (batch row, kv head, split), then the row lengths,
+   the work items, the row order and the splits of each row. */
+static inline fdt_scratch_map fdt_scratch_map_of(const fdt_shape *s, int S, int rec) {
+  size_t B = (size_t)s->batch, items = B * (size_t)s->n_kv_heads * (size_t)S;
   size_t G = (size_t)(s->n_q_heads / s->n_kv_heads);
-  size_t items = (size_t)s->batch * (size_t)s->n_kv_heads * (size_t)(r->splits > 1 ? r->splits : 1);
-  return items * (fdt_qbuf_floats(s) + G * (size_t)r->plain->state_floats);
+  fdt_scratch_map m;
+  m.qbuf = 0;
+  m.state = m.qbuf + fdt_round64(items * fdt_qbuf_floats(s) * sizeof(float));
+  m.len = m.state + fdt_round64(items * G * (size_t)rec * sizeof(float));
+  m.items = m.len + fdt_round64(B * sizeof(int64_t));
+  m.order = m.items + fdt_round64(items * sizeof(fd_item));
+  m.splits = m.order + fdt_round64(B * sizeof(int));
+  m.end = m.splits + fdt_round64(B * sizeof(int));
+  return m;
+}
+
+/* Bytes of scratch a run of row r needs for shape s, 64 for the alignment included. */
+static inline size_t fdt_row_bytes(const fdt_row *r, const fdt_shape *s) {
+  return fdt_scratch_map_of(s, r->splits > 1 ? r->splits : 1, r->plain->state_floats).end + 64;
 }
 
 /* Bytes of scratch fdt_run needs for shape s at every length up to s->kv_len;
@@ -205,11 +230,11 @@ static inline size_t fdt_scratch_bytes(const fdt_shape *s) {
   for (int64_t len = 1;; len <<= 1) {
     const fdt_row *r = fdt_lookup(s, len);
     if (!r) return 0;
-    size_t n = fdt_row_floats(r, s);
+    size_t n = fdt_row_bytes(r, s);
     if (n > most) most = n;
     if (len >= s->kv_len) break;
   }
-  return most * sizeof(float) + 64;
+  return most;
 }
 
 /* 1/sqrt(head_dim) for the head_dims of this header's kernels. */
@@ -225,18 +250,21 @@ static inline double fdt_inv_sqrt(int head_dim) {
 /* Bytes of one element of a dtype. */
 static inline size_t fdt_dtype_size(int dt) { return dt == FDT_F32 ? 4 : dt <= FDT_BF16 ? 2 : 1; }
 
-/* One run: the problem, its row and its scratch. */
+/* One run: the problem, its row, its work items and its scratch. */
 typedef struct fdt_job {
   const fdt_shape *s;
   const fdt_args *a;
   const fdt_row *r;
-  int G, S, rec;
+  int G, S, rec, n_items;   /* S: the bucket's splits, the most a batch row gets */
   float *qbuf, *state;
+  int64_t *len;             /* [batch] valid keys */
+  fd_item *items;           /* [n_items] in the order the parallel-for gets them */
+  int *order, *row_splits;  /* [batch] rows longest first; splits of each row */
 } fdt_job;
 
 /* Valid keys of batch row b. */
 static inline int64_t fdt_row_len(const fdt_shape *s, const fdt_args *a, int b) {
-  return s->mask_mode == FDT_CAUSAL ? (int64_t)a->cur_pos[b] + 1 : s->kv_len;
+  return fd_valid_len(s->mask_mode == FDT_CAUSAL, a->cur_pos, b, s->kv_len);
 }
 
 /* The parts of a kernel call that depend only on (b, j), as exec.c's fill_work. */
@@ -262,34 +290,29 @@ static inline void fdt_fill_work(const fdt_job *J, int b, int j, fd_work *w) {
   w->lse = a->lse ? a->lse + h0 : 0;
 }
 
-/* Work item i: split i % S of (b, j) = i / S over keys [len*s/S, len*(s+1)/S). */
+/* Run work item i (the parallel-for's body): its kernel over its keys; a
+   split keeps its partial record for the merge. */
 static inline void fdt_item(void *ctx, int i) {
   const fdt_job *J = (const fdt_job *)ctx;
-  int bj = i / J->S, sp = i % J->S, b = bj / J->s->n_kv_heads, j = bj % J->s->n_kv_heads;
+  const fd_item *it = &J->items[i];
   fd_work w;
-  fdt_fill_work(J, b, j, &w);
-  int64_t len = fdt_row_len(J->s, J->a, b);
-  w.begin = len * sp / J->S;
-  w.end = len * (sp + 1) / J->S;
+  fdt_fill_work(J, it->b, it->j, &w);
+  w.begin = it->begin;
+  w.end = it->end;
   w.qbuf = J->qbuf + (size_t)i * fdt_qbuf_floats(J->s);
-  w.state = J->state + (size_t)i * J->G * J->rec;
-  if (J->S > 1) J->r->split->run(&w);
-  else (J->a->lse ? J->r->lse : J->r->plain)->run(&w);
+  w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->S, it->s, J->G, J->rec);
+  fd_item_kernel(J->r->plain, J->r->lse, J->r->split, J->row_splits[it->b], J->a->lse != 0)->run(&w);
 }
 
-/* Merge the split partials of (b, j) = i into out and lse. */
+/* Merge the split partials of (b, j) = i into out and lse, when its row was
+   split (the parallel-for's body of the merge pass). */
 static inline void fdt_merge(void *ctx, int i) {
   const fdt_job *J = (const fdt_job *)ctx;
+  int b = i / J->s->n_kv_heads, S = J->row_splits[b];
+  if (S == 1) return;
   fd_work w;
-  fdt_fill_work(J, i / J->s->n_kv_heads, i % J->s->n_kv_heads, &w);
-  fd_merge_args m;
-  m.part = J->state + (size_t)i * J->S * J->G * J->rec;
-  m.split_stride = (fd_i64)J->G * J->rec;
-  m.n_splits = J->S;
-  m.n_heads = J->G;
-  m.out = w.out;
-  m.lse = w.lse;
-  J->r->split->merge(&m);
+  fdt_fill_work(J, b, i % J->s->n_kv_heads, &w);
+  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->S, 0, J->G, J->rec), S, J->G, J->rec, w.out, w.lse);
 }
 
 /* The default parallel-for: every item in order on the calling thread. */
@@ -337,35 +360,69 @@ static inline int fdt_validate(const fdt_shape *s, const fdt_args *a, const char
 /* Check the arguments as fd_run does; FDT_OK or the refusal's code. */
 static inline int fdt_check(const fdt_shape *s, const fdt_args *a) { return fdt_validate(s, a, NULL); }
 
-/* Run attention for shape s: the row of the longest valid length, its splits
-   for every (batch row, kv head), the split kernel into partial records then
-   the merge (or the plain or lse kernel when the row has one split). scratch
-   holds scratch_bytes bytes, at least fdt_scratch_bytes(s); pfor NULL runs on
-   the calling thread. Returns FDT_OK, FDT_EINVAL (bad shape or arguments:
-   fdt_validate says which field), FDT_ENOMEM (scratch too small) or
-   FDT_EUNSUPPORTED (no kernel serves s, or a paged layout); nothing is
-   written to out or lse unless it returns FDT_OK. */
-static inline int fdt_run(const fdt_shape *s, const fdt_args *a, void *scratch, size_t scratch_bytes,
-                          fdt_parallel_for pfor, void *user) {
-  int rc = fdt_check(s, a);
-  if (rc) return rc;
+/* Prepare job J for checked s and a: the row of the longest valid length,
+   the scratch's parts and the work items (templates/items.h.tpl, as fd_run);
+   FDT_OK, FDT_EUNSUPPORTED (no kernel serves s) or FDT_ENOMEM. */
+static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scratch, size_t scratch_bytes, fdt_job *J) {
   int64_t longest = 1;
   for (int b = 0; b < s->batch; b++)
     if (fdt_row_len(s, a, b) > longest) longest = fdt_row_len(s, a, b);
   const fdt_row *r = fdt_lookup(s, longest);
   if (!r) return FDT_EUNSUPPORTED;
-  if (!scratch || scratch_bytes < fdt_row_floats(r, s) * sizeof(float) + 64) return FDT_ENOMEM;
+  if (!scratch || scratch_bytes < fdt_row_bytes(r, s)) return FDT_ENOMEM;
+  int most = r->splits > 1 ? r->splits : 1;
+  fdt_scratch_map m = fdt_scratch_map_of(s, most, r->plain->state_floats);
+  char *base = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+  J->s = s; J->a = a; J->r = r;
+  J->G = s->n_q_heads / s->n_kv_heads;
+  J->S = fd_bucket_splits(most, fdt_bucket(longest), s->kv_len);
+  J->rec = r->plain->state_floats;
+  J->qbuf = (float *)(base + m.qbuf);
+  J->state = (float *)(base + m.state);
+  J->len = (int64_t *)(base + m.len);
+  J->items = (fd_item *)(base + m.items);
+  J->order = (int *)(base + m.order);
+  J->row_splits = (int *)(base + m.splits);
+  for (int b = 0; b < s->batch; b++) J->len[b] = fdt_row_len(s, a, b);
+  fd_order_rows(s->batch, J->len, J->order);
+  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, J->order, J->S, 0, J->row_splits, J->items);
+  return FDT_OK;
+}
+
+/* Run attention for shape s as fd_run does: the row of the longest valid
+   length; its splits scaled per batch row by the row's length (a row of half
+   the longest length gets half the splits, at least one); work items longest
+   rows first, the split kernel into partial records then the merge, or the
+   plain or lse kernel for a row of one split. scratch holds scratch_bytes
+   bytes, at least fdt_scratch_bytes(s); pfor NULL runs on the calling
+   thread. Returns FDT_OK, FDT_EINVAL (bad shape or arguments: fdt_validate
+   says which field), FDT_ENOMEM (scratch too small) or FDT_EUNSUPPORTED (no
+   kernel serves s, or a paged layout); nothing is written to out or lse
+   unless it returns FDT_OK. */
+static inline int fdt_run(const fdt_shape *s, const fdt_args *a, void *scratch, size_t scratch_bytes,
+                          fdt_parallel_for pfor, void *user) {
   fdt_job J;
-  J.s = s; J.a = a; J.r = r;
-  J.G = s->n_q_heads / s->n_kv_heads;
-  J.S = r->splits > 1 ? r->splits : 1;
-  J.rec = r->plain->state_floats;
-  J.qbuf = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-  J.state = J.qbuf + (size_t)s->batch * s->n_kv_heads * J.S * fdt_qbuf_floats(s);
+  int rc = fdt_check(s, a);
+  if (!rc) rc = fdt_prepare(s, a, scratch, scratch_bytes, &J);
+  if (rc) return rc;
   if (!pfor) pfor = fdt_serial_for;
-  pfor(user, s->batch * s->n_kv_heads * J.S, fdt_item, &J);
+  pfor(user, J.n_items, fdt_item, &J);
   if (J.S > 1) pfor(user, s->batch * s->n_kv_heads, fdt_merge, &J);
   return FDT_OK;
+}
+
+/* The work items fdt_run would hand to the parallel-for for s and a, in its
+   order, laid out in scratch without running them (*items points into it):
+   their count, or fdt_run's refusal code. tests/test_export.c compares them
+   with libflashdecode's fd_run, item by item. */
+static inline int fdt_work_items(const fdt_shape *s, const fdt_args *a, void *scratch, size_t scratch_bytes,
+                                 const fd_item **items) {
+  fdt_job J;
+  int rc = fdt_check(s, a);
+  if (!rc) rc = fdt_prepare(s, a, scratch, scratch_bytes, &J);
+  if (rc) return rc;
+  *items = J.items;
+  return J.n_items;
 }
 
 #endif /* FLASHDECODE_TUNED_H */

@@ -3,21 +3,12 @@
 #ifndef FD_SIMD_PRELUDE
 #define FD_SIMD_PRELUDE
 
-/* Arguments of one micro-kernel asm statement; field offsets are fixed in
-   gen/simd.lua (ARG): keep in sync. */
+/* Arguments of one micro-kernel asm statement, from gen/facts.lua ASM_ARGS
+   (gen/simd.lua reads the offsets there; build/fd_keydefs.h asserts them). */
 typedef struct fd_asm_args {
-  const void *src;          /*  0: K or V row 0 of the chunk (+ head_dim offset) */
-  float *ptr;               /*  8: q tile, score row or accumulator records */
-  float *sc;                /* 16: scores of the tile's first head */
-  fd_i64 n;                 /* 24: keys, or padded scores */
-  fd_i64 stride;            /* 32: bytes from one K/V row to the next */
-  const float *scl;         /* 40: per-row scale of row 0 (int8/fp8) */
-  fd_i64 scl_stride;        /* 48: bytes from one row's scale to the next */
-  const void *consts;       /* 56: fd_simd_c */
-  const float *in;          /* 64: running max in */
-  float *out;               /* 72: max or sum out */
-  float *stage;             /* 80: f32 staging block of one group of K rows */
-  const void *pf;           /* 88: rows to prefetch meanwhile (V of this chunk, K of the next) */
+@ for i = 1, #ASM_ARGS do
+$(asm_arg_line(i))
+@ end
 } fd_asm_args;
 
 /* Constant rows, 16 lanes each, from gen/simd.lua's CONST_FLOATS and CONST_INTS. */

@@ -284,13 +284,15 @@ local function capture(cmd)
 end
 
 -- The installed layout under prefix dir pre: the module copied by the install
--- rule's sed (placeholders filled from prefix sp), the header and the library.
+-- rule's sed (placeholders filled from prefix sp), its facts (gen/facts.lua as
+-- flashdecode_facts.lua), the header and the library.
 local function install_copy(pre, sp)
   local sed = ("sed -e 's|@PREFIX@|%s|g' -e 's|@LIBDIR@|%s/lib|g' -e 's|@INCLUDEDIR@|%s/include|g' -e 's|@VERSION@|%s|g'")
     :format(sp, sp, sp, fd.version)
   local lib = fd.paths.lib:sub(1, 1) == "/" and fd.paths.lib or (os.getenv("PWD") .. "/" .. fd.paths.lib)
-  return sh(("mkdir -p %s/share/lua/5.1 %s/include %s/lib && %s %s > %s/share/lua/5.1/flashdecode.lua && cp %s %s/include/ && ln -s %s %s/lib/libflashdecode.so.0")
-    :format(pre, pre, pre, sed, q(ROOT .. "/lua/flashdecode.lua"), pre, q(ROOT .. "/runtime/flashdecode.h"), pre, q(lib), pre))
+  return sh(("mkdir -p %s/share/lua/5.1 %s/include %s/lib && %s %s > %s/share/lua/5.1/flashdecode.lua && cp %s %s/share/lua/5.1/flashdecode_facts.lua && cp %s %s/include/ && ln -s %s %s/lib/libflashdecode.so.0")
+    :format(pre, pre, pre, sed, q(ROOT .. "/lua/flashdecode.lua"), pre, q(ROOT .. "/gen/facts.lua"), pre,
+            q(ROOT .. "/runtime/flashdecode.h"), pre, q(lib), pre))
 end
 
 -- A small decode through the installed module: prints where it found the header and library.

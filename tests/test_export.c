@@ -8,7 +8,13 @@
        within f32 rounding (and one unit of a 16-bit output dtype);
        `test_export_jit --refusals` gives the same bad shapes and arguments
        to fdt_run and to fd_plan_create + fd_run, case by case: the same
-       code, the same field named, nothing written to out or lse by either.
+       code, the same field named, nothing written to out or lse by either;
+     - JIT with internals (-DFDT_JIT -DFDT_INTERNAL, linked with
+       libfd_internal.a): `test_export_int --uneven TABLE` runs batches of 5
+       rows of uneven lengths (1, 17, 300, 1000, 4096 per 4096 keys of each
+       row's bucket, and mirrored) through fdt_run and fd_run and checks the
+       same work items, item by item (fdt_work_items, fd_exec_items), and
+       the same out and lse, bit for bit.
    Each row runs at a length inside its bucket, batch rows of uneven lengths. */
 #include FDT_HEADER
 #include <ctype.h>
@@ -524,8 +530,128 @@ static int refusals(void) {
   return fail != 0;
 }
 
+#ifdef FDT_INTERNAL
+/* ---- Uneven batches: fdt_run against fd_run, item by item and bit for bit ---- */
+
+/* libflashdecode's work items (runtime/exec.c; internal, from libfd_internal.a). */
+int fd_exec_items(const fd_plan *p, const fd_args *a, const fd_item **items);
+
+/* Batch row lengths of the uneven cases per 4096 keys of the row's bucket; pattern 1 mirrors them. */
+static const int64_t UNEVEN[5] = { 1, 17, 300, 1000, 4096 };
+
+/* Valid keys of batch row b (0..4) in pattern k for a row of bucket bk: at least 1. */
+static int64_t uneven_len(int k, int b, int64_t bk) {
+  int64_t x = UNEVEN[k ? 4 - b : b] * bk / 4096;
+  return x < 1 ? 1 : x;
+}
+
+/* Valid keys of batch row b of problem p. */
+static int64_t valid_len(const prob *p, int b) {
+  return p->s.mask_mode == FDT_CAUSAL ? (int64_t)p->pos[b] + 1 : p->s.kv_len;
+}
+
+/* Do items x[0..n) tile the keys [0, len) of every (b, kv head) once, splits in order? */
+static int items_tile(const prob *p, const fd_item *x, int n) {
+  int rows = p->s.batch * p->s.n_kv_heads, ok = 1;
+  int64_t *next = calloc((size_t)rows, sizeof *next);
+  int *split = calloc((size_t)rows, sizeof *split);
+  for (int i = 0; i < n && ok; i++) {
+    int r = x[i].b * p->s.n_kv_heads + x[i].j;
+    ok = x[i].b >= 0 && x[i].b < p->s.batch && x[i].j >= 0 && x[i].j < p->s.n_kv_heads && x[i].s == split[r]++ &&
+         x[i].begin == next[r] && x[i].end >= x[i].begin;
+    if (ok) next[r] = x[i].end;
+  }
+  for (int r = 0; r < rows && ok; r++) ok = next[r] == valid_len(p, r / p->s.n_kv_heads);
+  free(next); free(split);
+  return ok;
+}
+
+/* Are the item lists x[0..nx) and y[0..ny) the same? why: the first difference. */
+static int same_items(const fd_item *x, int nx, const fd_item *y, int ny, char *why, size_t n) {
+  snprintf(why, n, "header %d items, exec.c %d", nx, ny);
+  for (int i = 0; i < nx && i < ny; i++)
+    if (x[i].b != y[i].b || x[i].j != y[i].j || x[i].s != y[i].s || x[i].begin != y[i].begin || x[i].end != y[i].end) {
+      snprintf(why, n, "item %d: header (b %d, kv head %d, split %d, keys %lld..%lld), exec.c (b %d, kv head %d, "
+               "split %d, keys %lld..%lld)", i, x[i].b, x[i].j, x[i].s, (long long)x[i].begin, (long long)x[i].end,
+               y[i].b, y[i].j, y[i].s, (long long)y[i].begin, (long long)y[i].end);
+      return 0;
+    }
+  return nx == ny && nx > 0;
+}
+
+/* Do the items give batch rows different split counts (the rule under test is exercised)? */
+static int splits_vary(const prob *p, const fd_item *x, int n) {
+  int most = 0, least = 1 << 30;
+  for (int b = 0; b < p->s.batch; b++) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c += x[i].b == b && x[i].j == 0;
+    most = c > most ? c : most;
+    least = c < least ? c : least;
+  }
+  return most > least;
+}
+
+/* One uneven case (number c): table row i, length pattern k, lse on or off. */
+static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse) {
+  const fdt_row *row = &fdt_rows[i];
+  fdt_shape s = row_shape(row);
+  prob p;
+  make(&p, &s, row->bucket, 900u + (uint32_t)c);
+  for (int b = 0; s.mask_mode == FDT_CAUSAL && b < s.batch; b++) p.pos[b] = (int32_t)(uneven_len(k, b, row->bucket) - 1);
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, with_lse ? p.lse : NULL };
+  fd_args fa = to_fd_args(&ta);
+  fd_shape fs = to_fd_shape(&p.s);
+  size_t n = fdt_scratch_bytes(&p.s), ob = p.nq * fdt_dtype_size(s.out_dtype);
+  void *scratch = malloc(n), *hout = malloc(ob);
+  float *hlse = malloc(p.nh * sizeof(float));
+  const fd_item *hi = NULL, *li = NULL;
+  fd_plan *plan = NULL;
+  fd_plan_info info = { 0 };
+  char why[512];
+  printf("case %d: %s, %s lengths, lse %s\n", c, row->name, k ? "mirrored" : "rising", with_lse ? "on" : "off");
+  int nh = fdt_work_items(&p.s, &ta, scratch, n, &hi);
+  int rc = fd_plan_create(ctx, &fs, &plan);
+  if (!rc) rc = fd_plan_info_get(plan, row->bucket, &info);
+  check(!rc && info.from_table && !strcmp(info.key, row->key), "the planner did not use the row's key", c);
+  int nl = rc ? rc : fd_exec_items(plan, &fa, &li);
+  check(same_items(hi, nh, li, nl, why, sizeof why), why, c);
+  check(nh > 0 && items_tile(&p, hi, nh), "the header's items do not tile each row's keys once, in split order", c);
+  check(row->splits < 2 || s.mask_mode != FDT_CAUSAL || (nh > 0 && splits_vary(&p, hi, nh)),
+        "a split causal row gave every batch row the same split count", c);
+  memset(p.lse, 0, p.nh * sizeof(float));
+  int hrc = fdt_run(&p.s, &ta, scratch, n, NULL, NULL);
+  memcpy(hout, p.out, ob);
+  memcpy(hlse, p.lse, p.nh * sizeof(float));
+  memset(p.out, 0, ob);
+  memset(p.lse, 0, p.nh * sizeof(float));
+  int lrc = rc ? rc : fd_run(plan, &fa);
+  check(hrc == 0 && lrc == 0, "fdt_run or fd_run failed", c);
+  check(!memcmp(hout, p.out, ob), "out differs between fdt_run and fd_run (bit for bit)", c);
+  check(!memcmp(hlse, p.lse, p.nh * sizeof(float)), "lse differs between fdt_run and fd_run (bit for bit)", c);
+  fd_plan_destroy(plan);
+  free(scratch); free(hout); free(hlse);
+  unmake(&p);
+}
+
+/* Every table row of the header on uneven batches; causal rows in both patterns. */
+static int uneven(const char *table) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .table = table });
+  if (!ctx || fd_errmsg(ctx)[0]) { printf("FAIL - fd_create: %s\n", fd_errmsg(ctx)); fd_destroy(ctx); return 1; }
+  int c = 0;
+  for (int i = 0; i < FDT_N_ROWS; i++)
+    for (int k = 0; k < (fdt_rows[i].mask_mode == FDT_CAUSAL ? 2 : 1); k++)
+      for (int with_lse = 0; with_lse < 2; with_lse++) uneven_case(ctx, c++, i, k, with_lse);
+  fd_destroy(ctx);
+  printf("%d passed, %d failed\n", pass, fail);
+  return fail != 0 || c == 0;
+}
+#endif
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "--refusals")) return refusals();
+#ifdef FDT_INTERNAL
+  if (argc == 3 && !strcmp(argv[1], "--uneven")) return uneven(argv[2]);
+#endif
   if (argc != 3) { fprintf(stderr, "usage: %s TABLE AOT_OUT | --refusals\n", argv[0]); return 2; }
   FILE *f = fopen(argv[2], "rb");
   if (!f) { perror(argv[2]); return 1; }

@@ -5,6 +5,7 @@
 #include "kexec.h"
 #include "tcheck.h"
 #include "cpu.h"
+#include "key.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,15 +13,15 @@
 
 static int isa;                /* the isa digit under test */
 
-/* Whether the isa has a variant for head_dim D and tile T (SIMD: D a multiple of the vector). */
+/* Whether the isa has a variant for head_dim D and tile T: its record's
+   vector divides D and it holds T heads (gen/facts.lua through fd_keydefs.h). */
 static int has_variant(int D, int T) {
-  int W = isa == 2 ? 16 : isa == 1 ? 8 : 1;
-  return D % W == 0 && !(isa == 1 && T > 12);
+  return D % fd_isa_table[isa].width == 0 && T <= fd_isa_table[isa].max_tile;
 }
 
-static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" };
-static const char *MODE[] = { "causal", "mask", "full" };
-static const char *LAYOUT[] = { "bhsd", "bshd" };
+#define DT fd_dtype_names
+#define MODE fd_mask_mode_names
+#define LAYOUT fd_layout_names
 
 /* Run one configuration against the reference. */
 static void run_case(int B, int Hq, int Hkv, int D, int64_t S, int qd, int kd, int od, int mode,

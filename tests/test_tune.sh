@@ -4,8 +4,10 @@
 # loader and fd_create), `fdgen export` rewritten only on change, and a
 # program compiled against the exported header with gcc -O2 (and tcc), no
 # library linked, giving the JIT path's outputs for every row and refusing
-# the bad shapes and arguments the library refuses, case by case; then the
-# same for this machine's table from `make tune` when it belongs to this build.
+# the bad shapes and arguments the library refuses, case by case; batches of
+# uneven lengths through the header's fdt_run and the library's exec.c giving
+# the same work items, item by item, and bit-identical outputs; then the same
+# for this machine's table from `make tune` when it belongs to this build.
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -118,6 +120,19 @@ done
 # The same rows forced to 3 and 5 splits (the header's split and merge path).
 awk -F'\t' -v OFS='\t' 'NR > 7 && $1 != "end" { $4 = NR % 2 ? 3 : 5 } { print }' "$tmp/t.tsv" >"$tmp/split.tsv"
 compare_table split "$tmp/split.tsv"
+# One executor: the tiny rows' keys on batches of 5 (rows of buckets 1024 and
+# 4096, split 5 and 16 ways) through the header and through exec.c: the same
+# work items, item by item, and the same outputs bit for bit (uneven lengths).
+awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", n; next }
+  !seen[$1]++ { s = $1; sub(/^b[0-9]+/, "b5", s)
+    print s, 1024, $3, 5, $5, $6, $7, $8, $9; print s, 4096, $3, 16, $5, $6, $7, $8, $9; n += 2 }' \
+  "$tmp/t.tsv" >"$tmp/uneven.tsv"
+check "uneven: export" $F export "$tmp/uneven.tsv" -o "$tmp/uneven.h"
+check "uneven: the program with the library's internals builds" gcc -std=c11 -O2 -Wall -Wextra -Werror \
+  -D_GNU_SOURCE -DFDT_JIT -DFDT_INTERNAL -DFDT_HEADER="\"$tmp/uneven.h\"" -Iruntime tests/test_export.c \
+  "$B/libfd_internal.a" -ltcc -llua5.4 -ldl -lpthread -lm -o "$tmp/uneven.int"
+check "uneven: header and exec.c give the same work items and bit-identical outputs (B=5, lengths 1..4096, mirrored)" \
+  "$tmp/uneven.int" --uneven "$tmp/uneven.tsv"
 
 # --- 5. this machine's table from `make tune` -------------------------------
 mt=results/tuned/$($F machine).tsv

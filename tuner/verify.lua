@@ -12,6 +12,7 @@ package.path = ("%s/?.lua;%s/gen/?.lua;%s/lua/?.lua;"):format(root, root, root) 
 local fd = require("flashdecode")
 local machine = require("tuner.machine")
 local key = require("key")
+local facts = require("facts")
 local space = require("space")
 local sys = require("tuner.sys")
 local tuned = require("tuner.tuned")
@@ -28,12 +29,12 @@ local function shapes_by_name(path)
   return t
 end
 
--- A shape-set entry rebuilt from a row (when the shape set lacks its name).
+-- A shape-set entry rebuilt from a row (when the shape set lacks its name):
+-- the fields of its shape signature (gen/facts.lua).
 local function shape_of_row(r)
-  local s = r.s
-  return { name = r.name, batch = s.batch, n_q_heads = s.n_q_heads, n_kv_heads = s.n_kv_heads, head_dim = s.head_dim,
-           q_dtype = s.q_dtype, kv_dtype = s.kv_dtype, out_dtype = s.out_dtype, mask_mode = s.mask_mode,
-           layout = s.layout, kv_len = { r.bucket } }
+  local s = { name = r.name, kv_len = { r.bucket } }
+  for _, f in ipairs(facts.SIGNATURE) do s[f[2]] = r.s[f[2]] end
+  return s
 end
 
 -- The length measured for a row: the shape set's length in the bucket, else the bucket.

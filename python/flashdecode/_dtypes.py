@@ -11,14 +11,10 @@ except ImportError:  # pragma: no cover - depends on the machine
 # The dtype bf16 arrays are made with: ml_dtypes.bfloat16 if importable, else uint16 bits.
 BF16 = np.dtype(_ml.bfloat16) if _ml is not None else np.dtype(np.uint16)
 
-# fd_dtype by every accepted spelling.
-NAMES = {
-    "f32": L.FD_F32, "float32": L.FD_F32,
-    "f16": L.FD_F16, "float16": L.FD_F16,
-    "bf16": L.FD_BF16, "bfloat16": L.FD_BF16,
-    "int8": L.FD_I8, "i8": L.FD_I8,
-    "fp8": L.FD_FP8_E4M3, "fp8_e4m3": L.FD_FP8_E4M3, "float8_e4m3fn": L.FD_FP8_E4M3,
-}
+# fd_dtype by every accepted spelling: gen/facts.lua's names, then numpy's and aliases.
+NAMES = {name: code for code, name in enumerate(L.DTYPE_NAMES)}
+NAMES.update({"float32": L.FD_F32, "float16": L.FD_F16, "bfloat16": L.FD_BF16, "int8": L.FD_I8,
+              "fp8_e4m3": L.FD_FP8_E4M3, "float8_e4m3fn": L.FD_FP8_E4M3})
 
 # Per fd_dtype: the name used in messages, the numpy dtype names accepted, the dtype allocated.
 TABLE = {
@@ -28,6 +24,9 @@ TABLE = {
     L.FD_I8: ("int8", ("int8",), np.dtype(np.int8)),
     L.FD_FP8_E4M3: ("fp8_e4m3", ("float8_e4m3fn", "uint8"), np.dtype(np.uint8)),
 }
+# Every dtype of gen/facts.lua has an entry, of its size in bytes.
+assert sorted(TABLE) == list(range(len(L.DTYPE_SIZE)))
+assert all(TABLE[c][2].itemsize == L.DTYPE_SIZE[c] for c in TABLE), "dtype sizes differ from gen/facts.lua"
 
 
 # The fd_dtype of a dtype name; ValueError naming the field for an unknown one.

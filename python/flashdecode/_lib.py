@@ -9,6 +9,8 @@ import ctypes.util
 import os
 import threading
 
+from . import _facts
+
 # FD_VERSION of the header this binding mirrors.
 FD_VERSION = "0.1.0"
 
@@ -22,12 +24,14 @@ FD_ETABLE = -5
 FD_EDESTROYED = -6
 FD_ESYS = -7
 
-# fd_dtype, fd_mask_mode, fd_layout, fd_backend and the FD_ISA_* choices.
-FD_F32, FD_F16, FD_BF16, FD_I8, FD_FP8_E4M3 = 0, 1, 2, 3, 4
-FD_CAUSAL, FD_MASK, FD_FULL = 0, 1, 2
-FD_BHSD, FD_BSHD, FD_PAGED = 0, 1, 2
+# fd_dtype, fd_mask_mode, fd_layout and the FD_ISA_* choices from gen/facts.lua
+# (through the generated _facts.py); fd_backend and FD_ISA_AUTO.
+globals().update(_facts.ENUMS)
 FD_BACKEND_TCC, FD_BACKEND_CC = 0, 1
-FD_ISA_AUTO, FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512 = 0, 1, 2, 3
+FD_ISA_AUTO = 0
+# Names by value: dtypes and their sizes in bytes, mask modes, layouts, isa digits.
+DTYPE_NAMES, DTYPE_SIZE = _facts.DTYPE_NAMES, _facts.DTYPE_SIZE
+MASK_MODE_NAMES, LAYOUT_NAMES, ISA_NAMES = _facts.MASK_MODE_NAMES, _facts.LAYOUT_NAMES, _facts.ISA_NAMES
 # Upper bounds (#define in flashdecode.h; the library refuses values above them).
 FD_MAX_THREADS = 1024
 FD_MAX_SPLIT_ITEMS = 16384

@@ -6,6 +6,7 @@
    times planning, JIT and fd_run over a shape set; `machine` names this
    machine. Usage errors exit 2, failures 1. */
 #include "flashdecode.h"
+#include "key.h"
 #include "luagen.h"
 #include "problem.h"
 #include <errno.h>
@@ -17,9 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" };
-static const char *MODE[] = { "causal", "mask", "full" };
-static const char *LAYOUT[] = { "bhsd", "bshd", "paged" };
 static const char *DEFAULT_SHAPES = "tuner/shapes/default.lua";
 
 /* Monotonic milliseconds. */
@@ -235,8 +233,8 @@ static int parse_args(const command *c, int argc, char **argv, run_opts *o) {
 /* Describe a shape on one line. */
 static void print_shape(FILE *f, const char *name, const fd_shape *s) {
   fprintf(f, "%s: B=%d Hq=%d Hkv=%d D=%d q=%s kv=%s out=%s %s %s, kv_len %lld\n", name, s->batch, s->n_q_heads,
-          s->n_kv_heads, s->head_dim, DT[s->q_dtype], DT[s->kv_dtype], DT[s->out_dtype], MODE[s->mask_mode],
-          LAYOUT[s->layout], (long long)s->kv_len);
+          s->n_kv_heads, s->head_dim, fd_dtype_names[s->q_dtype], fd_dtype_names[s->kv_dtype], fd_dtype_names[s->out_dtype],
+          fd_mask_mode_names[s->mask_mode], fd_layout_names[s->layout], (long long)s->kv_len);
 }
 
 /* KV bytes a run reads: the valid rows of K and V once. */

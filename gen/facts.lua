@@ -1,0 +1,201 @@
+-- The facts shared by the generator, the runtime, the tuner and the bindings,
+-- each stated once here (docs/DESIGN.md "One source per fact"). gen/build.lua
+-- keydefs writes them into build/fd_keydefs.h for C (with _Static_asserts
+-- against runtime/flashdecode.h's enums), gen/build.lua python into
+-- python/flashdecode/_facts.py (make runs both; tests/test_facts.lua checks it);
+-- gen/ and tuner/ require this module; lua/flashdecode.lua loads it from the
+-- tree or from its install copy (flashdecode_facts.lua). Plain Lua 5.1 code,
+-- so LuaJIT loads it too.
+local M = {}
+
+-- Element types, by fd_dtype value. size: bytes; quant: int8/fp8 codes times
+-- a per-row f32 scale; io: also a q/out dtype; bits: converted through the
+-- f32 bit-cast temporary (f16, bf16, fp8); hu: through the 16-bit one too.
+M.dtypes = {
+  [0] = { name = "f32", enum = "FD_F32", size = 4, storage = "float", io = true },
+  { name = "f16", enum = "FD_F16", size = 2, storage = "fd_u16", io = true, bits = true, hu = true },
+  { name = "bf16", enum = "FD_BF16", size = 2, storage = "fd_u16", io = true, bits = true },
+  { name = "i8", enum = "FD_I8", size = 1, storage = "signed char", quant = true },
+  { name = "fp8", enum = "FD_FP8_E4M3", size = 1, storage = "unsigned char", quant = true, bits = true, hu = true },
+}
+M.mask_modes = {
+  [0] = { name = "causal", enum = "FD_CAUSAL", text = "causal" },
+  { name = "mask", enum = "FD_MASK", text = "additive mask" },
+  { name = "full", enum = "FD_FULL", text = "full" },
+}
+M.layouts = {
+  [0] = { name = "bhsd", enum = "FD_BHSD" },
+  { name = "bshd", enum = "FD_BSHD" },
+  { name = "paged", enum = "FD_PAGED", reserved = true },   -- refused by the generator and the planner
+}
+
+-- ISA capability records, by tiling-key isa digit (fd_plan_opts.isa - 1).
+-- W: f32 lanes per vector; reg, nregs: the vector register file; max_tile:
+-- the most heads a group tile may hold in registers; head_lane_tile: the tile
+-- of the head-lane kernels (one lane per head), if any; fallback: the digit a
+-- shape without a variant here steps down to (-1: none); groups: instruction
+-- groups the micro-kernels may use; cpuid: the CPU features it needs (names
+-- as in tuned-table headers), xcr0: the register state the OS must save.
+-- Adding an ISA variant is one record here plus its micro-kernels.
+M.isas = {
+  [0] = { name = "c", enum = "FD_ISA_C", text = "portable C", W = 1, nregs = 0, max_tile = 99, fallback = -1,
+          groups = {}, cpuid = {}, xcr0 = 0 },
+  { name = "avx2", enum = "FD_ISA_AVX2", text = "AVX2+FMA+F16C", short = "AVX2", W = 8, reg = "ymm", nregs = 16,
+    max_tile = 12, fallback = 0, groups = { fma = true, f16c = true },
+    cpuid = { "avx2", "fma", "f16c" }, xcr0 = 0x6 },
+  { name = "avx512", enum = "FD_ISA_AVX512", text = "AVX-512", short = "AVX-512", W = 16, reg = "zmm", nregs = 32,
+    max_tile = 32, head_lane_tile = 16, fallback = 1,
+    groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true },
+    cpuid = { "avx512f", "avx512bw", "avx512vl" }, xcr0 = 0xe6 },
+}
+-- The instruction groups a record may name, in this order in generated C.
+M.GROUPS = { "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "bf16", "vnni" }
+-- Where CPUID reports each feature: leaf, subleaf, register (0 eax .. 3 edx), bit.
+M.CPUID = {
+  avx2 = { 7, 0, 1, 5 }, fma = { 1, 0, 2, 12 }, f16c = { 1, 0, 2, 29 },
+  avx512f = { 7, 0, 1, 16 }, avx512bw = { 7, 0, 1, 30 }, avx512vl = { 7, 0, 1, 31 },
+  avx512_bf16 = { 7, 1, 0, 5 }, avx512_vnni = { 7, 0, 2, 11 },
+}
+
+-- Key flag bits and the three kernels the planner compiles per bucket, in
+-- the order of fd_bucket's plain, with_lse and split slots.
+M.FLAG_SPLIT, M.FLAG_LSE, M.FLAG_RESERVED = 1, 2, 4
+M.variants = { { name = "plain", flags = 0 }, { name = "lse", flags = 2 }, { name = "split", flags = 1 } }
+
+-- Limits: MAX_CHUNK bounds sc[] (group_tile * chunk floats on the stack);
+-- the others are the key fields' ranges (gen/key.lua takes them from here).
+M.MAX_CHUNK = 4096
+M.MAX_TILE = 99
+M.HEAD_DIM_MIN, M.HEAD_DIM_MAX = 1, 999
+-- The planner heuristic's keys per chunk: portable C, and the vector ISAs (the
+-- tuner picked 256-512 on most shapes); the exported header's default row
+-- takes the first.
+M.H_CHUNK, M.H_CHUNK_SIMD = 128, 256
+
+-- The tuned table: magic line, identity lines (name TAB value), columns.
+M.TABLE_MAGIC = "flashdecode tuned table 1"
+M.TABLE_IDENTITY = { "library", "templates", "tcc", "cpu", "features" }
+M.TABLE_COLUMNS = { "shape", "bucket", "key", "splits", "threads", "median_us", "gbps", "heuristic_us", "name" }
+
+-- The shape signature (tuned tables' shape column): fd_shape fields joined by
+-- '.', each its prefix then its value (an integer, or the name of its enum
+-- value). runtime/plan.c (from fd_keydefs.h) and gen/export.lua read this.
+M.SIGNATURE = {
+  { "b", "batch" }, { "hq", "n_q_heads" }, { "hkv", "n_kv_heads" }, { "d", "head_dim" },
+  { "q", "q_dtype", "dtypes", io = true }, { "kv", "kv_dtype", "dtypes" }, { "o", "out_dtype", "dtypes", io = true },
+  { "", "mask_mode", "mask_modes" }, { "", "layout", "layouts" },
+}
+-- The fit check: a tuned row's key serves a shape when these key fields equal
+-- the shape's, its flags are 0 (a row holds the plain key) and its group tile
+-- divides the query heads per kv head. Its isa is no part of the fit.
+M.FIT_SAME = { "head_dim", "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" }
+
+-- The fd_asm_args struct of the SIMD asm statements (templates/simd_prelude.c.tpl
+-- writes it from this list; gen/simd.lua takes the offsets): C type, name,
+-- comment; every field 8 bytes, so field i is at offset 8 i (asserted in C).
+M.ASM_ARGS = {
+  { "const void *", "src", "K or V row 0 of the chunk (+ head_dim offset)" },
+  { "float *", "ptr", "q tile, score row or accumulator records" },
+  { "float *", "sc", "scores of the tile's first head" },
+  { "fd_i64 ", "n", "keys, or padded scores" },
+  { "fd_i64 ", "stride", "bytes from one K/V row to the next" },
+  { "const float *", "scl", "per-row scale of row 0 (int8/fp8)" },
+  { "fd_i64 ", "scl_stride", "bytes from one row's scale to the next" },
+  { "const void *", "consts", "fd_simd_c" },
+  { "const float *", "in", "running max in" },
+  { "float *", "out", "max or sum out" },
+  { "float *", "stage", "f32 staging block of one group of K rows" },
+  { "const void *", "pf", "rows to prefetch meanwhile (V of this chunk, K of the next)" },
+}
+
+-- The names of an enum table's values, by value ({ [0] = "f32", ... }), up to max.
+function M.names(t, max)
+  local out = {}
+  for i = 0, max or #t do out[i] = t[i].name end
+  return out
+end
+
+-- The value of name in enum table t, or nil.
+function M.value(t, name)
+  for i = 0, #t do if t[i].name == name then return i end end
+  return nil
+end
+
+-- The largest dtype value a q or out array may take.
+function M.io_dtype_max()
+  local n = 0
+  for i = 0, #M.dtypes do if M.dtypes[i].io then n = i end end
+  return n
+end
+
+-- The byte offset of each fd_asm_args field, by name.
+function M.asm_arg_offsets()
+  local t = {}
+  for i, f in ipairs(M.ASM_ARGS) do t[f[2]] = (i - 1) * 8 end
+  return t
+end
+
+-- The C declaration of fd_asm_args field i, with its offset in a comment
+-- (i64: the 64-bit integer type, default fd_i64).
+function M.asm_arg_line(i, i64)
+  local f = M.ASM_ARGS[i]
+  local ctype = i64 and f[1] == "fd_i64 " and i64 .. " " or f[1]
+  return ("  %-26s/* %2d: %s */"):format(ctype .. f[2] .. ";", (i - 1) * 8, f[3])
+end
+
+-- The fd_asm_args typedef as C text (name and the 64-bit integer type as given,
+-- else fd_asm_args and fd_i64).
+function M.asm_args_c(name, i64)
+  name = name or "fd_asm_args"
+  local out = { "typedef struct " .. name .. " {" }
+  for i = 1, #M.ASM_ARGS do out[#out + 1] = M.asm_arg_line(i, i64) end
+  out[#out + 1] = "} " .. name .. ";"
+  return table.concat(out, "\n")
+end
+
+-- The signature text of shape s (numeric fields), or nil when a field is unknown.
+function M.signature(s)
+  local parts = {}
+  for _, f in ipairs(M.SIGNATURE) do
+    local v = s[f[2]]
+    if f[3] then
+      local e = M[f[3]][v]
+      if not e or (f.io and not e.io) then return nil end
+      v = e.name
+    end
+    parts[#parts + 1] = f[1] .. v
+  end
+  return table.concat(parts, ".")
+end
+
+-- A shape signature read back into numeric fields, or nil when it is not one
+-- in canonical form (written again, it must give the same text).
+function M.parse_signature(sig)
+  local s, i = {}, 1
+  for n, f in ipairs(M.SIGNATURE) do
+    local sep = n < #M.SIGNATURE and "%." or ""
+    local text, rest = sig:match("^" .. f[1] .. "(%w+)" .. sep .. "()", i)
+    if not text then return nil end
+    if f[3] then s[f[2]] = M.value(M[f[3]], text)
+    else s[f[2]] = #text <= 9 and text:match("^[1-9]%d*$") and tonumber(text) or nil end
+    if s[f[2]] == nil then return nil end
+    i = rest
+  end
+  if i ~= #sig + 1 or s.n_q_heads % s.n_kv_heads ~= 0 or s.head_dim > M.HEAD_DIM_MAX or M.signature(s) ~= sig then return nil end
+  return s
+end
+
+-- Why decoded key fields f cannot serve shape s, or nil when they can.
+function M.misfit(f, s)
+  for _, n in ipairs(M.FIT_SAME) do
+    if f[n] ~= s[n] then return ("its %s is %s but the shape's is %s"):format(n, f[n], s[n]) end
+  end
+  if f.flags ~= 0 then return ("its flags digit is %d; a row holds the plain key (flags 0)"):format(f.flags) end
+  local G = s.n_q_heads / s.n_kv_heads
+  if G % f.group_tile ~= 0 then
+    return ("its group tile %d does not divide the shape's %d query heads per kv head"):format(f.group_tile, G)
+  end
+  return nil
+end
+
+return M

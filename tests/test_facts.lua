@@ -1,0 +1,118 @@
+-- The shared facts (gen/facts.lua): the shape signature and fit check read
+-- back and refused, the ISA records consistent, the fd_asm_args offsets, the
+-- generated Python module current, and no hand-kept copy left in the tree
+-- ("keep in sync" comments, isa digit tests).
+package.path = "tests/?.lua;gen/?.lua;" .. package.path
+local T = require("check")
+local facts = require("facts")
+local key = require("key")
+local simd = require("simd")
+
+local llama = { batch = 1, n_q_heads = 32, n_kv_heads = 8, head_dim = 128, q_dtype = 2, kv_dtype = 2,
+                out_dtype = 2, mask_mode = 0, layout = 0 }
+local LLAMA_SIG = "b1.hq32.hkv8.d128.qbf16.kvbf16.obf16.causal.bhsd"
+
+-- A copy of t with the given fields changed.
+local function with(t, changes)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  for k, v in pairs(changes) do c[k] = v end
+  return c
+end
+
+-- Signature: written, read back, and every enum value of every enum field round-trips.
+T.eq(facts.signature(llama), LLAMA_SIG, "signature of llama3-8b")
+local back = facts.parse_signature(LLAMA_SIG)
+for _, f in ipairs(facts.SIGNATURE) do T.eq(back and back[f[2]], llama[f[2]], "signature reads back " .. f[2]) end
+for _, f in ipairs(facts.SIGNATURE) do
+  if f[3] then
+    local bad = 0
+    for v = 0, #facts[f[3]] do
+      local s = with(llama, { [f[2]] = v })
+      local sig = facts.signature(s)
+      local io_only = f.io and not facts[f[3]][v].io
+      if io_only then bad = bad + (sig == nil and 0 or 1)
+      else bad = bad + ((sig and facts.parse_signature(sig) or {})[f[2]] == v and 0 or 1) end
+    end
+    T.eq(bad, 0, "every value of " .. f[2] .. " round-trips (or is refused for q/out)")
+  end
+end
+
+-- Signatures that are not one in canonical form are refused.
+for _, bad in ipairs {
+  LLAMA_SIG .. "x", LLAMA_SIG .. ".", "b01" .. LLAMA_SIG:sub(3), LLAMA_SIG:gsub("qbf16", "qfp8"),
+  LLAMA_SIG:gsub("hkv8", "hkv7"), LLAMA_SIG:gsub("d128", "d1000"), LLAMA_SIG:gsub("d128", "d0"),
+  LLAMA_SIG:gsub("causal", "causel"), LLAMA_SIG:gsub("%.bhsd", ""), "b1234567890" .. LLAMA_SIG:sub(3), "",
+} do
+  T.ok(facts.parse_signature(bad) == nil, "signature refused: " .. bad)
+end
+
+-- The fit check: each shared field, flags and the tile.
+local plain = key.decode("10256128042002220")
+T.ok(facts.misfit(plain, llama) == nil, "llama's AVX-512 key fits its shape")
+for _, n in ipairs(facts.FIT_SAME) do
+  local s = with(llama, { [n] = llama[n] == 0 and 1 or 0 })
+  local why = facts.misfit(plain, s)
+  T.ok(why and why:find(n, 1, true), "a different " .. n .. " misfits", why)
+end
+T.ok((facts.misfit(with(plain, { flags = facts.FLAG_LSE }), llama) or ""):find("flags"), "an lse key misfits a row")
+T.ok((facts.misfit(with(plain, { group_tile = 3 }), llama) or ""):find("group tile 3"), "tile 3 misfits G 4")
+T.ok(facts.misfit(with(plain, { isa = 0 }), llama) == nil, "the isa is no part of the fit")
+
+-- ISA records: every vector record is complete and its fallback chain ends at portable C.
+for isa = 0, #facts.isas do
+  local r = facts.isas[isa]
+  T.ok(r.name and r.enum and r.text and r.max_tile >= 1 and r.max_tile <= facts.MAX_TILE, "isa " .. isa .. " record")
+  if isa > 0 then
+    T.ok(r.W >= 8 and r.W % 4 == 0 and r.reg and r.nregs >= 16 and r.short, "isa " .. isa .. " vector geometry")
+    T.ok(r.fallback >= 0 and r.fallback < isa, "isa " .. isa .. " falls back to a lower digit")
+    for _, n in ipairs(r.cpuid) do T.ok(facts.CPUID[n] ~= nil, "isa " .. isa .. " CPUID bit of " .. n) end
+    T.eq(simd.vector(isa), true, "isa " .. isa .. " runs the micro-kernels")
+  end
+  for g in pairs(r.groups) do
+    local known = false
+    for _, n in ipairs(facts.GROUPS) do known = known or n == g end
+    T.ok(known, ("isa %d group %s is one of GROUPS"):format(isa, g))
+  end
+  if r.head_lane_tile then
+    T.eq(simd.head_lanes(isa, { T = r.head_lane_tile, QUANT = false }), true, "isa " .. isa .. " head-lane tile")
+    T.eq(simd.head_lanes(isa, { T = r.head_lane_tile, QUANT = true }), false, "isa " .. isa .. " no head lanes for int8/fp8")
+  end
+end
+T.eq(facts.isas[0].fallback, -1, "portable C is the last fallback")
+T.eq(simd.vector(0), false, "portable C runs no micro-kernel")
+T.eq(key.by_name.isa.max, #facts.isas, "the key's isa field spans the records")
+T.eq(key.by_name.kv_dtype.max, #facts.dtypes, "the key's kv_dtype field spans the dtypes")
+
+-- The template parameters come from the records.
+local gen = require("generate")
+for isa = 1, #facts.isas do
+  local p = gen.params(("1025612804%d002220"):format(isa))
+  T.eq(p.W, facts.isas[isa].W, "generate: isa " .. isa .. " W from its record")
+  T.eq(p.ISA_NAME, facts.isas[isa].short, "generate: isa " .. isa .. " name from its record")
+end
+
+-- fd_asm_args: field i at 8 i, as gen/simd.lua reads it.
+for i, f in ipairs(facts.ASM_ARGS) do T.eq(simd.ARG[f[2]], (i - 1) * 8, "fd_asm_args." .. f[2] .. " offset") end
+
+-- A shell command's output.
+local function sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+-- python/flashdecode/_facts.py is what gen/build.lua writes now.
+local tmp = os.tmpname()
+os.remove(tmp)
+sh("lua5.4 gen/build.lua python " .. tmp)
+local want, have = io.open(tmp):read("*a"), io.open("python/flashdecode/_facts.py"):read("*a")
+os.remove(tmp)
+T.eq(have, want, "python/flashdecode/_facts.py is current (make regenerates it)")
+
+-- No hand-kept copy left: no "keep in sync" comment, no isa digit test outside gen/facts.lua.
+T.eq(sh("grep -rnil 'keep in sync\\|kept in sync' gen runtime templates tuner"), "", "no 'keep in sync' comment left")
+T.eq(sh("grep -rn 'isa ==\\|ISA ==\\|ISA==\\|isa==' gen runtime | grep -v '^gen/facts.lua'"), "",
+     "no isa == comparison in gen/ and runtime/")
+T.done()
