@@ -30,7 +30,7 @@ run_one() {
     -timeout="$timeout" -rss_limit_mb=2048 -max_len="$(max_len "$t")" -artifact_prefix="$art/" \
     "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1
   local rc=$? last execs crashes hangs
-  last=$(grep -E '^#[0-9]+: cov:' "$log" | tail -n 1)   # the last status line: total executions
+  last=$(grep -a -E '^#[0-9]+: cov:' "$log" | tail -n 1)   # the last status line: total executions
   execs=$(sed -E 's/^#([0-9]+):.*/\1/' <<<"$last")
   crashes=$(find "$art" -name 'crash-*' -o -name 'leak-*' -o -name 'oom-*' | wc -l)
   hangs=$(find "$art" -name 'timeout-*' | wc -l)
