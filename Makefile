@@ -36,7 +36,7 @@ GENERATED := $(B)/fd_abi.h $(B)/fd_keydefs.h $(B)/embedded.c
 
 .PHONY: all deps lib test clean gen-default sanitize bench-plan help
 .SECONDARY:
-all: deps lib $(B)/fdgen $(B)/test_kernels $(B)/test_api $(B)/test_errors $(B)/test_merge $(B)/test_tables $(B)/test_concurrency $(B)/test_nonfinite
+all: deps lib $(B)/fdgen $(B)/test_kernels $(B)/test_api $(B)/test_errors $(B)/test_merge $(B)/test_tables $(B)/test_concurrency $(B)/test_nonfinite $(B)/test_jit $(B)/test_determinism
 
 # libflashdecode, static and shared, self-contained: the objects, Debian's static
 # libtcc and Lua 5.4 prelinked into one object whose only global symbols are the
@@ -98,7 +98,7 @@ $(B)/test_%: tests/test_%.c $(TEST_LIB) $(INTERNAL_A) $(TEST_HDR)
 # The library and its C tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/san/%.o) $(B)/san/embedded.o
-SAN_TESTS := $(B)/san/test_api $(B)/san/test_errors $(B)/san/test_kernels $(B)/san/test_merge $(B)/san/test_tables $(B)/san/test_concurrency $(B)/san/test_nonfinite
+SAN_TESTS := $(B)/san/test_api $(B)/san/test_errors $(B)/san/test_kernels $(B)/san/test_merge $(B)/san/test_tables $(B)/san/test_concurrency $(B)/san/test_nonfinite $(B)/san/test_determinism
 sanitize: $(SAN_TESTS)
 $(B)/san/%.o: runtime/%.c $(GENERATED) $(wildcard runtime/*.h)
 	@mkdir -p $(B)/san

@@ -87,7 +87,7 @@ local function new_block(isa)
   local b = { lines = {}, g = GEOM[isa], isa = isa, x = evex(GEOM[isa]) }
   -- A vector instruction: its bytes, with the Intel text as a comment.
   function b.v(mn, ...)
-    b.lines[#b.lines + 1] = { x86.line(mn, ...), x86.text(mn, ...) }
+    b.lines[#b.lines + 1] = { x86.line_text(mn, ...) }
   end
   -- A general-purpose instruction or label in AT&T syntax (assembled by the compiler).
   function b.gp(text) b.lines[#b.lines + 1] = { (text:gsub("%%(%a)", "%%%%%1")), nil } end

@@ -12,6 +12,7 @@
 --   x86.hex(bytes)       -> "0x62,0xf1,..."
 --   x86.byte_line(bytes) -> ".byte 0x62,0xf1,..."  (one line of assembler text)
 --   x86.line(mnemonic, ...) -> x86.byte_line(x86.encode(mnemonic, ...))
+--   x86.line_text(mnemonic, ...) -> x86.line(...), x86.text(...) (one match, memoized)
 --   x86.rows             -> the parsed opcode table (read-only; for tests)
 --
 -- Operands, Intel order (destination first):
@@ -613,9 +614,8 @@ local function operand_text(m, i)
   return s
 end
 
--- The instruction as GNU as Intel-syntax text (with "{evex} " when forced).
-function M.text(mn, ...)
-  local m = match(mn, ...)
+-- A match as GNU as Intel-syntax text (with "{evex} " when forced).
+local function text_of(m)
   local t = {}
   for i = 1, #m.ops do t[i] = operand_text(m, i) end
   local s = (m.force and "{evex} " or "") .. m.mn
@@ -623,11 +623,15 @@ function M.text(mn, ...)
   return s
 end
 
+-- The instruction as GNU as Intel-syntax text.
+function M.text(mn, ...)
+  return text_of(match(mn, ...))
+end
+
 -- "0x62,0xf1,..." for a byte string.
 function M.hex(bytes)
-  local t = {}
-  for i = 1, #bytes do t[i] = ("0x%02x"):format(bytes:byte(i)) end
-  return table.concat(t, ",")
+  if #bytes == 0 then return "" end
+  return (("0x%02x,"):rep(#bytes - 1) .. "0x%02x"):format(bytes:byte(1, -1))
 end
 
 -- ".byte 0x62,0xf1,..." : one line of assembler text.
@@ -638,6 +642,48 @@ end
 -- Encode and format as a .byte line in one call.
 function M.line(mn, ...)
   return M.byte_line(M.encode(mn, ...))
+end
+
+-- Operand-table fields in the order of a memo key (x86.line_text).
+local OPERAND_FIELDS = { "reg", "mask", "zero", "base", "index", "scale", "disp", "bcst" }
+local OPERAND_FIELD = {}
+for _, k in ipairs(OPERAND_FIELDS) do OPERAND_FIELD[k] = true end
+
+-- The memo key of an instruction, or nil when an operand is not plain (its
+-- error is then raised by matching, never skipped by a memo hit).
+local function memo_key(mn, ...)
+  local t = { mn }
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if type(v) == "table" then
+      for k in pairs(v) do if not OPERAND_FIELD[k] then return nil end end
+      local f = {}
+      for j, k in ipairs(OPERAND_FIELDS) do f[j] = tostring(v[k]) end
+      t[#t + 1] = "{" .. table.concat(f, ",") .. "}"
+    elseif type(v) == "number" then t[#t + 1] = "#" .. tostring(v)
+    elseif type(v) == "string" then t[#t + 1] = v
+    else return nil end
+  end
+  return table.concat(t, "|")
+end
+
+-- Instructions already encoded (emptied at LINE_MEMO_MAX, so it stays bounded).
+local LINE_MEMO_MAX = 8192
+local line_memo, line_memo_n = {}, 0
+
+-- x86.line and x86.text of one instruction from a single match, memoized:
+-- kernels of one isa share most of their instructions.
+function M.line_text(mn, ...)
+  local k = memo_key(mn, ...)
+  local hit = k and line_memo[k]
+  if hit then return hit[1], hit[2] end
+  local m = match(mn, ...)
+  local line, text = M.byte_line(emit(m)), text_of(m)
+  if k then
+    if line_memo_n >= LINE_MEMO_MAX then line_memo, line_memo_n = {}, 0 end
+    line_memo[k], line_memo_n = { line, text }, line_memo_n + 1
+  end
+  return line, text
 end
 
 return M

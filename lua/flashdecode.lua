@@ -315,7 +315,8 @@ end
 -- ---------------------------------------------------------------------------
 
 -- fd_config fields: how each is set from a Lua value (enum kind, "int" or "string").
-local CONFIG_FIELDS = { threads = "int", backend = "backend", table = "string", cache_dir = "string", isa_limit = "isa" }
+local CONFIG_FIELDS = { threads = "int", backend = "backend", table = "string", cache_dir = "string", isa_limit = "isa",
+                        deterministic = "int" }
 -- fd_plan_opts fields, likewise.
 local OPTS_FIELDS = { chunk = "int", group_tile = "int", splits = "int", threads = "int", isa = "isa" }
 
@@ -337,7 +338,8 @@ local function fill(cd, t, kinds, what)
 end
 
 -- A context handle from a table of fd_config fields { threads, backend ("tcc"|"cc"),
--- table, cache_dir, isa_limit ("auto"|"c"|"avx2"|"avx512" or the FD_ISA_* number) };
+-- table, cache_dir, isa_limit ("auto"|"c"|"avx2"|"avx512" or the FD_ISA_* number),
+-- deterministic (1: batch-invariant results, fd_config.deterministic) };
 -- missing fields are zero. Destroyed at collection. Or nil and why.
 local function make_ctx(t)
   local lib = M.load()

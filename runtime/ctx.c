@@ -77,6 +77,10 @@ fd_ctx *fd_create(const fd_config *cfg) {
     return NULL;
   }
   if (cfg->isa_limit < 0 || cfg->isa_limit > FD_ISA_AVX512) { fd_fail(NULL, FD_EINVAL, "config.isa_limit %d is unknown", cfg->isa_limit); return NULL; }
+  if (cfg->deterministic != 0 && cfg->deterministic != 1) {
+    fd_fail(NULL, FD_EINVAL, "config.deterministic %d is not 0 (default) or 1 (batch-invariant results)", cfg->deterministic);
+    return NULL;
+  }
   if (cfg->max_kernels < 0) { fd_fail(NULL, FD_EINVAL, "config.max_kernels %d is negative (0 = no bound)", cfg->max_kernels); return NULL; }
   int isa = isa_allowed(cfg);
   if (isa < 0) { fd_fail(NULL, FD_EUNSUPPORTED, "config.isa_limit %d asks for an ISA this CPU lacks (%s)", cfg->isa_limit, fd_cpu_features()); return NULL; }
@@ -86,6 +90,7 @@ fd_ctx *fd_create(const fd_config *cfg) {
   ctx->threads = cfg->threads ? cfg->threads : cores < 1 ? 1 : cores > FD_MAX_THREADS ? FD_MAX_THREADS : (int)cores;
   ctx->max_isa = isa;
   ctx->check_inputs = cfg->check_inputs != 0;
+  ctx->deterministic = cfg->deterministic;
   pthread_mutex_init(&ctx->run_lock, NULL);
   ctx->pool = fd_pool_create(ctx->threads);
   ctx->kernels = fd_kcache_create(cfg->backend, cfg->cache_dir, cfg->max_kernels);

@@ -53,11 +53,12 @@ static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
 }
 
 /* Lay out the work items (templates/items.h.tpl: longest rows first, splits
-   in proportion to length) and count each (b, kv head)'s splits to merge. */
+   in proportion to length, or at fixed key counts in deterministic mode)
+   and count each (b, kv head)'s splits to merge. */
 static int layout_items(fd_plan *p, const fd_bucket *bk) {
   const fd_shape *s = &p->shape;
   int n = fd_layout_items(s->batch, s->n_kv_heads, p->row_len, p->row_order, bk->splits, p->forced_splits,
-                          p->row_splits, p->items);
+                          p->split_keys, p->row_splits, p->items);
   for (int b = 0; b < s->batch; b++)
     for (int j = 0; j < s->n_kv_heads; j++)
       atomic_store_explicit(&p->remaining[(size_t)b * s->n_kv_heads + j], p->row_splits[b], memory_order_relaxed);

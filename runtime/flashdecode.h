@@ -40,6 +40,10 @@ extern "C" {
    bounds its scratch (that many records of group x (head_dim + 2) floats). */
 #define FD_MAX_THREADS 1024
 #define FD_MAX_SPLIT_ITEMS 16384
+/* fd_config.deterministic: keys per split, K. Split s of a row covers keys
+   [s K, min((s + 1) K, len)). K is doubled (a fact of the shape alone) while
+   batch x n_kv_heads x ceil(kv_len / K) would pass FD_MAX_SPLIT_ITEMS. */
+#define FD_DETERMINISTIC_SPLIT_KEYS 4096
 
 /* The functions declared in this header are the only symbols libflashdecode
    exports: the library is compiled with hidden visibility by default. */
@@ -72,7 +76,8 @@ typedef struct fd_config {
   int threads;              /* worker threads, at most FD_MAX_THREADS; 0 = all online cores (at most FD_MAX_THREADS) */
   fd_backend backend;       /* FD_BACKEND_TCC (default, embedded) or FD_BACKEND_CC (system compiler) */
   const char *table;        /* tuned table to plan from; NULL = heuristic only */
-  const char *cache_dir;    /* cc backend cache; NULL = $FD_CACHE_DIR, else $XDG_CACHE_HOME/flashdecode,
+  const char *cache_dir;    /* cc backend cache, and (tcc, when set here or by $FD_CACHE_DIR) generated
+                               sources keyed by key + build hash; NULL = $FD_CACHE_DIR, else $XDG_CACHE_HOME/flashdecode,
                                else ~/.cache/flashdecode. Created if missing; when no compiler runs or
                                it cannot be created or written, the context uses tcc and fd_errmsg(ctx)
                                says why (also on stderr) */
@@ -84,6 +89,13 @@ typedef struct fd_config {
                                refuses a NaN or an infinity (mask: NaN or +Inf; -Inf masks a key) with
                                FD_EINVAL naming the first one; it reads the cache once more. 0 (default): no check;
                                see "Non-finite values" below for what such inputs give */
+  int deterministic;        /* 1: batch-invariant results: the out and lse bits of a batch row depend only on
+                               its own inputs and length, the same for any thread count, any other rows (their
+                               lengths, the batch size) and any run, within one backend and ISA. Every length
+                               bucket uses one kernel key (the heuristic chunk and tile; a tuned table is not
+                               used), a row is split at fixed multiples of FD_DETERMINISTIC_SPLIT_KEYS keys and
+                               its splits merged in order; fd_plan_opts.splits is refused. 0 (default): splits
+                               follow the threads and the batch's longest row (faster on uneven batches) */
 } fd_config;
 
 typedef struct fd_shape {

@@ -21,6 +21,7 @@
 struct fd_ctx {
   int threads, max_isa;
   int check_inputs;                /* fd_config.check_inputs: fd_run refuses NaN and infinities (exec.c) */
+  int deterministic;               /* fd_config.deterministic: plans split rows at fixed key counts (plan.c) */
   fd_backend backend;
   fd_pool *pool;                   /* NULL once destroyed */
   fd_kcache *kernels;              /* kept until the last reference: plans hold kernels in it */
@@ -46,6 +47,7 @@ struct fd_plan {
   fd_ctx *ctx;
   fd_shape shape;
   int G, rec, n_buckets, forced_splits, max_splits, max_threads;
+  int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */
   int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];
   double compile_ms;

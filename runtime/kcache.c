@@ -1,5 +1,5 @@
 /* Kernel cache by tiling key, in two levels. The process-wide store holds each
-   compiled kernel once per (backend, cache_dir, key), shared by every context,
+   compiled kernel once per (backend, cc cache_dir, key), shared by every context,
    reference-counted by the context caches that hold it, and keeps up to
    FD_SPARE_KERNELS kernels no context holds (least recently released evicted
    first), so a new context compiles nothing a former one compiled. Each
@@ -8,7 +8,10 @@
    Locks, always taken in this order: a context's c->m, then build_lock (the
    one embedded Lua generator and compilation; libtcc serializes compiles
    anyway), then store_lock (the store's table, held briefly, never while
-   compiling). Lookups happen at plan time, never in fd_run. */
+   compiling). Lookups happen at plan time, never in fd_run. The tcc backend
+   also keeps generated sources on disk when a cache directory is configured
+   (fd_config.cache_dir or $FD_CACHE_DIR): src-<build hash>-<key>.c, so a new
+   process skips the Lua generator for keys an earlier one generated. */
 #include "kcache.h"
 #include "cc.h"
 #include "jit.h"
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define STORE_SLOTS 1024          /* hash chains of the store (a power of two) */
 #define N_RECORDS 1024            /* compile records kept for fd_kcache_records */
@@ -56,6 +60,7 @@ struct fd_kcache {
   pthread_mutex_t m;
   int backend;
   char *cache_dir;
+  char *src_dir;            /* tcc: where generated sources are kept (NULL: nowhere) */
   entry **slot;             /* hash table of chains, n_slots a power of two */
   size_t n_slots, n, max;   /* max: the bound, 0 = none */
   unsigned long long clock;
@@ -128,21 +133,23 @@ static unit *store_take(const char *id) {
   return u;
 }
 
-/* Generate key's source with the shared generator; build_lock held. */
-static char *generate_locked(const char *key, char *err, size_t errlen) {
+/* Generate key's source with the shared generator, with #line directives or
+   without; build_lock held. */
+static char *generate_locked(const char *key, int lines, char *err, size_t errlen) {
   if (!shared_gen) {
     double t0 = now_ms();
     if (!(shared_gen = fd_gen_new(err, errlen))) return NULL;
     gen_start_ms = now_ms() - t0;
   }
   char *src;
-  return fd_gen_source(shared_gen, key, &src, err, errlen) ? NULL : src;
+  return fd_gen_source_lines(shared_gen, key, lines, &src, err, errlen) ? NULL : src;
 }
 
 /* Record one compile's breakdown (bytes of `.byte` text counted by line); build_lock held. */
-static void record(const char *key, const char *src, double gen_ms, double cc_ms) {
+static void record(const char *key, const char *src, int from_disk, double gen_ms, double cc_ms) {
   if (n_records >= N_RECORDS) return;
   fd_kcache_record *r = &records[n_records++];
+  r->from_disk = from_disk;
   snprintf(r->key, sizeof r->key, "%s", key);
   r->gen_ms = gen_ms;
   r->compile_ms = cc_ms;
@@ -154,21 +161,74 @@ static void record(const char *key, const char *src, double gen_ms, double cc_ms
   }
 }
 
-/* Generate and compile key into a new unit (NULL with err); build_lock held. */
-static unit *unit_compile(int backend, const char *cache_dir, const char *key, const char *id,
-                          char *err, size_t errlen) {
+/* The path of key's kept source in dir. */
+static void src_path(char *buf, size_t len, const char *dir, const char *key) {
+  snprintf(buf, len, "%s/src-%s-%s.c", dir, fd_gen_template_hash(), key);
+}
+
+/* Key's source kept in dir (malloc'd), or NULL when there is none. */
+static char *src_read(const char *dir, const char *key) {
+  char path[1200];
+  src_path(path, sizeof path, dir, key);
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *src = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (src = malloc((size_t)n + 1)) && fread(src, 1, (size_t)n, f) == (size_t)n)
+    src[n] = 0;
+  else { free(src); src = NULL; }
+  fclose(f);
+  return src;
+}
+
+/* Keep key's source in dir (written aside, then renamed: readers never see half a file). */
+static void src_write(const char *dir, const char *key, const char *src) {
+  char path[1200], tmp[1300];
+  src_path(path, sizeof path, dir, key);
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return;
+  int ok = fputs(src, f) >= 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+}
+
+/* Compile src for backend into u (0, or -1 with err). */
+static int compile_src(unit *u, int backend, const char *cache_dir, const char *key, const char *src,
+                       void **addr, char *err, size_t errlen) {
+  char sym[64];
+  snprintf(sym, sizeof sym, "fd_k%s_desc", key);
+  return backend == 1 ? fd_cc_compile(src, key, cache_dir, sym, &u->cc, addr, err, errlen)
+                      : fd_jit_compile(src, sym, &u->jit, addr, err, errlen);
+}
+
+/* Generate (or read from src_dir) and compile key into a new unit (NULL with
+   err); a kept source that does not compile is generated again. Sources are
+   generated without #line directives; one that does not compile is generated
+   and compiled again with them, so the error names template lines. build_lock held. */
+static unit *unit_compile(int backend, const char *cache_dir, const char *src_dir, const char *key,
+                          const char *id, char *err, size_t errlen) {
   unit *u = calloc(1, sizeof *u);
   if (!u || !(u->id = strdup(id))) { free(u); snprintf(err, errlen, "out of memory"); return NULL; }
   double t0 = now_ms();
-  char *src = generate_locked(key, err, errlen);
-  if (!src) { unit_free(u); return NULL; }
-  double t1 = now_ms();
-  char sym[64];
+  char *src = src_dir ? src_read(src_dir, key) : NULL;
+  int from_disk = src != NULL, rc = -1;
   void *addr = NULL;
-  snprintf(sym, sizeof sym, "fd_k%s_desc", key);
-  int rc = backend == 1 ? fd_cc_compile(src, key, cache_dir, sym, &u->cc, &addr, err, errlen)
-                        : fd_jit_compile(src, sym, &u->jit, &addr, err, errlen);
-  if (rc == 0) record(key, src, t1 - t0, now_ms() - t1);
+  double t1 = now_ms();
+  if (src && (rc = compile_src(u, backend, cache_dir, key, src, &addr, err, errlen)) != 0) {
+    free(src);
+    src = NULL;
+    from_disk = 0;
+    t0 = t1 = now_ms();
+  }
+  for (int lines = 0; !src && lines < 2; lines++) {   /* a failure again with #line, for its message */
+    if (!(src = generate_locked(key, lines, err, errlen))) { unit_free(u); return NULL; }
+    t1 = now_ms();
+    rc = compile_src(u, backend, cache_dir, key, src, &addr, err, errlen);
+    if (rc == 0 && src_dir) src_write(src_dir, key, src);
+    if (rc != 0 && lines == 0) { free(src); src = NULL; }
+  }
+  if (rc == 0) record(key, src, from_disk, t1 - t0, now_ms() - t1);
   free(src);
   if (rc) { unit_free(u); return NULL; }
   u->desc = addr;
@@ -191,7 +251,7 @@ static unit *store_get(const fd_kcache *c, const char *key, double *compile_ms, 
   pthread_mutex_lock(&build_lock);
   if (!(u = store_take(id))) {                 /* another context may have built it meanwhile */
     double t0 = now_ms();
-    u = unit_compile(c->backend, c->cache_dir, key, id, err, errlen);
+    u = unit_compile(c->backend, c->cache_dir, c->src_dir, key, id, err, errlen);
     if (compile_ms) *compile_ms += now_ms() - t0;
     if (u) {
       if (compiled) (*compiled)++;
@@ -218,12 +278,20 @@ int fd_kcache_records(fd_kcache_record *out, int max, double *start_ms) {
 
 /* ---- a context's cache ---- */
 
+/* The tcc backend's source directory: cache_dir, else $FD_CACHE_DIR, when it
+   can be created and written; else none (sources are then never kept). */
+static void choose_src_dir(fd_kcache *c) {
+  const char *dir = c->cache_dir ? c->cache_dir : getenv("FD_CACHE_DIR");
+  char why[1024];
+  if (dir && *dir && fd_cc_check_dir(dir, why, sizeof why) == 0) c->src_dir = strdup(dir);
+}
+
 /* Choose the backend: cc falls back to tcc, with c->warning, when no compiler
    runs or its cache directory cannot be created or written. */
 static void choose_backend(fd_kcache *c, int backend) {
   char why[1024];
   c->backend = backend;
-  if (backend != 1) return;
+  if (backend != 1) { choose_src_dir(c); return; }
   if (!fd_cc_version()) snprintf(why, sizeof why, "no C compiler found");
   else if (fd_cc_check_dir(c->cache_dir, why, sizeof why) == 0) return;
   snprintf(c->warning, sizeof c->warning, "warning: cc backend: %s; using tcc", why);
@@ -358,7 +426,7 @@ size_t fd_kcache_count(fd_kcache *c) {
 char *fd_kcache_source(fd_kcache *c, const char *key, char *err, size_t errlen) {
   (void)c;
   pthread_mutex_lock(&build_lock);
-  char *src = generate_locked(key, err, errlen);
+  char *src = generate_locked(key, 1, err, errlen);
   pthread_mutex_unlock(&build_lock);
   return src;
 }
@@ -371,5 +439,6 @@ void fd_kcache_destroy(fd_kcache *c) {
   pthread_mutex_destroy(&c->m);
   free(c->slot);
   free(c->cache_dir);
+  free(c->src_dir);
   free(c);
 }

@@ -10,6 +10,8 @@ typedef struct fd_gen fd_gen;
 fd_gen *fd_gen_new(char *err, size_t errlen);
 /* Generate the C source of key into a malloc'd string; -1 with the generator's error. */
 int fd_gen_source(fd_gen *g, const char *key, char **src, char *err, size_t errlen);
+/* The same, without #line directives when lines is 0 (the same code, less text to compile). */
+int fd_gen_source_lines(fd_gen *g, const char *key, int lines, char **src, char *err, size_t errlen);
 /* A hash of every embedded template and generator module (identifies a build's kernels). */
 const char *fd_gen_template_hash(void);
 void fd_gen_free(fd_gen *g);

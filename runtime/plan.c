@@ -141,6 +141,9 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
   if (splits > 1 && rows * splits > FD_MAX_SPLIT_ITEMS)
     return fd_fail(ctx, FD_EINVAL, "opts.splits %d gives %lld split work items (batch x n_kv_heads x splits, splits at most "
                    "kv_len), above FD_MAX_SPLIT_ITEMS (%d)", o->splits, (long long)(rows * splits), FD_MAX_SPLIT_ITEMS);
+  if (o->splits && ctx->deterministic)
+    return fd_fail(ctx, FD_EINVAL, "opts.splits %d is forced but the context is deterministic (config.deterministic): "
+                   "its rows split every FD_DETERMINISTIC_SPLIT_KEYS keys", o->splits);
   if (o->threads > FD_MAX_THREADS)
     return fd_fail(ctx, FD_EINVAL, "opts.threads %d is above FD_MAX_THREADS (%d)", o->threads, FD_MAX_THREADS);
   if (o->threads < 0 || o->threads > ctx->threads)
@@ -174,12 +177,31 @@ static int heuristic_splits(const fd_shape *s, int threads, int64_t len) {
   return want < 1 ? 1 : (int)want;
 }
 
+/* Deterministic mode's keys per split for shape s: FD_DETERMINISTIC_SPLIT_KEYS,
+   doubled while batch x n_kv_heads x ceil(kv_len / K) split items would pass
+   FD_MAX_SPLIT_ITEMS (a fact of the shape, never of the threads or lengths). */
+static int64_t det_split_keys(const fd_shape *s) {
+  int64_t K = FD_DETERMINISTIC_SPLIT_KEYS, rows = (int64_t)s->batch * s->n_kv_heads;
+  while (K < s->kv_len && rows * ((s->kv_len + K - 1) / K) > FD_MAX_SPLIT_ITEMS) K <<= 1;
+  return K;
+}
+
+/* The bucket's split count for rows of up to len keys when no table row
+   decides: forced, else deterministic mode's (the splits of a row of len
+   keys: it sizes the scratch), else the heuristic's for b's threads. */
+static int bucket_splits(const fd_plan *p, const fd_plan_opts *o, const fd_bucket *b, int64_t len) {
+  if (o->splits) return o->splits;
+  if (p->split_keys) return fd_row_splits(0, 0, p->split_keys, len, len);
+  return heuristic_splits(&p->shape, b->threads, len);
+}
+
 /* Decide one bucket: table row (unless chunk, tile, splits or threads are
    forced; a forced isa keeps the row's other choices), then forced options,
-   then the heuristic. */
+   then the heuristic. A deterministic context uses no table row: every
+   bucket gets the same chunk, tile and isa, none chosen from the threads. */
 static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts *o, fd_bucket *b) {
   const fd_ctx *ctx = p->ctx;
-  const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads ? NULL
+  const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || p->split_keys ? NULL
                             : fd_table_find(ctx->table, sig, b->max_len);
   b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
   b->chunk = o->chunk ? o->chunk : fd_isa_table[b->isa].width > 1 ? H_CHUNK_SIMD : H_CHUNK;
@@ -188,7 +210,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   b->threads = o->threads ? o->threads : ctx->threads;
   b->forced_isa = o->isa != 0;
   int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
-  b->splits = o->splits ? o->splits : heuristic_splits(&p->shape, b->threads, len);
+  b->splits = bucket_splits(p, o, b, len);
   b->from_table = 0;
   if (row) {   /* the loader bounded its splits by the bucket; the kv_len may be shorter */
     b->from_table = 1;
@@ -311,6 +333,8 @@ static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
     if (b->threads > p->max_threads) p->max_threads = b->threads;
     if (len >= top) break;
   }
+  if (p->split_keys)   /* deterministic mode: the splits of the longest row, whatever the buckets say */
+    p->max_splits = fd_row_splits(0, 0, p->split_keys, p->shape.kv_len, p->shape.kv_len);
   p->rec = p->buckets[0].plain->state_floats;
   return FD_OK;
 }
@@ -330,6 +354,7 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->shape = *shape;
   p->G = shape->n_q_heads / shape->n_kv_heads;
   p->forced_splits = opts->splits;
+  p->split_keys = ctx->deterministic ? det_split_keys(shape) : 0;
   const char *merge = getenv("FD_MERGE");
   p->merge_in_pass = merge && !strcmp(merge, "pass");
   p->max_splits = p->max_threads = 1;

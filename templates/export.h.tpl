@@ -385,7 +385,8 @@ static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scrat
   J->row_splits = (int *)(base + m.splits);
   for (int b = 0; b < s->batch; b++) J->len[b] = fdt_row_len(s, a, b);
   fd_order_rows(s->batch, J->len, J->order);
-  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, J->order, J->S, 0, J->row_splits, J->items);
+  /* no forced splits; split_keys 0: this header has no deterministic mode (its rows are per length bucket) */
+  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, J->order, J->S, 0, 0, J->row_splits, J->items);
   return FDT_OK;
 }
 

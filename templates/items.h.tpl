@@ -34,29 +34,40 @@ static inline int64_t fd_order_rows(int batch, const int64_t *len, int *order) {
   return len[order[0]];
 }
 
-/* Splits of a row of len keys: forced ones (nonzero) for every row, else the
-   bucket's splits scaled by len / longest, rounded up, at least 1, so that
-   every item costs about the same. */
-static inline int fd_row_splits(int splits, int forced, int64_t len, int64_t longest) {
-  int S = forced ? forced : (int)((splits * len + longest - 1) / longest);
+/* Splits of a row of len keys. Deterministic mode (split_keys K > 0): one
+   per K keys, ceil(len / K), whatever the other rows and the threads. Else
+   forced ones (nonzero) for every row, else the bucket's splits scaled by
+   len / longest, rounded up, at least 1, so that every item costs about the same. */
+static inline int fd_row_splits(int splits, int forced, int64_t split_keys, int64_t len, int64_t longest) {
+  int S = split_keys ? (int)((len + split_keys - 1) / split_keys)
+          : forced ? forced : (int)((splits * len + longest - 1) / longest);
   return S < 1 ? 1 : S;
 }
 
+/* First key of split sp (0..S) of a row of len keys cut in S: sp K with
+   split_keys K > 0 (deterministic mode: fixed boundaries), else len sp / S;
+   len for sp = S, so split sp covers [begin(sp), begin(sp + 1)). */
+static inline int64_t fd_split_begin(int64_t len, int S, int64_t split_keys, int sp) {
+  if (sp >= S) return len;
+  return split_keys ? split_keys * sp : len * sp / S;
+}
+
 /* Lay out the items: rows in order (longest first), then kv heads, then
-   splits; split sp of a row of len keys cut in S covers [len*sp/S,
-   len*(sp+1)/S). Sets row_splits[b]; returns the number of items. */
+   splits (fd_row_splits, fd_split_begin; split_keys 0 outside deterministic
+   mode). Sets row_splits[b]; returns the number of items. */
 static inline int fd_layout_items(int batch, int n_kv_heads, const int64_t *len, const int *order, int splits,
-                                  int forced, int *row_splits, fd_item *items) {
+                                  int forced, int64_t split_keys, int *row_splits, fd_item *items) {
   int64_t longest = len[order[0]];
   int n = 0;
   for (int r = 0; r < batch; r++) {
-    int b = order[r], S = fd_row_splits(splits, forced, len[b], longest);
+    int b = order[r], S = fd_row_splits(splits, forced, split_keys, len[b], longest);
     row_splits[b] = S;
     for (int j = 0; j < n_kv_heads; j++)
       for (int sp = 0; sp < S; sp++) {
         fd_item *it = &items[n++];
         it->b = b; it->j = j; it->s = sp;
-        it->begin = len[b] * sp / S; it->end = len[b] * (sp + 1) / S;
+        it->begin = fd_split_begin(len[b], S, split_keys, sp);
+        it->end = fd_split_begin(len[b], S, split_keys, sp + 1);
       }
   }
   return n;

@@ -35,17 +35,19 @@ suite "benchmark's vanilla baseline vs a double loop" "$B/check_vanilla"
 suite "bad input, tuned tables, lifetime, concurrency, 64-bit indexing" "$B/test_errors"
 suite "tuned tables refused whole, upper bounds" "$B/test_tables"
 suite "concurrency, destroy races, cc fallback, kernel-cache bound" "$B/test_concurrency"
+suite "process-wide kernel store: second context compiles nothing, spare bound" "$B/test_jit"
 suite "test_concurrency under ThreadSanitizer" env TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$B/tsan/test_concurrency"
 suite "fd_merge_states vs attention over the union, in double" "$B/test_merge"
 suite "context-parallel decode over MPI, np 1-4" env B="$B" bash tests/test_mpi.sh
 suite "NaN/Inf in q, K, V, mask vs double reference (each ISA, splits 1/4/64, tcc and cc), check_inputs" "$B/test_nonfinite"
+suite "deterministic mode: same bits for threads 1-7, batches, repeats, tcc and cc; default within f32 rounding" "$B/test_determinism"
 suite "tuner, tuned table, exported header (gcc -O2, tcc) vs JIT" bash tests/test_tune.sh
 suite "LuaJIT require \"flashdecode\" vs double reference, from a temp dir" env FD_LIB="$PWD/$B/libflashdecode.so" luajit tests/luajit_module.lua
 suite "Python module vs numpy float64 reference" env FD_LIB="$B/libflashdecode.so" PYTHONPATH=python /usr/bin/python3 tests/test_python.py
 suite "install, pkg-config, exported symbols, uninstall" bash tests/test_install.sh
 suite "libFuzzer: table loader, key codec, fd_kernel_source (4 s each, ASan + UBSan)" bash tests/fuzz/run.sh "$B/fuzz" "${FUZZ_SHORT_S:-4}"
 export FD_TEST_CACHE_DIR="$B/san/cache"
-for t in test_kernels test_api test_errors test_merge test_tables test_concurrency test_nonfinite; do
+for t in test_kernels test_api test_errors test_merge test_tables test_concurrency test_nonfinite test_determinism; do
   suite "$t under AddressSanitizer + UndefinedBehaviorSanitizer" "$B/san/$t"
 done
 

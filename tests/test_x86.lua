@@ -398,4 +398,8 @@ T.eq(x86.line("vzeroupper"), ".byte 0xc5,0xf8,0x77", "line")
 T.eq(x86.line("vfmadd231ps", "zmm0{k1}", "zmm1", { base = "rdi", index = "rcx", scale = 4, disp = 64, bcst = true }),
      ".byte 0x62,0xf2,0x75,0x59,0xb8,0x44,0x8f,0x10", "documented example")
 
+local lt_line, lt_text = x86.line_text("vaddps", "zmm1", "zmm2", "zmm3")
+T.eq(lt_line, x86.line("vaddps", "zmm1", "zmm2", "zmm3"), "line_text line")
+T.eq(lt_text, x86.text("vaddps", "zmm1", "zmm2", "zmm3"), "line_text text")
+
 T.done()

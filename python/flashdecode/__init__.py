@@ -185,14 +185,15 @@ class Context:
     """A library context: threads, compiler backend, kernel cache, tuned table.
 
     Context(threads=0, backend="tcc"|"cc", table=None, cache_dir=None, isa_limit="auto"|"c"|"avx2"|"avx512",
-    max_kernels=0, check_inputs=False); threads=0 means all online cores, max_kernels=0 an unbounded kernel
-    cache, check_inputs=True refuses non-finite inputs in run(). close() (or the end of a with block, or
-    garbage collection) ends it; plans made from it keep it referenced, and
+    max_kernels=0, check_inputs=False, deterministic=False); threads=0 means all online cores, max_kernels=0 an
+    unbounded kernel cache, check_inputs=True refuses non-finite inputs in run(), deterministic=True gives
+    batch-invariant results (a row's bits independent of the threads and the other rows; fd_config.deterministic).
+    close() (or the end of a with block, or garbage collection) ends it; plans made from it keep it referenced, and
     running one after close() raises DestroyedError.
     """
 
     def __init__(self, threads=0, backend="tcc", table=None, cache_dir=None, isa_limit="auto", max_kernels=0,
-                 check_inputs=False):
+                 check_inputs=False, deterministic=False):
         self._ptr = None
         self._lib = _library()
         self._lock = threading.Lock()
@@ -200,7 +201,8 @@ class Context:
         cfg = L.Config(threads=_c_int("threads", threads), backend=_choice("backend", backend, _BACKENDS),
                        table=self._strings[0], cache_dir=self._strings[1],
                        isa_limit=_choice("isa_limit", isa_limit, _ISAS),
-                       max_kernels=_c_int("max_kernels", max_kernels), check_inputs=1 if check_inputs else 0)
+                       max_kernels=_c_int("max_kernels", max_kernels), check_inputs=1 if check_inputs else 0,
+                       deterministic=1 if deterministic else 0)
         ptr = self._lib.fd_create(ctypes.byref(cfg))
         if not ptr:
             raw = self._lib.fd_errmsg(None)

@@ -35,6 +35,7 @@ MASK_MODE_NAMES, LAYOUT_NAMES, ISA_NAMES = _facts.MASK_MODE_NAMES, _facts.LAYOUT
 # Upper bounds (#define in flashdecode.h; the library refuses values above them).
 FD_MAX_THREADS = 1024
 FD_MAX_SPLIT_ITEMS = 16384
+FD_DETERMINISTIC_SPLIT_KEYS = 4096   # fd_config.deterministic: keys per split
 
 # The integer constants by C name (the test checks each value against the header).
 CONSTANTS = {name: value for name, value in globals().items()
@@ -47,7 +48,7 @@ _int, _i64, _ptr, _str = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c
 class Config(ctypes.Structure):
     _fields_ = [("threads", _int), ("backend", _int), ("table", _str),
                 ("cache_dir", _str), ("isa_limit", _int), ("max_kernels", _int),
-                ("check_inputs", _int)]
+                ("check_inputs", _int), ("deterministic", _int)]
 
 
 # struct fd_shape: the problem a plan serves.

@@ -6,6 +6,7 @@
    times planning, JIT and fd_run over a shape set; `machine` names this
    machine. Usage errors exit 2, failures 1. */
 #include "flashdecode.h"
+#include "kcache.h"
 #include "key.h"
 #include "luagen.h"
 #include "problem.h"
@@ -324,8 +325,9 @@ static double median(double *x, int n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* Time plan creation and fd_run of one shape at one length in a fresh context; one report row. */
-static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_opts *o) {
+/* Time plan creation and fd_run of one shape at one length in a fresh context; one report row.
+   *key_ms: the plan's milliseconds per kernel it compiled (-1: it compiled none). */
+static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_opts *o, double *key_ms) {
   fd_shape s = g->shape;
   s.kv_len = len;
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads });
@@ -334,12 +336,14 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   fd_plan_opts po = { o->chunk, o->tile, o->splits, o->threads, 0 };
   if (!ctx || fd_plan_create_opts(ctx, &s, &po, &plan)) {
     fprintf(rep, "| %s | %lld | failed: %s |\n", g->name, (long long)len, fd_errmsg(ctx));
+    *key_ms = -1;
     fd_destroy(ctx);
     return;
   }
   double plan_ms = now_ms() - t0;
   fd_plan_info info;
   fd_plan_info_get(plan, len, &info);
+  *key_ms = info.kernels_compiled ? plan_ms / info.kernels_compiled : -1;
   size_t esz = t_dtype_size(s.kv_dtype), nkv = (size_t)s.batch * s.n_kv_heads * (size_t)len * s.head_dim;
   size_t nq = (size_t)s.batch * s.n_q_heads * s.head_dim;
   void *k = malloc(nkv * esz), *v = malloc(nkv * esz), *q = malloc(nq * 4), *out = malloc(nq * 4);
@@ -364,6 +368,56 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   fd_destroy(ctx);
 }
 
+/* Sort x and write "median (q1-q3)" of its n values into buf. */
+static const char *quartiles(double *x, int n, char *buf, size_t len) {
+  if (n == 0) { snprintf(buf, len, "-"); return buf; }
+  double m = median(x, n);
+  snprintf(buf, len, "%.2f (%.2f-%.2f)", m, x[n / 4], x[3 * n / 4]);
+  return buf;
+}
+
+/* The JIT section of the report: per compiled key, cold-context plan time and
+   its breakdown (generator, compiler, source size) from the kernel store's
+   records, then a second context planning the first shape again. */
+static void bench_jit(FILE *rep, const double *key_ms, int n_rows, const fd_gen_shape *first, const run_opts *o) {
+  static fd_kcache_record r[512];
+  static double x[5][512];
+  double start_ms = 0;
+  int n = fd_kcache_records(r, 512, &start_ms), m = 0;
+  for (int i = 0; i < n_rows; i++) if (key_ms[i] >= 0) x[4][m++] = key_ms[i];
+  for (int i = 0; i < n; i++) {
+    x[0][i] = r[i].gen_ms + r[i].compile_ms; x[1][i] = r[i].gen_ms; x[2][i] = r[i].compile_ms;
+    x[3][i] = r[i].src_bytes / 1024.0;
+  }
+  size_t src = 0, bytes = 0;
+  int disk = 0;
+  for (int i = 0; i < n; i++) { src += r[i].src_bytes; bytes += r[i].byte_text; disk += r[i].from_disk; }
+  char b[5][64];
+  fprintf(rep, "\n## JIT per key (%d keys compiled, process-wide kernel store; %d sources read from the "
+               "cache directory, %s)\n\n"
+               "| per key | median (q1-q3) |\n|---|---|\n"
+               "| cold-context plan ms / compiled key (%d plans) | %s |\n| generate + compile ms | %s |\n"
+               "| generate ms (embedded Lua, or reading a kept source) | %s |\n| compile ms (tcc) | %s |\n"
+               "| source KB | %s |\n\n",
+          n, disk, getenv("FD_CACHE_DIR") ? "$FD_CACHE_DIR set" : "none kept: $FD_CACHE_DIR unset", m,
+          quartiles(x[4], m, b[4], 64), quartiles(x[0], n, b[0], 64), quartiles(x[1], n, b[1], 64),
+          quartiles(x[2], n, b[2], 64), quartiles(x[3], n, b[3], 64));
+  fprintf(rep, "`.byte` text: %.0f%% of the generated source. Starting the embedded generator "
+               "(once per process, inside the first key's time): %.2f ms.\n", src ? 100.0 * bytes / src : 0.0, start_ms);
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads });
+  fd_shape s = first->shape;
+  s.kv_len = first->kv_lens[0];
+  fd_plan *plan;
+  fd_plan_info info = { 0 };
+  double t0 = now_ms();
+  int ok = ctx && !fd_plan_create(ctx, &s, &plan);
+  double ms = now_ms() - t0;
+  if (ok) { fd_plan_info_get(plan, s.kv_len, &info); fd_plan_destroy(plan); }
+  fprintf(rep, "A second context planning %s kv_len %lld: %s, %d kernels compiled, %.2f ms.\n", first->name,
+          (long long)s.kv_len, ok ? "ok" : fd_errmsg(ctx), info.kernels_compiled, ms);
+  fd_destroy(ctx);
+}
+
 /* `fdgen bench`: plan time, JIT time per key and fd_run time over a shape set (warm cache). */
 static int cmd_bench(const command *c, const run_opts *o) {
   fd_gen_shape *sh;
@@ -378,11 +432,14 @@ static int cmd_bench(const command *c, const run_opts *o) {
           "see results/bench for bandwidth", o->threads, o->reps ? o->reps : 7);
   fprintf(rep, "| shape | kv_len | plan ms | kernels JIT | JIT ms/key | key | splits | fd_run ms | KV GB/s |\n"
                "|---|---|---|---|---|---|---|---|---|\n");
+  double key_ms[512];
+  int rows = 0;
   for (int i = 0; i < n; i++)
-    for (int j = 0; j < sh[i].n_lens; j++) {
+    for (int j = 0; j < sh[i].n_lens && rows < 512; j++) {
       if (rep != stdout) fprintf(stderr, "fdgen bench: %s kv_len %lld\n", sh[i].name, (long long)sh[i].kv_lens[j]);
-      bench_one(rep, &sh[i], sh[i].kv_lens[j], o);
+      bench_one(rep, &sh[i], sh[i].kv_lens[j], o, &key_ms[rows++]);
     }
+  if (n > 0) bench_jit(rep, key_ms, rows, &sh[0], o);
   if (rep != stdout) fclose(rep);
   free(sh);
   return 0;
