@@ -41,21 +41,12 @@ local function env_set(k)
   return s
 end
 
--- Shell output of a command, trimmed ("" on failure).
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>/dev/null")
-  local s = p and p:read("*a") or ""
-  if p then p:close() end
-  return (s:gsub("%s+$", ""))
-end
+local sh = machine.sh
 
 -- The run's identity: machine, commit (+ "-dirty"), date, library build.
 local function run_info()
   local m = machine.info()
-  local git = ("git -C '%s' "):format(root)
-  local commit = sh(git .. "rev-parse --short HEAD")
-  if commit == "" then commit = "unknown" end
-  if sh(git .. "status --porcelain --untracked-files=no") ~= "" then commit = commit .. "-dirty" end
+  local commit = machine.commit(root)
   local b = fd.build_info()
   return { load_start = sh("cat /proc/loadavg"), machine = m, commit = commit, date = os.date("!%Y-%m-%d %H:%M UTC"), build = b,
            threads = m.cores, quick = QUICK, name = m.slug .. (QUICK and "-quick" or ""),

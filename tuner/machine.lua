@@ -37,4 +37,21 @@ function M.tuned_table(slug)
   return nil
 end
 
+-- Shell output of a command, trimmed ("" on failure).
+function M.sh(cmd)
+  local p = io.popen(cmd .. " 2>/dev/null")
+  local s = p and p:read("*a") or ""
+  if p then p:close() end
+  return (s:gsub("%s+$", ""))
+end
+
+-- The commit of the tree at root, short, with "-dirty" when tracked files changed ("unknown" outside git).
+function M.commit(root)
+  local git = ("git -C '%s' "):format(root)
+  local commit = M.sh(git .. "rev-parse --short HEAD")
+  if commit == "" then return "unknown" end
+  if M.sh(git .. "status --porcelain --untracked-files=no") ~= "" then commit = commit .. "-dirty" end
+  return commit
+end
+
 return M

@@ -27,13 +27,7 @@ local CFG = {
   tol = 0.10,                  -- an output agrees when max |out - ref| <= tol * max |ref|
 }
 
--- Shell output of a command, trimmed ("" on failure).
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>/dev/null")
-  local s = p and p:read("*a") or ""
-  if p then p:close() end
-  return (s:gsub("%s+$", ""))
-end
+local sh = machine.sh
 
 -- Write a whole file (dies naming it on failure).
 local function write_file(path, text)
@@ -58,10 +52,7 @@ end
 -- Run identity: machine, commit, date, load, thread counts, peer, table.
 local function run_info()
   local m = machine.info()
-  local git = ("git -C '%s' "):format(root)
-  local commit = sh(git .. "rev-parse --short HEAD")
-  if commit == "" then commit = "unknown" end
-  if sh(git .. "status --porcelain --untracked-files=no") ~= "" then commit = commit .. "-dirty" end
+  local commit = machine.commit(root)
   local threads = (QUICK or m.cores == 1) and { m.cores } or { m.cores, 1 }
   return { machine = m, commit = commit, date = os.date("!%Y-%m-%d %H:%M UTC"), load_start = sh("cat /proc/loadavg"),
            threads = threads, name = m.slug .. (QUICK and "-quick" or ""), peer = peer_status(),

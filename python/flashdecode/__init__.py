@@ -181,7 +181,34 @@ def length_bucket(n):
     return _library().fd_length_bucket(_c_int("n", n, _INT64))
 
 
-class Context:
+class _Handle:
+    """A library object owned by Python: close() frees it once (also at the end of a with
+    block or at garbage collection); subclasses set _ptr and _lock and define _free(ptr)."""
+
+    def close(self):
+        """Free the object now; safe to call twice."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if self._ptr is not None:
+                self._free(self._ptr)
+                self._ptr = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Context(_Handle):
     """A library context: threads, compiler backend, kernel cache, tuned table.
 
     Context(threads=0, backend="tcc"|"cc", table=None, cache_dir=None, isa_limit="auto"|"c"|"avx2"|"avx512",
@@ -255,27 +282,8 @@ class Context:
                 raise _failure(self._lib, rc, self._ptr)
         return Plan(self, plan.value, shape)
 
-    def close(self):
-        """End the context now (its threads and kernels); safe to call twice."""
-        lock = getattr(self, "_lock", None)
-        if lock is None:
-            return
-        with lock:
-            if self._ptr is not None:
-                self._lib.fd_destroy(self._ptr)
-                self._ptr = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self, ptr):
+        self._lib.fd_destroy(ptr)
 
 
 # fd_plan_opts from an opts dict and keywords; TypeError for unknown or repeated names.
@@ -297,7 +305,7 @@ def _plan_opts(opts, options):
     return L.PlanOpts(**values)
 
 
-class Plan:
+class Plan(_Handle):
     """A planned shape; run() it every decode step. Made by Context.plan()."""
 
     def __init__(self, ctx, ptr, shape):
@@ -387,24 +395,5 @@ class Plan:
         d["key"], d["split_key"] = info.key.decode(), info.split_key.decode()
         return d
 
-    def close(self):
-        """Free the plan now; safe to call twice."""
-        lock = getattr(self, "_lock", None)
-        if lock is None:
-            return
-        with lock:
-            if self._ptr is not None:
-                self._lib.fd_plan_destroy(self._ptr)
-                self._ptr = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self, ptr):
+        self._lib.fd_plan_destroy(ptr)
