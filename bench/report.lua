@@ -275,6 +275,12 @@ function M.md(res, charts)
     add(roof)
     add("")
   end
+  if i.peers then
+    add("## Peers")
+    add("")
+    add(i.peers)
+    add("")
+  end
   add("## Read bandwidth")
   add("")
   add(md_table({ "when", "buffer", "from", "threads", "GB/s" }, bwrows))
@@ -335,8 +341,23 @@ local function write(path, text)
 end
 M.write_file = write
 
+-- The peers section: the summary of `make bench-peers`' report for this machine
+-- (results/peers/<slug>.md beside the bench report's folder), or nil when there is none.
+local function peers_section(out, slug)
+  local fh = io.open(("%s/../peers/%s.md"):format(out, slug), "rb")
+  if not fh then return nil end
+  local text = fh:read("*a")
+  fh:close()
+  local made = text:match("\n\n(`make bench%-peers`[^\n]-UTC)")
+  local summary = text:match("## Summary\n\n(.-)\n\n## ")
+  if not summary then return nil end
+  return ("From [../peers/%s.md](../peers/%s.md) (%s, a separate run), flashdecode against ggml's `flash_attn_ext` on the same buffers, interleaved:\n\n%s")
+    :format(slug, slug, made or "see the report for its commit", summary)
+end
+
 -- Write the TSV and the Markdown report; returns their paths.
 function M.write(res, cfg, charts)
+  res.info.peers = peers_section(cfg.out, res.info.machine.slug)
   local base = cfg.out .. "/" .. res.info.name
   return { write(base .. ".tsv", M.tsv(res)), write(base .. ".md", M.md(res, charts or {})) }
 end
