@@ -12,7 +12,7 @@
 static int isa_allowed(const fd_config *cfg) {
   int best = fd_cpu_max_isa();
   const char *env = getenv("FD_MAX_ISA");
-  if (env && *env >= '0' && *env <= '2' && !env[1] && *env - '0' < best) best = *env - '0';
+  if (env && *env >= '0' && *env < '0' + FD_ISA_COUNT && !env[1] && *env - '0' < best) best = *env - '0';
   if (cfg->isa_limit == FD_ISA_AUTO) return best;
   return cfg->isa_limit - 1 <= fd_cpu_max_isa() ? cfg->isa_limit - 1 : -1;
 }
@@ -76,7 +76,7 @@ fd_ctx *fd_create(const fd_config *cfg) {
     fd_fail(NULL, FD_EINVAL, "config.backend %d is unknown (FD_BACKEND_TCC or FD_BACKEND_CC)", (int)cfg->backend);
     return NULL;
   }
-  if (cfg->isa_limit < 0 || cfg->isa_limit > FD_ISA_AVX512) { fd_fail(NULL, FD_EINVAL, "config.isa_limit %d is unknown", cfg->isa_limit); return NULL; }
+  if (cfg->isa_limit < 0 || cfg->isa_limit > FD_ISA_COUNT) { fd_fail(NULL, FD_EINVAL, "config.isa_limit %d is unknown", cfg->isa_limit); return NULL; }
   if (cfg->deterministic != 0 && cfg->deterministic != 1) {
     fd_fail(NULL, FD_EINVAL, "config.deterministic %d is not 0 (default) or 1 (batch-invariant results)", cfg->deterministic);
     return NULL;

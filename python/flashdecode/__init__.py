@@ -94,10 +94,11 @@ _ERRORS = {cls.code: cls for cls in (InvalidArgumentError, OutOfMemoryError, Com
 
 # Names of the enum arguments and their C values.
 _BACKENDS = {"tcc": L.FD_BACKEND_TCC, "cc": L.FD_BACKEND_CC}
-_ISAS = {"auto": L.FD_ISA_AUTO, "c": L.FD_ISA_C, "avx2": L.FD_ISA_AVX2, "avx512": L.FD_ISA_AVX512}
-_ISA_DIGITS = ("c", "avx2", "avx512")
-_MASK_MODES = {"causal": L.FD_CAUSAL, "mask": L.FD_MASK, "full": L.FD_FULL}
-_LAYOUTS = {"bhsd": L.FD_BHSD, "bshd": L.FD_BSHD, "paged": L.FD_PAGED}
+# Names from the generated facts: an isa choice is its key digit plus one (0 = auto).
+_ISAS = {"auto": L.FD_ISA_AUTO, **{name: digit + 1 for digit, name in enumerate(L.ISA_NAMES)}}
+_ISA_DIGITS = L.ISA_NAMES
+_MASK_MODES = {name: value for value, name in enumerate(L.MASK_MODE_NAMES)}
+_LAYOUTS = {name: value for value, name in enumerate(L.LAYOUT_NAMES)}
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
 _OPTION_NAMES = tuple(name for name, _ in L.PlanOpts._fields_)
