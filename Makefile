@@ -95,17 +95,26 @@ $(B)/test_kernels: tests/test_kernels.c $(TEST_LIB) $(RT_OBJ) $(TEST_HDR)
 $(B)/test_%: tests/test_%.c $(TEST_LIB) $(INTERNAL_A) $(TEST_HDR)
 	$(CC) $(WARN) $(CFLAGS) $(INC) $(TEST_INC) $< $(TEST_LIB) $(INTERNAL_A) $(LIBS) -o $@
 
+# The library's objects compiled again, instrumented: $(eval $(call instrumented_lib,DIR,CC,WARN,FLAGS))
+# builds $(B)/DIR/*.o with CC and FLAGS (WARN for the library's own sources, not
+# the generated embedded.c) and lists them in DIR_OBJ. The ASan, TSan and fuzzing
+# builds (tests/tsan.mk, tests/fuzz/fuzz.mk) all use it.
+define instrumented_lib
+$(1)_OBJ := $(LIB_SRC:runtime/%.c=$(B)/$(1)/%.o) $(B)/$(1)/embedded.o
+$(B)/$(1)/%.o: runtime/%.c $(GENERATED) $(wildcard runtime/*.h)
+	@mkdir -p $(B)/$(1)
+	$(2) $(3) $(4) $(INC) -DFD_TCC_VERSION='"$(TCC_VER)"' -c $$< -o $$@
+$(B)/$(1)/embedded.o: $(B)/embedded.c runtime/embedded.h
+	@mkdir -p $(B)/$(1)
+	$(2) $(4) $(INC) -c $$< -o $$@
+endef
+
 # The library and its C tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-SAN_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/san/%.o) $(B)/san/embedded.o
+$(eval $(call instrumented_lib,san,$(CC),$(WARN),-O1 -g $(SAN)))
+SAN_OBJ  := $(san_OBJ)
 SAN_TESTS := $(B)/san/test_api $(B)/san/test_errors $(B)/san/test_kernels $(B)/san/test_merge $(B)/san/test_tables $(B)/san/test_concurrency $(B)/san/test_nonfinite $(B)/san/test_determinism
 sanitize: $(SAN_TESTS)
-$(B)/san/%.o: runtime/%.c $(GENERATED) $(wildcard runtime/*.h)
-	@mkdir -p $(B)/san
-	$(CC) $(WARN) -O1 -g $(SAN) $(INC) -DFD_TCC_VERSION='"$(TCC_VER)"' -c $< -o $@
-$(B)/san/embedded.o: $(B)/embedded.c runtime/embedded.h
-	@mkdir -p $(B)/san
-	$(CC) -O1 -g $(SAN) $(INC) -c $< -o $@
 $(B)/san/test_%: tests/test_%.c $(TEST_LIB) $(SAN_OBJ) $(TEST_HDR)
 	$(CC) $(WARN) -O1 -g $(SAN) $(INC) $(TEST_INC) $< $(TEST_LIB) $(SAN_OBJ) $(LIBS) -o $@
 

@@ -9,10 +9,11 @@ FUZZ_S       ?= 60
 FUZZ_SHORT_S ?= 4
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_LIBS    ?= $(LIBS)
-FUZZ_OBJ     := $(LIB_SRC:runtime/%.c=$(B)/fuzzobj/%.o) $(B)/fuzzobj/embedded.o
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 # The library's warnings as gcc checks them (-Werror there); clang's own extra ones are not fatal here.
 FUZZ_LIB_WARN := $(filter-out -Werror,$(WARN))
+$(eval $(call instrumented_lib,fuzzobj,$(FUZZ_CC),$(FUZZ_LIB_WARN),-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link))
+FUZZ_OBJ     := $(fuzzobj_OBJ)
 
 .PHONY: fuzz fuzz-short fuzz-build
 fuzz-build: $(FUZZ_TARGETS)
@@ -21,12 +22,6 @@ fuzz: fuzz-build
 fuzz-short: fuzz-build
 	bash tests/fuzz/run.sh $(B)/fuzz $(FUZZ_SHORT_S)
 
-$(B)/fuzzobj/%.o: runtime/%.c $(GENERATED) $(wildcard runtime/*.h)
-	@mkdir -p $(B)/fuzzobj
-	$(FUZZ_CC) $(FUZZ_LIB_WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link $(INC) -DFD_TCC_VERSION='"$(TCC_VER)"' -c $< -o $@
-$(B)/fuzzobj/embedded.o: $(B)/embedded.c runtime/embedded.h
-	@mkdir -p $(B)/fuzzobj
-	$(FUZZ_CC) -O1 -g $(FUZZ_SAN) $(INC) -c $< -o $@
 $(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJ)
 	@mkdir -p $(B)/fuzz
 	$(FUZZ_CC) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer $(INC) $< $(FUZZ_OBJ) $(FUZZ_LIBS) -o $@
