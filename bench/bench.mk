@@ -2,13 +2,15 @@
 # `make bench`: every shape of tuner/shapes/bench.lua (about 2.5 min on 2 cores: 149 s in the last report);
 # `QUICK=1 make bench`: a short run (about 40 s) writing results/bench/<machine>-quick.md;
 # `make bench-check`: the vanilla baseline against a double-precision loop.
+# `make bench-paged`: paged KV against dense with the same plan (bench/paged.lua, about 30 s);
+# `QUICK=1 make bench-paged`: the 16k row only, writing results/bench/paged-<machine>-quick.md.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
 FDB_SRC    := bench/bw.c bench/vanilla.c bench/util.c
 FDB_HDR    := bench/bw.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot
+.PHONY: bench bench-check bench-lib bench-plot bench-paged
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -28,8 +30,14 @@ FDB_PLOT_CMD = for f in $$(cat $(B)/bench/plots.list 2>/dev/null); do \
 	  echo "gnuplot $$f"; $(GNUPLOT) "$$f" || exit 1; done
 
 bench: lib $(B)/libfdbench.so
-	OMP_WAIT_POLICY=passive FDB_PLOT=0 FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/bench.lua
+	OMP_WAIT_POLICY=passive FDB_PLOT=0 FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so $(LUAJIT) tuner/bench.lua
 	@$(FDB_PLOT_CMD)
+	@$(MAKE) --no-print-directory B=$(B) bench-paged
+
+# Paged vs dense at the same length and plan: results/bench/paged-<machine>[-quick].{md,svg,png}.
+bench-paged: lib $(B)/libfdbench.so
+	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
+	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-paged" $(LUAJIT) bench/paged.lua
 
 # Re-render the charts of the last run.
 bench-plot:

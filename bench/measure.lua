@@ -90,8 +90,8 @@ end
 -- Element counts and byte sizes of a shape's buffers at capacity cap.
 local function sizes(s, cap)
   local ds = fd.DTYPE_SIZE
-  local sz = { nq = s.batch * s.n_q_heads * s.head_dim, nkv = s.batch * s.n_kv_heads * cap * s.head_dim,
-               nmask = s.batch * s.n_q_heads * cap }
+  local rows = s.batch * math.max(1, s.q_len or 0) * s.n_q_heads   -- query rows of every token
+  local sz = { nq = rows * s.head_dim, nkv = s.batch * s.n_kv_heads * cap * s.head_dim, nmask = rows * cap }
   sz.q = sz.nq * ds[fd.enum("dtype", s.q_dtype)]
   sz.kv = sz.nkv * ds[fd.enum("dtype", s.kv_dtype)]
   sz.out = sz.nq * ds[fd.enum("dtype", s.out_dtype)]

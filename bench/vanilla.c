@@ -97,6 +97,7 @@ int fdb_vanilla(const fd_shape *s, const fd_args *a, int threads, float *scores)
   if (s->q_dtype > FD_BF16 || s->kv_dtype > FD_BF16 || s->out_dtype > FD_BF16) return -1;
   if (s->layout > FD_BSHD || s->head_dim > MAX_D || s->head_dim < 1) return -1;
   if (s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads) return -1;
+  if (s->q_len > 1) return -1;                     /* one query token per row only */
   if (threads <= 0) threads = omp_get_max_threads();
   float scale = a->scale != 0 ? a->scale : 1.0f / sqrtf((float)s->head_dim);
   int nbh = s->batch * s->n_q_heads;

@@ -68,7 +68,8 @@ end
 -- C lines of the shape signature and the fit check (gen/facts.lua SIGNATURE, FIT_SAME).
 local function c_shape(out)
   out[#out + 1] = "/* Shape signature: fields in order, each prefix then an integer (names NULL) or a name. */"
-  out[#out + 1] = "typedef struct fd_sig_field { const char *prefix, *field; size_t offset; const char *const *names; int count; } fd_sig_field;"
+  out[#out + 1] = "/* omit: left out of the text when the value is at most omit (-1: never). */"
+  out[#out + 1] = "typedef struct fd_sig_field { const char *prefix, *field; size_t offset; const char *const *names; int count, omit; } fd_sig_field;"
   out[#out + 1] = ("#define FD_SIG_FIELDS %d"):format(#facts.SIGNATURE)
   out[#out + 1] = "static const fd_sig_field fd_sig_fields[FD_SIG_FIELDS] = {"
   local enums = { dtypes = "fd_dtype_names", mask_modes = "fd_mask_mode_names", layouts = "fd_layout_names" }
@@ -76,7 +77,7 @@ local function c_shape(out)
   for _, f in ipairs(facts.SIGNATURE) do
     local names, count = "NULL", "0"
     if f[3] then names, count = enums[f[3]], f.io and "FD_IO_DTYPE_COUNT" or counts[f[3]] end
-    out[#out + 1] = ('  { "%s", "%s", offsetof(fd_shape, %s), %s, %s },'):format(f[1], f[2], f[2], names, count)
+    out[#out + 1] = ('  { "%s", "%s", offsetof(fd_shape, %s), %s, %s, %d },'):format(f[1], f[2], f[2], names, count, f.omit or -1)
   end
   out[#out + 1] = "};"
   out[#out + 1] = "/* The fit check: key fields a tuned row's key must share with its shape. */"
@@ -89,6 +90,21 @@ local function c_shape(out)
   out[#out + 1] = "};"
   out[#out + 1] = '_Static_assert(sizeof(fd_dtype) == sizeof(int) && sizeof(fd_mask_mode) == sizeof(int) && '
     .. 'sizeof(fd_layout) == sizeof(int), "fd_shape enums are read as int");'
+  local at, size = facts.shape_layout()
+  out[#out + 1] = "/* fd_shape as gen/facts.lua SHAPE_FIELDS lays it out (the bindings' mirrors follow that list). */"
+  for _, f in ipairs(facts.SHAPE_FIELDS) do
+    out[#out + 1] = ('_Static_assert(offsetof(fd_shape, %s) == %d, "fd_shape.%s: gen/facts.lua SHAPE_FIELDS");'):format(
+      f[1], at[f[1]], f[1])
+  end
+  out[#out + 1] = ('_Static_assert(sizeof(fd_shape) == %d, "fd_shape: gen/facts.lua SHAPE_FIELDS lists every field");'):format(size)
+  out[#out + 1] = "enum { FD_SF_INT, FD_SF_I64, FD_SF_FLOAT, FD_SF_UNSIGNED };"
+  out[#out + 1] = "typedef struct fd_shape_field { const char *name; size_t offset; int kind; } fd_shape_field;"
+  out[#out + 1] = ("#define FD_SHAPE_FIELDS %d"):format(#facts.SHAPE_FIELDS)
+  out[#out + 1] = "static const fd_shape_field fd_shape_fields[FD_SHAPE_FIELDS] = {"
+  for _, f in ipairs(facts.SHAPE_FIELDS) do
+    out[#out + 1] = ('  { "%s", offsetof(fd_shape, %s), FD_SF_%s },'):format(f[1], f[1], f[2]:upper())
+  end
+  out[#out + 1] = "};"
 end
 
 -- C lines of the tuned-table format and the fd_asm_args layout check.
@@ -124,6 +140,8 @@ local function keydefs()
   out[#out + 1] = "#include <stddef.h>\n#include \"flashdecode.h\"\n/* The shared facts (gen/facts.lua). */"
   out[#out + 1] = ("#define FD_MAX_CHUNK %d\n#define FD_MAX_TILE %d\n#define FD_HEAD_DIM_MIN %d\n#define FD_HEAD_DIM_MAX %d"):format(
     facts.MAX_CHUNK, facts.MAX_TILE, facts.HEAD_DIM_MIN, facts.HEAD_DIM_MAX)
+  out[#out + 1] = ("#define FD_PAGE_SIZE_MIN %d\n#define FD_PAGE_SIZE_MAX %d\n#define FD_Q_LEN_MAX %d"):format(
+    facts.PAGE_SIZE_MIN, facts.PAGE_SIZE_MAX, facts.Q_LEN_MAX)
   out[#out + 1] = ("#define FD_H_CHUNK %d\n#define FD_H_CHUNK_SIMD %d"):format(facts.H_CHUNK, facts.H_CHUNK_SIMD)
   out[#out + 1] = ("#define FD_FLAG_SPLIT %d\n#define FD_FLAG_LSE %d\n#define FD_FLAG_RESERVED %d"):format(
     facts.FLAG_SPLIT, facts.FLAG_LSE, facts.FLAG_RESERVED)
@@ -149,6 +167,14 @@ local function keydefs()
   c_enum_asserts(out, facts.mask_modes)
   c_names(out, "fd_layout_names", "FD_LAYOUT_COUNT", facts.layouts, #facts.layouts)
   c_enum_asserts(out, facts.layouts)
+  out[#out + 1] = ("#define FD_FEATURE_COUNT %d"):format(#facts.features)
+  local fnames = {}
+  for _, f in ipairs(facts.features) do
+    out[#out + 1] = ('_Static_assert(%s == %d, "%s: gen/facts.lua");'):format(f.enum, f.bit, f.enum)
+    fnames[#fnames + 1] = ('"%s"'):format(f.enum)
+  end
+  out[#out + 1] = ("static const char *const fd_feature_names[FD_FEATURE_COUNT] = { %s };  /* bit i: 1 << i */"):format(
+    table.concat(fnames, ", "))
   c_isas(out)
   c_shape(out)
   c_table_and_asm(out)
@@ -175,7 +201,12 @@ local function python()
   for _, t in ipairs { { facts.dtypes, 0 }, { facts.mask_modes, 0 }, { facts.layouts, 0 }, { facts.isas, 1 } } do
     for i = 0, #t[1] do enums[#enums + 1] = ('    "%s": %d,'):format(t[1][i].enum, i + t[2]) end
   end
-  out[#out + 1] = "# The C enum constants of flashdecode.h these name (FD_ISA_* is the isa digit + 1)."
+  local sf = {}
+  for _, f in ipairs(facts.SHAPE_FIELDS) do sf[#sf + 1] = ('("%s", "%s")'):format(f[1], f[2]) end
+  out[#out + 1] = "# fd_shape's fields in order: (name, C kind: int, i64, float or unsigned)."
+  out[#out + 1] = ("SHAPE_FIELDS = (%s)"):format(table.concat(sf, ", "))
+  for _, f in ipairs(facts.features) do enums[#enums + 1] = ('    "%s": %d,'):format(f.enum, f.bit) end
+  out[#out + 1] = "# The C enum constants of flashdecode.h these name (FD_ISA_* is the isa digit + 1; features are bits)."
   out[#out + 1] = "ENUMS = {\n" .. table.concat(enums, "\n") .. "\n}"
   return table.concat(out, "\n") .. "\n"
 end

@@ -44,13 +44,34 @@ local function number(v, name, bad)
   return n
 end
 
+-- A decimal without sign or exponent ("0.912", "1") under 64 bytes (as
+-- runtime/table.c takes), as a number, or nil.
+local function decimal(v)
+  if #v >= 64 or not (v:match("^%d+$") or v:match("^%d+%.%d+$")) then return nil end
+  local n = tonumber(v)
+  return n and n < math.huge and n or nil
+end
+
+-- The ratio_ci field: "-" (the heuristic's own row) or "lo..hi", two
+-- decimals with 0 < lo <= hi; returns lo, hi (nil for "-") or bad(why).
+local function ratio_ci(v, bad)
+  if v == "-" then return nil end
+  local at = v:find("..", 1, true)
+  local lo, hi = at and decimal(v:sub(1, at - 1)), at and decimal(v:sub(at + 2))
+  if not lo or not hi or lo <= 0 or lo > hi then
+    bad(("field ratio_ci '%s' is not '-' or lo..hi (decimals, 0 < lo <= hi)"):format(v))
+  end
+  return lo, hi
+end
+
 -- Parse one row line; bad(why) raises naming the file and line.
 local function parse_row(line, bad)
   local f = fields_of(line)
   if #f ~= #facts.TABLE_COLUMNS then
     bad(("has %d fields, want %d (%s)"):format(#f, #facts.TABLE_COLUMNS, table.concat(facts.TABLE_COLUMNS, " ")))
   end
-  local r = { shape = f[1], key = f[3], median_text = f[6], gbps_text = f[7], heuristic_text = f[8], name = f[9] }
+  local r = { shape = f[1], key = f[3], median_text = f[6], gbps_text = f[7], heuristic_text = f[8], name = f[9],
+              ratio_ci = f[10] }
   r.s = M.parse_signature(f[1]) or bad(("field shape '%s' is not a shape signature"):format(f[1]))
   r.bucket = pos_int(f[2], "bucket", bad)
   local ok, dec = pcall(key.decode, f[3])
@@ -64,6 +85,7 @@ local function parse_row(line, bad)
   r.median_us, r.gbps = number(f[6], "median_us", bad), number(f[7], "gbps", bad)
   r.heuristic_us = number(f[8], "heuristic_us", bad)
   if r.name == "" then bad("field name is empty") end
+  r.ci_lo, r.ci_hi = ratio_ci(f[10], bad)
   return r
 end
 
@@ -200,6 +222,15 @@ function M.render(t, opts)
   return eng:render("export.h.tpl", {
     SOURCE = opts.source, IDENT = t.identity, ROWS = rows, DEFAULT = row_params(def),
     DEFAULT_KEY = def.key, DEFAULT_DESC = key.describe(def.key), KERNELS = kernels, INV_SQRT = inv_sqrt(all),
+    PAGE_SIZE_MIN = facts.PAGE_SIZE_MIN, PAGE_SIZE_MAX = facts.PAGE_SIZE_MAX, Q_LEN_MAX = facts.Q_LEN_MAX,
+    FEATURE_COUNT = #facts.features,
+    SHAPE_FIELDS = facts.SHAPE_FIELDS, SIGNATURE = facts.SIGNATURE, FIT_SAME = facts.FIT_SAME,
+    C_TYPE = { int = "int", i64 = "int64_t", float = "float", unsigned = "unsigned" },
+    row_fields = function(r)
+      local v = {}
+      for _, f in ipairs(facts.SIGNATURE) do v[#v + 1] = tostring(r.s[f[2]]) end
+      return table.concat(v, ", ")
+    end,
   }, "templates/"), #kernels
 end
 

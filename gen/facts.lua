@@ -26,7 +26,18 @@ M.mask_modes = {
 M.layouts = {
   [0] = { name = "bhsd", enum = "FD_BHSD" },
   { name = "bshd", enum = "FD_BSHD" },
-  { name = "paged", enum = "FD_PAGED", reserved = true },   -- refused by the generator and the planner
+  { name = "paged", enum = "FD_PAGED", paged = true },   -- pools [pool_pages, Hkv, page_size, D] + block table
+}
+
+-- fd_shape.features bits (docs/DESIGN.md "What serving engines need"), by
+-- bit value; supported: the library serves the bit (else FD_EUNSUPPORTED).
+M.features = {
+  { name = "alibi", enum = "FD_ALIBI", bit = 1 },
+  { name = "sink_logits", enum = "FD_SINK_LOGITS", bit = 2 },
+  { name = "new_kv", enum = "FD_NEW_KV", bit = 4 },
+  { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8 },
+  { name = "k_per_channel", enum = "FD_K_PER_CHANNEL", bit = 16 },
+  { name = "beams", enum = "FD_BEAMS", bit = 32 },
 }
 
 -- ISA capability records, by tiling-key isa digit (fd_plan_opts.isa - 1).
@@ -67,28 +78,34 @@ M.variants = { { name = "plain", flags = 0 }, { name = "lse", flags = 2 }, { nam
 M.MAX_CHUNK = 4096
 M.MAX_TILE = 99
 M.HEAD_DIM_MIN, M.HEAD_DIM_MAX = 1, 999
+-- Paged layout: page_size a power of two in this range (keys per pool page).
+M.PAGE_SIZE_MIN, M.PAGE_SIZE_MAX = 16, 1024
+-- Query tokens per row (fd_shape.q_len; 0 means 1).
+M.Q_LEN_MAX = 16
 -- The planner heuristic's keys per chunk: portable C, and the vector ISAs (the
 -- tuner picked 256-512 on most shapes); the exported header's default row
 -- takes the first.
 M.H_CHUNK, M.H_CHUNK_SIMD = 128, 256
 
 -- The tuned table: magic line, identity lines (name TAB value), columns.
-M.TABLE_MAGIC = "flashdecode tuned table 1"
+-- ratio_ci: the row's 95% interval of its median time ratio to the heuristic
+-- ("0.912..0.951", tuner/stats.lua), "-" for the heuristic's own configuration.
+M.TABLE_MAGIC = "flashdecode tuned table 2"
 M.TABLE_IDENTITY = { "library", "templates", "tcc", "cpu", "features" }
-M.TABLE_COLUMNS = { "shape", "bucket", "key", "splits", "threads", "median_us", "gbps", "heuristic_us", "name" }
+M.TABLE_COLUMNS = { "shape", "bucket", "key", "splits", "threads", "median_us", "gbps", "heuristic_us", "name",
+                    "ratio_ci" }
 
 -- The shape signature (tuned tables' shape column): fd_shape fields joined by
 -- '.', each its prefix then its value (an integer, or the name of its enum
--- value). runtime/plan.c (from fd_keydefs.h) and gen/export.lua read this.
+-- value); a field with `omit = v` is left out when its value is at most v
+-- (so q_len 0 and 1 write nothing). runtime/plan.c (from fd_keydefs.h) and
+-- gen/export.lua read this.
 M.SIGNATURE = {
   { "b", "batch" }, { "hq", "n_q_heads" }, { "hkv", "n_kv_heads" }, { "d", "head_dim" },
   { "q", "q_dtype", "dtypes", io = true }, { "kv", "kv_dtype", "dtypes" }, { "o", "out_dtype", "dtypes", io = true },
   { "", "mask_mode", "mask_modes" }, { "", "layout", "layouts" },
+  { "t", "q_len", omit = 1 },
 }
--- The fit check: a tuned row's key serves a shape when these key fields equal
--- the shape's, its flags are 0 (a row holds the plain key) and its group tile
--- divides the query heads per kv head. Its isa is no part of the fit.
-M.FIT_SAME = { "head_dim", "q_dtype", "kv_dtype", "out_dtype", "mask_mode", "layout" }
 
 -- The fd_asm_args struct of the SIMD asm statements (templates/simd_prelude.c.tpl
 -- writes it from this list; gen/simd.lua takes the offsets): C type, name,
@@ -158,12 +175,14 @@ function M.signature(s)
   local parts = {}
   for _, f in ipairs(M.SIGNATURE) do
     local v = s[f[2]]
+    if f.omit and (v or 0) <= f.omit then goto continue end
     if f[3] then
       local e = M[f[3]][v]
       if not e or (f.io and not e.io) then return nil end
       v = e.name
     end
     parts[#parts + 1] = f[1] .. v
+    ::continue::
   end
   return table.concat(parts, ".")
 end
@@ -173,13 +192,21 @@ end
 function M.parse_signature(sig)
   local s, i = {}, 1
   for n, f in ipairs(M.SIGNATURE) do
-    local sep = n < #M.SIGNATURE and "%." or ""
-    local text, rest = sig:match("^" .. f[1] .. "(%w+)" .. sep .. "()", i)
+    if n > 1 and f.omit and not sig:find("^%." .. f[1] .. "%w", i) then
+      s[f[2]] = 0
+      goto continue
+    end
+    if n > 1 then
+      if sig:sub(i, i) ~= "." then return nil end
+      i = i + 1
+    end
+    local text, rest = sig:match("^" .. f[1] .. "(%w+)()", i)
     if not text then return nil end
     if f[3] then s[f[2]] = M.value(M[f[3]], text)
     else s[f[2]] = #text <= 9 and text:match("^[1-9]%d*$") and tonumber(text) or nil end
     if s[f[2]] == nil then return nil end
     i = rest
+    ::continue::
   end
   if i ~= #sig + 1 or s.n_q_heads % s.n_kv_heads ~= 0 or s.head_dim > M.HEAD_DIM_MAX or M.signature(s) ~= sig then return nil end
   return s
@@ -197,5 +224,66 @@ function M.misfit(f, s)
   end
   return nil
 end
+
+-- fd_shape's fields in the order of runtime/flashdecode.h (gen/build.lua
+-- asserts each offset there): C kind (int, i64, float, unsigned; enums are
+-- int), and the enum table of an enum field. Bindings build their mirrors
+-- from this list; a new fd_shape field is one line here plus its line there.
+M.SHAPE_FIELDS = {
+  { "batch", "int" }, { "n_q_heads", "int" }, { "n_kv_heads", "int" }, { "head_dim", "int" },
+  { "kv_len", "i64" }, { "q_dtype", "int", "dtypes" }, { "kv_dtype", "int", "dtypes" },
+  { "out_dtype", "int", "dtypes" }, { "mask_mode", "int", "mask_modes" }, { "layout", "int", "layouts" },
+  { "page_size", "int" }, { "q_len", "int" }, { "pool_pages", "i64" }, { "window", "int" },
+  { "sink_tokens", "int" }, { "softcap", "float" }, { "features", "unsigned" },
+}
+M.C_KIND_SIZE = { int = 4, i64 = 8, float = 4, unsigned = 4 }
+
+-- The byte offset of each fd_shape field (natural alignment, x86-64 ABI) and the struct's size.
+function M.shape_layout()
+  local off, at, align = 0, {}, 1
+  for _, f in ipairs(M.SHAPE_FIELDS) do
+    local sz = M.C_KIND_SIZE[f[2]]
+    off = math.ceil(off / sz) * sz
+    at[f[1]] = off
+    off = off + sz
+    if sz > align then align = sz end
+  end
+  return at, math.ceil(off / align) * align
+end
+
+-- The tiling key's fields (docs/DESIGN.md "Tiling key"), least significant
+-- first: name, first digit, digits, range, value names (enums); required:
+-- no default (the others default to their least value). shape = true:
+-- the field is the fd_shape field of that name, copied into the key by the
+-- planner and compared by the fit check (FIT_SAME below); the others are the
+-- planner's choices. cname: the field's name in fd_kernel_desc when the
+-- name is a C++ keyword. gen/key.lua encodes and decodes with this table,
+-- gen/build.lua turns it into fd_keydefs.h, templates see each field as its
+-- upper-case name (gen/generate.lua), and fd_kernel_desc holds each one.
+M.KEY_FIELDS = {
+  { name = "layout",     pos = 0,  width = 1, min = 0, max = #M.layouts, names = M.names(M.layouts), shape = true },
+  { name = "q_dtype",    pos = 1,  width = 1, min = 0, max = M.io_dtype_max(), names = M.names(M.dtypes, M.io_dtype_max()),
+    shape = true },
+  { name = "kv_dtype",   pos = 2,  width = 1, min = 0, max = #M.dtypes, names = M.names(M.dtypes), shape = true },
+  { name = "out_dtype",  pos = 3,  width = 1, min = 0, max = M.io_dtype_max(), names = M.names(M.dtypes, M.io_dtype_max()),
+    shape = true },
+  { name = "mask_mode",  pos = 4,  width = 1, min = 0, max = #M.mask_modes, names = M.names(M.mask_modes), shape = true },
+  { name = "flags",      pos = 5,  width = 1, min = 0, max = M.FLAG_SPLIT + M.FLAG_LSE },
+  { name = "isa",        pos = 6,  width = 1, min = 0, max = #M.isas, names = M.names(M.isas) },
+  { name = "group_tile", pos = 7,  width = 2, min = 1, max = M.MAX_TILE },
+  { name = "head_dim",   pos = 9,  width = 3, min = M.HEAD_DIM_MIN, max = M.HEAD_DIM_MAX, shape = true, required = true },
+  { name = "chunk",      pos = 12, width = 4, min = 1, max = 9999, required = true },
+  { name = "template",   pos = 16, width = 1, min = 1, max = 1, cname = "template_id" },
+}
+-- Digits of a key: past the most significant field.
+M.KEY_DIGITS = 0
+for _, f in ipairs(M.KEY_FIELDS) do M.KEY_DIGITS = math.max(M.KEY_DIGITS, f.pos + f.width) end
+
+-- The fit check: a tuned row's key serves a shape when the key fields the
+-- shape fixes (shape = true above) equal the shape's, its flags are 0 (a row
+-- holds the plain key) and its group tile divides the query heads per kv
+-- head. Its isa is no part of the fit.
+M.FIT_SAME = {}
+for _, f in ipairs(M.KEY_FIELDS) do if f.shape then M.FIT_SAME[#M.FIT_SAME + 1] = f.name end end
 
 return M

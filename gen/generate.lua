@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 2          -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 4          -- bump when templates/abi.h.tpl changes
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes
@@ -97,6 +97,12 @@ local function add_simd(p)
   p.Q_SPLIT = simd.bf16_split(p.ISA, p)
   p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
   p.simd_scores = function() return simd.scores(p.ISA, p) end
+  -- paged kernels: the scores of a piece's last AHEAD_ROWS rows without the lookahead
+  p.AHEAD_ROWS = simd.ahead_rows(p.ISA, p)
+  p.simd_scores_tail = function()
+    local q = setmetatable({ NO_AHEAD = true }, { __index = p })
+    return simd.scores(p.ISA, q)
+  end
   p.simd_max = function() return simd.max(p.ISA, p) end
   p.simd_exp = function() return simd.exp(p.ISA, p) end
   p.simd_pv = function(blk) return simd.pv(p.ISA, p, blk) end
@@ -120,7 +126,8 @@ function M.params(k)
     QT = DT[f.q_dtype].storage, KVT = DT[f.kv_dtype].storage, OUTT = DT[f.out_dtype].storage,
     OUT_NAME = DT[f.out_dtype].name,
     MASK = f.mask_mode == 1, SPLIT = key.has_flag(f.flags, facts.FLAG_SPLIT), LSE = key.has_flag(f.flags, facts.FLAG_LSE),
-    STRIDE = f.layout == 0 and tostring(D) or "w->kv_stride",
+    PAGED = facts.layouts[f.layout].paged or false,
+    STRIDE = facts.layouts[f.layout].name == "bshd" and "w->kv_stride" or tostring(D),
     -- the bit-cast temporaries serve q conversion, and K/V loads of portable kernels
     NEED_BITS = not simd.vector(f.isa) and (DT[f.q_dtype].bits or DT[f.kv_dtype].bits) or false,
     NEED_HU = not simd.vector(f.isa) and (DT[f.q_dtype].hu or DT[f.kv_dtype].hu) or false,
@@ -129,7 +136,25 @@ function M.params(k)
     -- softmax weights: e^(s - m) * 2^-P_SHIFT, zero below P_MIN_X (see gen/simd.lua)
     P_SHIFT = simd.P_SHIFT, P_MIN_X = simd.P_MIN_X, P_BIAS = 127 - simd.P_SHIFT,
   }
+  -- every key field as its upper-case name too (a new field reaches the
+  -- templates without a line here), and all of them for the descriptor
+  for _, kf in ipairs(facts.KEY_FIELDS) do
+    local name = kf.name:upper()
+    if p[name] == nil then p[name] = f[kf.name] end
+  end
+  p.KEY_FIELDS, p.FIELDS = facts.KEY_FIELDS, f
   if simd.vector(f.isa) then add_simd(p) end
+  -- C expressions of K/V row idx from base (kbase or vbase) and of its scale in
+  -- arr (w->k_scale or w->v_scale): dense rows are kvs apart; a paged row sits
+  -- in page pages[idx >> page_shift] at slot idx & pmask (templates/abi.h.tpl).
+  p.row = function(base, idx)
+    if not p.PAGED then return ("%s + (%s) * kvs"):format(base, idx) end
+    return ("%s + (fd_i64)pages[(%s) >> w->page_shift] * w->page_stride + ((%s) & pmask) * kvs"):format(base, idx, idx)
+  end
+  p.srow = function(arr, idx)
+    if not p.PAGED then return ("%s[(%s) * w->scale_stride]"):format(arr, idx) end
+    return ("%s[(fd_i64)pages[(%s) >> w->page_shift] * w->scale_page_stride + ((%s) & pmask)]"):format(arr, idx, idx)
+  end
   -- Index expression of element j of the current head_dim block.
   p.dix = function(j) return DB < D and ("d + " .. j) or tostring(j) end
   p.acc_list = function(t)
@@ -174,7 +199,7 @@ function M.params(k)
   end
   p.p_decls = function()
     local a, vs = {}, ""
-    if DT[f.kv_dtype].quant then a[1] = ", vsc = w->v_scale[(c + i) * w->scale_stride]"; vs = " * vsc" end
+    if DT[f.kv_dtype].quant then a[1] = ", vsc = " .. p.srow("w->v_scale", "c + i"); vs = " * vsc" end
     for t = 0, T - 1 do a[#a + 1] = (", p%d = sc[%d + i]%s"):format(t, t * f.chunk, vs) end
     return table.concat(a)
   end
@@ -208,7 +233,7 @@ function M.new(opts)
   end
   -- The kernel ABI header alone (for the runtime's build).
   function g.abi_header()
-    return eng:render("abi.h.tpl", { ABI_VERSION = M.ABI_VERSION }, "templates/")
+    return eng:render("abi.h.tpl", { ABI_VERSION = M.ABI_VERSION, KEY_FIELDS = facts.KEY_FIELDS }, "templates/")
   end
   return g
 end

@@ -3,34 +3,23 @@
 -- whose numbers are doubles; Lua 5.4 integers are accepted on input too.
 local M = {}
 
--- The field table: the single source of the key layout. gen/build.lua keydefs
--- turns it into build/fd_keydefs.h, so the C runtime never restates it. Enum
--- names and ranges come from gen/facts.lua.
+-- The field table and the key's length are gen/facts.lua's (KEY_FIELDS,
+-- KEY_DIGITS): gen/build.lua keydefs turns them into build/fd_keydefs.h, so
+-- the C runtime never restates them.
 local facts = require("facts")
 local F = facts
-M.fields = {
-  { name = "layout",     pos = 0,  width = 1, min = 0, max = #F.layouts, names = F.names(F.layouts) },
-  { name = "q_dtype",    pos = 1,  width = 1, min = 0, max = F.io_dtype_max(), names = F.names(F.dtypes, F.io_dtype_max()) },
-  { name = "kv_dtype",   pos = 2,  width = 1, min = 0, max = #F.dtypes, names = F.names(F.dtypes) },
-  { name = "out_dtype",  pos = 3,  width = 1, min = 0, max = F.io_dtype_max(), names = F.names(F.dtypes, F.io_dtype_max()) },
-  { name = "mask_mode",  pos = 4,  width = 1, min = 0, max = #F.mask_modes, names = F.names(F.mask_modes) },
-  { name = "flags",      pos = 5,  width = 1, min = 0, max = F.FLAG_SPLIT + F.FLAG_LSE },
-  { name = "isa",        pos = 6,  width = 1, min = 0, max = #F.isas, names = F.names(F.isas) },
-  { name = "group_tile", pos = 7,  width = 2, min = 1, max = F.MAX_TILE },
-  { name = "head_dim",   pos = 9,  width = 3, min = F.HEAD_DIM_MIN, max = F.HEAD_DIM_MAX },
-  { name = "chunk",      pos = 12, width = 4, min = 1, max = 9999 },
-  { name = "template",   pos = 16, width = 1, min = 1, max = 1 },
-}
-M.DIGITS = 17
+M.fields = F.KEY_FIELDS
+M.DIGITS = F.KEY_DIGITS
 M.FLAG_SPLIT, M.FLAG_LSE = F.FLAG_SPLIT, F.FLAG_LSE
 
 local by_name = {}
 for _, f in ipairs(M.fields) do by_name[f.name] = f end
 M.by_name = by_name
 
--- Defaults for fields a caller may omit when encoding.
-M.defaults = { layout = 0, q_dtype = 0, kv_dtype = 0, out_dtype = 0, mask_mode = 0,
-               flags = 0, isa = 0, group_tile = 1, template = 1 }
+-- Defaults for fields a caller may omit when encoding: the least value of
+-- every field but the required ones (head_dim and chunk).
+M.defaults = {}
+for _, f in ipairs(M.fields) do if not f.required then M.defaults[f.name] = f.min end end
 
 -- Turn a symbolic or numeric field value into an integer, or raise naming the field.
 local function field_value(f, v)

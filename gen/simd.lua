@@ -396,9 +396,11 @@ local function scores_direct(isa, p, R)
   row_pointers(b, R)
   if pf then
     for _ = 1, R do prefetch_row(b, p, "r14") end
+    -- (NO_AHEAD: the variant paged kernels call on the last AHEAD rows of a
+    -- page piece, whose rows ahead would be another page's or head's)
     local ahead = 1
     while ahead * R < M.K_ROWS_AHEAD do ahead = ahead * 2 end
-    prefetch_group_ahead(b, p, R, ahead)
+    if not p.NO_AHEAD then prefetch_group_ahead(b, p, R, ahead) end
   end
   for c = 0, NCH - 1 do
     if q_in_regs then
@@ -431,6 +433,17 @@ local function scores_direct(isa, p, R)
   b.gp("pop %r15")
   restore_regs(b)
   return M.statement(b)
+end
+
+-- Rows the direct scores kernel prefetches ahead of the current group (0:
+-- it prefetches none): its lookahead, M.K_ROWS_AHEAD rounded up to whole
+-- groups (a power of two of them).
+function M.ahead_rows(isa, p)
+  local R = not M.head_lanes(isa, p) and M.direct_rows(isa, p)
+  if not R or R > 5 or p.T < M.PREFETCH_MIN_TILE then return 0 end
+  local ahead = 1
+  while ahead * R < M.K_ROWS_AHEAD do ahead = ahead * 2 end
+  return ahead * R
 end
 
 -- Whether a tile is a head-lane tile: AVX-512 with T = 16 (one zmm of heads).
@@ -802,6 +815,7 @@ for _, name in ipairs { "scores", "max", "exp", "pv", "qload", "store_out", "sca
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
+                             tostring(p.NO_AHEAD),
                              blk and blk[1] or "", blk and blk[2] or "" }, ":")
     if not memo[k] then
       if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end

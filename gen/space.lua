@@ -37,6 +37,13 @@ function M.check_shape(s, where)
     local ok, err = pcall(key.encode, { head_dim = 1, chunk = 1, [f] = s[f] })
     if not ok then bad(f, err:gsub("^key: field %S+: ", "")) end
   end
+  if s.layout == "paged" or s.layout == facts.value(facts.layouts, "paged") then
+    local ps, pow = s.page_size, facts.PAGE_SIZE_MIN
+    while type(ps) == "number" and pow < ps do pow = pow * 2 end
+    if ps ~= pow or ps > facts.PAGE_SIZE_MAX then
+      bad("page_size", ("the paged layout needs a power of two %d..%d"):format(facts.PAGE_SIZE_MIN, facts.PAGE_SIZE_MAX))
+    end
+  end
 end
 
 -- Load a shape set file (a Lua chunk returning a list of shapes).

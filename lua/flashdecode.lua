@@ -362,21 +362,19 @@ function M.destroy(ctx)
   M.load().fd_destroy(ffi.gc(ctx, nil))
 end
 
--- fd_shape fields with their defaults (nil: required or derived in make_shape);
--- enums by kind: the shape signature's fields (gen/facts.lua), kv_len, page_size.
+-- fd_shape fields (gen/facts.lua SHAPE_FIELDS) with their defaults (nil:
+-- required or derived in make_shape); enum fields take value names.
 local ENUM_KIND = { dtypes = "dtype", mask_modes = "mask_mode", layouts = "layout" }
-local NO_DEFAULT = set { "n_q_heads", "n_kv_heads", "head_dim", "kv_dtype", "out_dtype" }
-local SHAPE_INTS, SHAPE_ENUMS, shape_names = {}, {}, {}
-for _, f in ipairs(facts.SIGNATURE) do
+local NO_DEFAULT = set { "n_q_heads", "n_kv_heads", "head_dim", "kv_len", "kv_dtype", "out_dtype" }
+local SHAPE_INTS, SHAPE_ENUMS, SHAPE_FLOATS, shape_names = {}, {}, {}, {}
+for _, f in ipairs(facts.SHAPE_FIELDS) do
   local default = nil
-  if not NO_DEFAULT[f[2]] then default = f[3] and facts[f[3]][0].name or (f[2] == "batch" and 1 or 0) end
-  if f[3] then SHAPE_ENUMS[#SHAPE_ENUMS + 1] = { f[2], ENUM_KIND[f[3]], default }
-  else SHAPE_INTS[#SHAPE_INTS + 1] = { f[2], default } end
-  shape_names[#shape_names + 1] = f[2]
+  if not NO_DEFAULT[f[1]] then default = f[3] and facts[f[3]][0].name or (f[1] == "batch" and 1 or 0) end
+  if f[3] then SHAPE_ENUMS[#SHAPE_ENUMS + 1] = { f[1], ENUM_KIND[f[3]], default }
+  elseif f[2] == "float" then SHAPE_FLOATS[#SHAPE_FLOATS + 1] = f[1]
+  else SHAPE_INTS[#SHAPE_INTS + 1] = { f[1], default } end
+  shape_names[#shape_names + 1] = f[1]
 end
-SHAPE_INTS[#SHAPE_INTS + 1] = { "kv_len" }
-SHAPE_INTS[#SHAPE_INTS + 1] = { "page_size", 0 }
-shape_names[#shape_names + 1], shape_names[#shape_names + 2] = "kv_len", "page_size"
 M.SHAPE_FIELDS = set(shape_names)
 
 -- An fd_shape from a table with fd_shape's field names (other keys ignored),
@@ -396,6 +394,11 @@ local function make_shape(t)
     local x, err = enum_value(f[2], v, f[1])
     if not x then return nil, err end
     s[f[1]] = x
+  end
+  for _, f in ipairs(SHAPE_FLOATS) do
+    local v = t[f] or 0
+    if type(v) ~= "number" then return nil, ("flashdecode: %s: expected a number, got %s"):format(f, type(v)) end
+    s[f] = v
   end
   return s
 end
@@ -730,15 +733,15 @@ end
 
 -- Per fd_args pointer field: the element type it holds (a shape field or a
 -- fixed name) and its element count for numeric shape s.
-local function q_count(s) return s.batch * s.n_q_heads * s.head_dim end
+local function q_count(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads * s.head_dim end
 local function kv_count(s) return s.batch * s.n_kv_heads * s.kv_len * s.head_dim end
 local ARG_FIELDS = {
   q = { "q_dtype", q_count }, out = { "out_dtype", q_count },
   k = { "kv_dtype", kv_count }, v = { "kv_dtype", kv_count },
-  mask = { "f32", function(s) return s.batch * s.n_q_heads * s.kv_len end },
+  mask = { "f32", function(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads * s.kv_len end },
   k_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end },
   v_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end },
-  lse = { "f32", function(s) return s.batch * s.n_q_heads end },
+  lse = { "f32", function(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads end },
   cur_pos = { "i32", function(s) return s.batch end },
   block_table = { "i32", nil },
 }

@@ -7,6 +7,7 @@
    noise, see README). It never plans or compiles. */
 #include "internal.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct run_state {
@@ -17,6 +18,21 @@ typedef struct run_state {
   atomic_int next;
   atomic_int bad;                  /* check_inputs: the lowest item holding a refused value */
 } run_state;
+
+/* The paged layout's block table: every entry of a page holding a valid key
+   of its row in 0..pool_pages - 1 (templates/items.h.tpl). */
+static int check_block_table(const fd_plan *p, const fd_args *a) {
+  const fd_shape *s = &p->shape;
+  if (!a->block_table) return fd_fail(p->ctx, FD_EINVAL, "args.block_table is NULL but the shape's layout is FD_PAGED");
+  int b;
+  int64_t i;
+  if (!fd_bad_page(a->block_table, s->batch, s->mask_mode == FD_CAUSAL, a->cur_pos, s->kv_len, s->page_size,
+                   s->pool_pages, &b, &i))
+    return FD_OK;
+  return fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1)", b,
+                 (long long)i, (int)a->block_table[b * fd_table_pages(s->kv_len, s->page_size) + i],
+                 (long long)s->pool_pages - 1);
+}
 
 /* Check the arguments before anything is written; FD_OK or an error naming the field. */
 static int check_args(const fd_plan *p, const fd_args *a) {
@@ -32,13 +48,14 @@ static int check_args(const fd_plan *p, const fd_args *a) {
     return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but kv_dtype %s needs per-row scales",
                    a->k_scale ? "v_scale" : "k_scale", s->kv_dtype == FD_I8 ? "int8" : "fp8");
   if (!isfinite(a->scale)) return fd_fail(ctx, FD_EINVAL, "args.scale is not finite");
-  if (s->mask_mode != FD_CAUSAL) return FD_OK;
-  if (!a->cur_pos) return fd_fail(ctx, FD_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FD_CAUSAL");
-  for (int b = 0; b < s->batch; b++)
-    if (a->cur_pos[b] < 0 || a->cur_pos[b] >= s->kv_len)
-      return fd_fail(ctx, FD_EINVAL, "args.cur_pos[%d] is %d, outside 0..%lld (kv_len - 1)", b, (int)a->cur_pos[b],
-                     (long long)s->kv_len - 1);
-  return FD_OK;
+  if (s->mask_mode == FD_CAUSAL) {
+    if (!a->cur_pos) return fd_fail(ctx, FD_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FD_CAUSAL");
+    for (int b = 0; b < s->batch; b++)
+      if (a->cur_pos[b] < p->q_len - 1 || a->cur_pos[b] >= s->kv_len)
+        return fd_fail(ctx, FD_EINVAL, "args.cur_pos[%d] is %d, outside %d..%lld (q_len - 1 .. kv_len - 1)", b,
+                       (int)a->cur_pos[b], p->q_len - 1, (long long)s->kv_len - 1);
+  }
+  return s->layout == FD_PAGED ? check_block_table(p, a) : FD_OK;
 }
 
 /* Row lengths, rows by descending length and the bucket of the longest
@@ -68,20 +85,13 @@ static int layout_items(fd_plan *p, const fd_bucket *bk) {
 /* Fill the parts of a kernel call that depend only on (b, j). */
 static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work *w) {
   const fd_shape *s = &p->shape;
-  size_t kvsz = fd_dtype_size(s->kv_dtype), D = (size_t)s->head_dim;
-  size_t h0 = (size_t)b * s->n_q_heads + (size_t)j * p->G;
-  int64_t row0 = s->layout == FD_BHSD ? ((int64_t)b * s->n_kv_heads + j) * s->kv_len
-                                      : (int64_t)b * s->kv_len * s->n_kv_heads + j;
+  size_t D = (size_t)s->head_dim;
+  size_t h0 = fd_token_rows(s->n_q_heads, p->G, p->q_len, s->head_dim, s->kv_len, b, j, p->row_len[b], w);
   w->q = (const char *)a->q + h0 * D * fd_dtype_size(s->q_dtype);
-  w->k = (const char *)a->k + (size_t)row0 * D * kvsz;
-  w->v = (const char *)a->v + (size_t)row0 * D * kvsz;
-  w->kv_stride = s->layout == FD_BHSD ? (int64_t)D : (int64_t)s->n_kv_heads * (int64_t)D;
-  w->scale_stride = s->layout == FD_BHSD ? 1 : s->n_kv_heads;
-  w->k_scale = a->k_scale ? a->k_scale + row0 : NULL;
-  w->v_scale = a->v_scale ? a->v_scale + row0 : NULL;
+  fd_kv_geometry g = { s->layout, s->n_kv_heads, s->head_dim, s->page_size, s->kv_len, fd_dtype_size(s->kv_dtype) };
+  fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
   w->mask = a->mask ? a->mask + h0 * (size_t)s->kv_len : NULL;
   w->mask_stride = s->kv_len;
-  w->n_heads = p->G;
   w->scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)s->head_dim));
   w->out = (char *)a->out + h0 * D * fd_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : NULL;
@@ -90,8 +100,8 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
 /* Merge the partials of (b, j) into out and lse. */
 static void merge_row(const fd_plan *p, const fd_bucket *bk, int b, int j, const fd_work *w) {
   size_t row = (size_t)b * p->shape.n_kv_heads + j;
-  fd_merge_partials(bk->split, fd_partial(p->partials, row, p->max_splits, 0, p->G, p->rec), p->row_splits[b], p->G,
-                    p->rec, w->out, w->lse);
+  fd_merge_partials(bk->split, fd_partial(p->partials, row, p->max_splits, 0, p->heads, p->rec), p->row_splits[b],
+                    p->rec, w);
 }
 
 /* Run one work item on thread tid. */
@@ -105,8 +115,8 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
   w.qbuf = scratch;
   size_t row = (size_t)it->b * p->shape.n_kv_heads + it->j;
   int S = p->row_splits[it->b];
-  w.state = S == 1 ? scratch + ((size_t)p->G * p->shape.head_dim + 15) / 16 * 16
-                   : fd_partial(p->partials, row, p->max_splits, it->s, p->G, p->rec);
+  w.state = S == 1 ? scratch + ((size_t)p->heads * p->shape.head_dim + 15) / 16 * 16
+                   : fd_partial(p->partials, row, p->max_splits, it->s, p->heads, p->rec);
   fd_item_kernel(bk->plain, bk->with_lse, bk->split, S, rs->a->lse != NULL)->run(&w);
   if (S > 1 && !p->merge_in_pass && atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
     merge_row(p, bk, it->b, it->j, &w);
@@ -207,8 +217,29 @@ static const char *bad_name(int dtype, const void *p, int64_t i) {
   return u & NONFINITE[t].sign ? "-Inf" : "+Inf";
 }
 
-/* rows x len elements of one input for one (b, kv head), rows stride elements apart. */
-typedef struct in_rows { const void *base; int dtype; int64_t rows, len, stride; } in_rows;
+/* rows x len elements of one input for one (b, kv head), rows stride elements
+   apart, in blocks of page_rows rows (0: one block) page_stride elements
+   apart: row i is row i % page_rows of block pages[i / page_rows] (paged
+   K/V), or of block i / page_rows (pages NULL: q and mask rows in tokens). */
+typedef struct in_rows {
+  const void *base; int dtype; int64_t rows, len, stride;
+  const int32_t *pages; int64_t page_rows, page_stride;
+} in_rows;
+
+/* The address of row i of r. */
+static const char *row_at(const in_rows *r, int64_t i) {
+  int64_t e = i * r->stride;
+  if (r->page_rows)
+    e = (r->pages ? r->pages[i / r->page_rows] : i / r->page_rows) * r->page_stride + i % r->page_rows * r->stride;
+  return (const char *)r->base + (size_t)e * in_size(r->dtype);
+}
+
+/* How many rows from row i on lie contiguously (one scan): to the end of the page or of the rows. */
+static int64_t contiguous_rows(const in_rows *r, int64_t i) {
+  if (r->stride != r->len) return 1;
+  int64_t left = r->rows - i, in_page = r->page_rows ? r->page_rows - i % r->page_rows : left;
+  return in_page < left ? in_page : left;
+}
 
 /* The inputs in the order they are checked and reported, and how their elements are named. */
 enum { IN_Q, IN_K, IN_KSCALE, IN_V, IN_VSCALE, IN_MASK, IN_COUNT };
@@ -219,22 +250,23 @@ static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_r
   const fd_shape *s = &p->shape;
   int64_t D = s->head_dim;
   int quant = s->kv_dtype >= FD_I8;
+  int64_t ps = s->layout == FD_PAGED ? s->page_size : 0;
   switch (t) {
-  case IN_Q: *r = (in_rows){ w->q, s->q_dtype, p->G, D, D }; return 1;
-  case IN_K: *r = (in_rows){ w->k, s->kv_dtype, n, D, w->kv_stride }; return 1;
-  case IN_V: *r = (in_rows){ w->v, s->kv_dtype, n, D, w->kv_stride }; return 1;
-  case IN_KSCALE: *r = (in_rows){ w->k_scale, FD_F32, n, 1, w->scale_stride }; return quant;
-  case IN_VSCALE: *r = (in_rows){ w->v_scale, FD_F32, n, 1, w->scale_stride }; return quant;
-  default: *r = (in_rows){ w->mask, MASK_DTYPE, p->G, n, w->mask_stride }; return s->mask_mode == FD_MASK;
+  case IN_Q: *r = (in_rows){ w->q, s->q_dtype, p->heads, D, D, NULL, p->G, w->tok_stride }; return 1;
+  case IN_K: *r = (in_rows){ w->k, s->kv_dtype, n, D, w->kv_stride, w->pages, ps, w->page_stride }; return 1;
+  case IN_V: *r = (in_rows){ w->v, s->kv_dtype, n, D, w->kv_stride, w->pages, ps, w->page_stride }; return 1;
+  case IN_KSCALE: *r = (in_rows){ w->k_scale, FD_F32, n, 1, w->scale_stride, w->pages, ps, w->scale_page_stride }; return quant;
+  case IN_VSCALE: *r = (in_rows){ w->v_scale, FD_F32, n, 1, w->scale_stride, w->pages, ps, w->scale_page_stride }; return quant;
+  default: *r = (in_rows){ w->mask, MASK_DTYPE, p->heads, n, w->mask_stride, NULL, p->G, w->mask_tok_stride };
+    return s->mask_mode == FD_MASK;
   }
 }
 
 /* The first refused element of r: its row and column; 0 when there is none. */
 static int scan_rows(const in_rows *r, int64_t *row, int64_t *col) {
-  size_t size = in_size(r->dtype);
-  int64_t whole = r->stride == r->len ? r->rows : 1;     /* contiguous rows: one scan */
-  for (int64_t i = 0; i < r->rows; i += whole) {
-    int64_t k = first_bad(r->dtype, (const char *)r->base + (size_t)(i * r->stride) * size, whole * r->len);
+  for (int64_t i = 0, whole; i < r->rows; i += whole) {
+    whole = contiguous_rows(r, i);
+    int64_t k = first_bad(r->dtype, row_at(r, i), whole * r->len);
     if (k >= 0) { *row = i + k / r->len; *col = k % r->len; return 1; }
   }
   return 0;
@@ -242,11 +274,13 @@ static int scan_rows(const in_rows *r, int64_t *row, int64_t *col) {
 
 /* Refuse the element (row, col) of input t of (b, j), naming it. */
 static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64_t row, int64_t col) {
-  const char *what = bad_name(r->dtype, (const char *)r->base + (size_t)(row * r->stride) * in_size(r->dtype), col);
-  long long h = (long long)j * p->G + row;
-  if (t == IN_Q) return fd_fail(p->ctx, FD_EINVAL, "args.q[b=%d, head=%lld, d=%lld] is %s", b, h, (long long)col, what);
+  const char *what = bad_name(r->dtype, row_at(r, row), col);
+  long long h = (long long)j * p->G + row % p->G;
+  char tok[32] = "";
+  if (p->q_len > 1) snprintf(tok, sizeof tok, "token=%lld, ", (long long)(row / p->G));
+  if (t == IN_Q) return fd_fail(p->ctx, FD_EINVAL, "args.q[b=%d, %shead=%lld, d=%lld] is %s", b, tok, h, (long long)col, what);
   if (t == IN_MASK)
-    return fd_fail(p->ctx, FD_EINVAL, "args.mask[b=%d, head=%lld, key=%lld] is %s", b, h, (long long)col, what);
+    return fd_fail(p->ctx, FD_EINVAL, "args.mask[b=%d, %shead=%lld, key=%lld] is %s", b, tok, h, (long long)col, what);
   if (t == IN_KSCALE || t == IN_VSCALE)
     return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld] is %s", IN_NAME[t], b, j, (long long)row, what);
   return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld, d=%lld] is %s", IN_NAME[t], b, j,

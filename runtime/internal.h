@@ -47,6 +47,8 @@ struct fd_plan {
   fd_ctx *ctx;
   fd_shape shape;
   int G, rec, n_buckets, forced_splits, max_splits, max_threads;
+  int q_len;                       /* query tokens per row (shape.q_len, at least 1) */
+  int heads;                       /* query rows per kernel call: G x q_len */
   int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */
   int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];

@@ -116,24 +116,27 @@ void fd_gen_free(fd_gen *g) {
   free(g);
 }
 
-/* Integer field k of the table on top of the stack (0 when absent). */
-static int64_t int_field(lua_State *L, const char *k) {
-  lua_getfield(L, -1, k);
-  int64_t v = (int64_t)lua_tonumber(L, -1);
+/* Set fd_shape field f of s from the table on top of the stack (0 when absent). */
+static void shape_field(lua_State *L, const fd_shape_field *f, fd_shape *s) {
+  char *at = (char *)s + f->offset;
+  lua_getfield(L, -1, f->name);
+  double x = lua_tonumber(L, -1);
   lua_pop(L, 1);
-  return v;
+  if (f->kind == FD_SF_I64) *(int64_t *)at = (int64_t)x;
+  else if (f->kind == FD_SF_FLOAT) *(float *)at = (float)x;
+  else if (f->kind == FD_SF_UNSIGNED) *(unsigned *)at = (unsigned)x;
+  else *(int *)at = (int)x;
 }
 
-/* Copy the numeric shape on top of the stack into e: the fields of the shape
-   signature (fd_sig_fields, from gen/facts.lua), lse and the kv_len list. */
+/* Copy the numeric shape on top of the stack into e: every fd_shape field
+   (fd_shape_fields, from gen/facts.lua), lse and the kv_len list. */
 static void read_shape(lua_State *L, fd_gen_shape *e) {
   memset(e, 0, sizeof *e);
   lua_getfield(L, -1, "name");
   snprintf(e->name, sizeof e->name, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
   lua_pop(L, 1);
   fd_shape *s = &e->shape;
-  for (int i = 0; i < FD_SIG_FIELDS; i++)     /* fd_shape's enums are int-sized (fd_keydefs.h asserts it) */
-    *(int *)((char *)s + fd_sig_fields[i].offset) = (int)int_field(L, fd_sig_fields[i].field);
+  for (int i = 0; i < FD_SHAPE_FIELDS; i++) shape_field(L, &fd_shape_fields[i], s);
   lua_getfield(L, -1, "lse");
   e->lse = lua_toboolean(L, -1);
   lua_pop(L, 1);

@@ -37,6 +37,7 @@ int fd_shape_signature(const fd_shape *s, char *buf, size_t size) {
   for (int i = 0; i < FD_SIG_FIELDS; i++) {
     const fd_sig_field *f = &fd_sig_fields[i];
     int v = *sig_value(s, f), w;
+    if (v <= f->omit) continue;
     if (f->names && (v < 0 || v >= f->count)) return -1;
     if (f->names) w = snprintf(buf + n, size - n, "%s%s%s", i ? "." : "", f->prefix, f->names[v]);
     else w = snprintf(buf + n, size - n, "%s%s%d", i ? "." : "", f->prefix, v);
@@ -70,6 +71,7 @@ int fd_shape_parse(const char *sig, fd_shape *s) {
   for (int i = 0; i < FD_SIG_FIELDS; i++) {
     const fd_sig_field *f = &fd_sig_fields[i];
     size_t pl = strlen(f->prefix);
+    if (i && f->omit >= 0 && (p[0] != '.' || strncmp(p + 1, f->prefix, pl))) continue;   /* left out: 0 */
     if ((i && *p++ != '.') || strncmp(p, f->prefix, pl)) return -1;
     p += pl;
     if (sig_read(f, &p, sig_value(s, f))) return -1;
@@ -88,6 +90,41 @@ int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, ch
   v[FD_KF_FLAGS] = flags; v[FD_KF_ISA] = isa; v[FD_KF_GROUP_TILE] = tile;
   v[FD_KF_CHUNK] = chunk; v[FD_KF_TEMPLATE] = 1;
   return fd_key_encode(v, key, err, errlen);
+}
+
+/* The paged layout's fields: page_size a power of two in range, pool_pages >= 1. */
+static int check_paged(const fd_ctx *ctx, const fd_shape *s) {
+  if (s->layout != FD_PAGED) return FD_OK;
+  int ps = s->page_size;
+  if (ps < FD_PAGE_SIZE_MIN || ps > FD_PAGE_SIZE_MAX || (ps & (ps - 1)))
+    return fd_fail(ctx, FD_EINVAL, "shape.page_size is %d; the paged layout needs a power of two %d..%d", ps,
+                   FD_PAGE_SIZE_MIN, FD_PAGE_SIZE_MAX);
+  if (s->pool_pages < 1)
+    return fd_fail(ctx, FD_EINVAL, "shape.pool_pages is %lld; the paged layout needs at least 1", (long long)s->pool_pages);
+  if (s->pool_pages > INT32_MAX)
+    return fd_fail(ctx, FD_EINVAL, "shape.pool_pages is %lld; block-table entries are int32 (at most %d pages)",
+                   (long long)s->pool_pages, INT32_MAX);
+  return FD_OK;
+}
+
+/* The appended fields this build does not serve yet: bad values FD_EINVAL, set ones FD_EUNSUPPORTED. */
+static int check_features(const fd_ctx *ctx, const fd_shape *s) {
+  if (s->q_len < 0 || s->q_len > FD_Q_LEN_MAX)
+    return fd_fail(ctx, FD_EINVAL, "shape.q_len is %d; it must be 0..%d (0 and 1: one query token)", s->q_len, FD_Q_LEN_MAX);
+  if (s->window < 0) return fd_fail(ctx, FD_EINVAL, "shape.window is %d; it must be at least 0", s->window);
+  if (s->sink_tokens < 0) return fd_fail(ctx, FD_EINVAL, "shape.sink_tokens is %d; it must be at least 0", s->sink_tokens);
+  if (!(s->softcap >= 0) || isinf(s->softcap))
+    return fd_fail(ctx, FD_EINVAL, "shape.softcap is %g; it must be finite and at least 0", (double)s->softcap);
+  if (s->features >> FD_FEATURE_COUNT)
+    return fd_fail(ctx, FD_EINVAL, "shape.features 0x%x has unknown bits (known: 0x%x)", s->features,
+                   (1u << FD_FEATURE_COUNT) - 1);
+  if (s->window) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.window %d: sliding windows are not supported by this build yet", s->window);
+  if (s->sink_tokens) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.sink_tokens %d: sink tokens are not supported by this build yet", s->sink_tokens);
+  if (s->softcap) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.softcap %g: softcap is not supported by this build yet", (double)s->softcap);
+  for (int i = 0; i < FD_FEATURE_COUNT; i++)
+    if (s->features & (1u << i))
+      return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets %s, which this build does not support yet", fd_feature_names[i]);
+  return FD_OK;
 }
 
 /* Check every field of a shape; FD_OK or an error naming the field. */
@@ -117,12 +154,15 @@ static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
       return fd_fail(ctx, FD_EINVAL, "shape.%s %d is unknown (one of %s)", f->field, v, list);
     }
   }
-  if (s->layout == FD_PAGED) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.layout FD_PAGED is not supported by this build yet");
+  int rc = check_paged(ctx, s);
+  if (rc == FD_OK) rc = check_features(ctx, s);
+  if (rc != FD_OK) return rc;
   if (s->mask_mode == FD_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
     return fd_fail(ctx, FD_EINVAL, "shape.kv_len %lld is too large for int32 cur_pos positions", (long long)s->kv_len);
   /* every element index (and the mask's) must fit int64 and every byte count size_t */
   double elems = (double)s->batch * s->n_kv_heads * (double)s->kv_len * s->head_dim;
-  double mask = (double)s->batch * s->n_q_heads * (double)s->kv_len;
+  if (s->layout == FD_PAGED) elems = (double)s->pool_pages * s->n_kv_heads * (double)s->page_size * s->head_dim;
+  double mask = (double)s->batch * (s->q_len > 1 ? s->q_len : 1) * s->n_q_heads * (double)s->kv_len;
   if (elems * 4 > 9.0e18 || mask * 4 > 9.0e18)
     return fd_fail(ctx, FD_EINVAL, "shape.kv_len %lld is too large: the cache would have more than 2^63 bytes", (long long)s->kv_len);
   return FD_OK;
@@ -294,8 +334,8 @@ static int alloc_scratch(fd_plan *p) {
   const fd_shape *s = &p->shape;
   size_t rows = (size_t)s->batch * s->n_kv_heads;
   /* 64-byte aligned, in whole multiples of 16 floats, so SIMD kernels touch whole cache lines */
-  p->thread_scratch_floats = ((size_t)p->G * s->head_dim + 15) / 16 * 16 + (size_t)p->G * p->rec;
-  p->partials = aligned_floats(rows * p->max_splits * p->G * p->rec);
+  p->thread_scratch_floats = ((size_t)p->heads * s->head_dim + 15) / 16 * 16 + (size_t)p->heads * p->rec;
+  p->partials = aligned_floats(rows * p->max_splits * p->heads * p->rec);
   p->thread_scratch = aligned_floats(p->thread_scratch_floats * p->max_threads);
   p->remaining = malloc(sizeof(atomic_int) * rows);
   p->row_splits = malloc(sizeof(int) * s->batch);
@@ -353,6 +393,8 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->ctx = ctx;
   p->shape = *shape;
   p->G = shape->n_q_heads / shape->n_kv_heads;
+  p->q_len = shape->q_len > 1 ? shape->q_len : 1;
+  p->heads = p->G * p->q_len;
   p->forced_splits = opts->splits;
   p->split_keys = ctx->deterministic ? det_split_keys(shape) : 0;
   const char *merge = getenv("FD_MERGE");

@@ -1,15 +1,15 @@
 /* Tuned table reader. Format (tab-separated; magic, identity names and columns
    from gen/facts.lua through fd_keydefs.h, shared with gen/export.lua):
-     flashdecode tuned table 1
+     flashdecode tuned table 2
      library <v> / templates <hash> / tcc <v> / cpu <model> / features <list>
-     columns shape bucket key splits threads median_us gbps heuristic_us name
+     columns shape bucket key splits threads median_us gbps heuristic_us name ratio_ci
      <one row per shape and bucket>
      end <number of rows>
    All or nothing (FFTW's rule): any difference in the header, a NUL byte, a
    malformed row (a shape that is not a signature, a bucket that is not a power
    of two, a key that does not decode or does not fit its row's shape, splits,
    threads or chunk outside what the planner takes, a name empty or too long
-   for fd_table_row.name), two rows for one shape and bucket, a
+   for fd_table_row.name, a ratio_ci that is not "-" or "lo..hi"), two rows for one shape and bucket, a
    missing or wrong end line or any byte after it refuses the whole table, and
    the note names the line and why. */
 #include "table.h"
@@ -18,6 +18,7 @@
 #include "jit.h"
 #include "luagen.h"
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,31 @@ static long long max_splits(const fd_shape *s, int64_t bucket) {
   return most < bucket ? most : bucket;
 }
 
+/* A decimal without sign or exponent ("0.912", "1") in [p, end); 0 and its value, or -1. */
+static int parse_decimal(const char *p, const char *end, double *out) {
+  size_t n = (size_t)(end - p), a = strspn(p, "0123456789");
+  if (a == 0 || a > n) return -1;
+  if (a < n && (p[a] != '.' || a + 1 == n || a + 1 + strspn(p + a + 1, "0123456789") != n)) return -1;
+  char buf[64];
+  if (n >= sizeof buf) return -1;
+  memcpy(buf, p, n);
+  buf[n] = 0;
+  *out = strtod(buf, NULL);
+  return *out < HUGE_VAL ? 0 : -1;
+}
+
+/* The ratio_ci field (the row's interval against the heuristic, tuner/stats.lua):
+   "-" or "lo..hi", two decimals with 0 < lo <= hi; 0, or -1 with why. */
+static int check_ratio_ci(const char *v, char *why, size_t n) {
+  const char *dots = strstr(v, "..");
+  double lo, hi;
+  if (!strcmp(v, "-") ||
+      (dots && !parse_decimal(v, dots, &lo) && !parse_decimal(dots + 2, v + strlen(v), &hi) && lo > 0 && lo <= hi))
+    return 0;
+  snprintf(why, n, "ratio_ci '%.40s' is not '-' or lo..hi (decimals, 0 < lo <= hi)", v);
+  return -1;
+}
+
 /* Parse one row; 0 or -1 with the reason in why. */
 static int parse_row(char *line, fd_table_row *r, char *why, size_t n) {
   char *f[FD_TABLE_NCOLS];
@@ -198,7 +224,7 @@ static int parse_row(char *line, fd_table_row *r, char *why, size_t n) {
              k > FD_TABLE_NCOLS ? FD_TABLE_NCOLS : k, FD_TABLE_NCOLS);
     return -1;
   }
-  _Static_assert(FD_TABLE_NCOLS == 9, "parse_row reads the 9 columns of gen/facts.lua TABLE_COLUMNS");
+  _Static_assert(FD_TABLE_NCOLS == 10, "parse_row reads the 10 columns of gen/facts.lua TABLE_COLUMNS");
   memset(r, 0, sizeof *r);
   fd_shape s;
   if (strlen(f[0]) >= sizeof r->shape || fd_shape_parse(f[0], &s)) {
@@ -231,7 +257,7 @@ static int parse_row(char *line, fd_table_row *r, char *why, size_t n) {
     return -1;
   }
   memcpy(r->name, f[8], namelen + 1);
-  return 0;
+  return check_ratio_ci(f[9], why, n);
 }
 
 /* The end line "end\t<n>" at line: it counts t's rows and nothing follows it. */

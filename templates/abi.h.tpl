@@ -27,6 +27,20 @@ typedef struct fd_work {
   float *state;             /* n_heads records of state_floats floats */
   void *out;                /* n_heads output rows (kernels without the split flag) */
   float *lse;               /* n_heads floats or 0 (kernels with the lse flag) */
+  /* Paged layout (key layout digit 2) only; 0 otherwise. k, v, k_scale and
+     v_scale then point at this kv head's rows in pool page 0, and key i sits
+     in page pages[i >> page_shift] at slot i & (2^page_shift - 1). */
+  const int *pages;         /* this batch row's block table */
+  fd_i64 page_stride;       /* elements from one pool page to the next (n_kv_heads x page_size x head_dim) */
+  fd_i64 scale_page_stride; /* int8/fp8 scales from one pool page to the next (n_kv_heads x page_size) */
+  int page_shift;           /* log2(page_size) */
+  /* Query tokens (fd_shape.q_len; 1 when it is 0 or 1): the n_heads query
+     rows are q_len tokens of tok_heads rows each, token-major; token t's
+     rows of q and out start t * tok_stride elements after token 0's, its
+     lse t * lse_tok_stride, its mask rows t * mask_tok_stride. Causal:
+     token t sees the keys below tok_end0 + t. */
+  int q_len, tok_heads;
+  fd_i64 tok_stride, lse_tok_stride, mask_tok_stride, tok_end0;
 } fd_work;
 
 /* Merge of split partials: split s, head g is the record at
@@ -35,15 +49,19 @@ typedef struct fd_merge_args {
   const float *part;
   fd_i64 split_stride;
   int n_splits, n_heads;
-  void *out;                /* n_heads output rows */
+  void *out;                /* n_heads output rows, in tokens of tok_heads (fd_work) */
   float *lse;               /* n_heads floats or 0 */
+  int tok_heads;
+  fd_i64 tok_stride, lse_tok_stride;
 } fd_merge_args;
 
 /* What the generator knows about a kernel, so no consumer re-parses its key. */
 typedef struct fd_kernel_desc {
   const char *key;          /* the decimal tiling key, also the symbol fd_k<key> */
-  int template_id, chunk, head_dim, group_tile, isa, flags;
-  int mask_mode, out_dtype, kv_dtype, q_dtype, layout;
+  /* the key's fields (gen/facts.lua KEY_FIELDS), least significant first */
+@ for _, f in ipairs(KEY_FIELDS) do
+  int $(f.cname or f.name);
+@ end
   int state_floats;         /* floats per head in a state record (acc, m, l, padding) */
   int abi_version;
   void (*run)(const fd_work *w);

@@ -7,6 +7,14 @@ void fd_k$(KEY)(const fd_work *w) {
   const $(KVT) *vbase = (const $(KVT) *)w->v;
   const fd_i64 kvs = $(STRIDE);
   const fd_i64 end = w->end;
+@ if PAGED then
+  /* paged layout: key i in page pages[i >> page_shift], slot i & pmask */
+  const int *pages = w->pages;
+  const fd_i64 pmask = ((fd_i64)1 << w->page_shift) - 1;
+@   if ISA > 0 then
+  fd_i64 po, pm;
+@   end
+@ end
   const int nh = w->n_heads;
   float *qbuf = w->qbuf, *state = w->state;
   const float ninf = fd_ninf();
@@ -27,10 +35,14 @@ void fd_k$(KEY)(const fd_work *w) {
   fd_u32 hu;
 @ end
   fd_i64 c, n;
-@ if not HL or MASK then
+@ if not HL or MASK or MASK_MODE == 0 then
   fd_i64 i;
 @ end
+  const int th = w->tok_heads;
   int h, d, tp;
+@ if ISA > 0 and not HL then
+  int tk;
+@ end
   /* q in f32, pre-scaled; state records start empty (m = -inf, l = 0). */
 @ if ISA > 0 then
   {
@@ -41,7 +53,7 @@ void fd_k$(KEY)(const fd_work *w) {
 @   if HL then
     /* head-lane tiles: q columns, qbuf[tile][d][t] = q[tile * T + t][d] */
     for (tp = 0; tp < nh; tp += $(T)) {
-      aa.src = (const $(QT) *)w->q + (fd_i64)tp * $(D);
+      aa.src = (const $(QT) *)w->q + (fd_i64)(tp / th) * w->tok_stride + (fd_i64)(tp % th) * $(D);
       aa.ptr = stage;
       aa.n = $(T * D);
 $(simd_qload())
@@ -49,10 +61,12 @@ $(simd_qload())
         for (d = 0; d < $(D); d++) qbuf[tp * $(D) + d * $(T) + h] = stage[h * $(D) + d];
     }
 @   else
-    aa.src = w->q;
-    aa.ptr = qbuf;
-    aa.n = (fd_i64)nh * $(D);
+    for (tk = 0; tk < w->q_len; tk++) {
+      aa.src = (const $(QT) *)w->q + tk * w->tok_stride;
+      aa.ptr = qbuf + (fd_i64)tk * th * $(D);
+      aa.n = (fd_i64)th * $(D);
 $(simd_qload())
+    }
 @     if Q_SPLIT then
     /* bf16 K is read as even and odd elements of 64-byte pairs: q alike */
     for (h = 0; h < nh; h++)
@@ -70,11 +84,13 @@ $(simd_qload())
   }
 @ else
   {
-    const $(QT) *q = (const $(QT) *)w->q;
-    for (h = 0; h < nh * $(D); h++) {
-      float x;
-      $(load(Q_DTYPE, "x", "q[h]"))
-      qbuf[h] = x * w->scale;
+    for (h = 0; h < nh; h++) {
+      const $(QT) *q = (const $(QT) *)w->q + (fd_i64)(h / th) * w->tok_stride + (fd_i64)(h % th) * $(D);
+      for (d = 0; d < $(D); d++) {
+        float x;
+        $(load(Q_DTYPE, "x", "q[d]"))
+        qbuf[h * $(D) + d] = x * w->scale;
+      }
     }
   }
 @ end
@@ -93,7 +109,8 @@ $(simd_qload())
 @   end
       float *FD_RESTRICT st$(t) = state + (fd_i64)(tp + $(t)) * $(REC);
 @   if MASK then
-      const float *mrow$(t) = w->mask + (fd_i64)(tp + $(t)) * w->mask_stride + c;
+      const float *mrow$(t) = w->mask + (fd_i64)((tp + $(t)) / th) * w->mask_tok_stride
+                              + (fd_i64)((tp + $(t)) % th) * w->mask_stride + c;
 @   end
 @ end
 @ if ISA > 0 then
@@ -105,20 +122,55 @@ $(simd_qload())
 @   end
         aa.consts = &fd_simd_c;
         aa.stage = stage;
-        aa.src = kbase + c * kvs;
-        aa.pf = vbase + c * kvs;
         aa.ptr = (float *)q0;
-        aa.sc = sc;
-        aa.n = n;
         aa.stride = kvs * (fd_i64)sizeof(*kbase);
 @   if QUANT then
-        aa.scl = w->k_scale + c * w->scale_stride;
-        aa.scl_stride = w->scale_stride * 4;
+        aa.scl_stride = $(PAGED and "4" or "w->scale_stride * 4");
 @   else
         aa.scl = 0;
         aa.scl_stride = 0;
 @   end
+@   if PAGED then
+        /* the chunk page by page: each piece is a run of rows of one page,
+           scored into its place in the chunk's score rows (a piece's padding
+           lanes are overwritten by the next piece or by the padding below) */
+        for (po = 0; po < n; po += pm) {
+          fd_i64 slot = (c + po) & pmask, pg = (fd_i64)pages[(c + po) >> w->page_shift];
+          pm = n - po < pmask + 1 - slot ? n - po : pmask + 1 - slot;
+          aa.src = kbase + pg * w->page_stride + slot * kvs;
+          aa.pf = vbase + pg * w->page_stride + slot * kvs;
+          aa.sc = sc + po$(HL and (" * " .. T) or "");
+          aa.n = pm;
+@     if QUANT then
+          aa.scl = w->k_scale + pg * w->scale_page_stride + slot;
+@     end
+@     if AHEAD_ROWS > 0 then
+          /* the scores kernel prefetches $(AHEAD_ROWS) rows ahead: all but the
+             piece's last $(AHEAD_ROWS) rows with it, those without (past the
+             piece lie another page's rows) */
+          if (pm > $(AHEAD_ROWS)) {
+            aa.n = pm - $(AHEAD_ROWS);
 $(simd_scores())
+            aa.src = (const $(KVT) *)aa.src + aa.n * kvs;
+            aa.pf = (const $(KVT) *)aa.pf + aa.n * kvs;
+            aa.sc += aa.n;
+            aa.n = $(AHEAD_ROWS);
+          }
+$(simd_scores_tail())
+@     else
+$(simd_scores())
+@     end
+        }
+@   else
+        aa.src = kbase + c * kvs;
+        aa.pf = vbase + c * kvs;
+        aa.sc = sc;
+        aa.n = n;
+@     if QUANT then
+        aa.scl = w->k_scale + c * w->scale_stride;
+@     end
+$(simd_scores())
+@   end
 @   if MASK then
 @     for t = 0, T - 1 do
 @       if HL then
@@ -127,6 +179,17 @@ $(simd_scores())
         for (i = 0; i < n; i++) sc[$(t * SCW) + i] += mrow$(t)[i];
 @       end
 @     end
+@   end
+@   if MASK_MODE == 0 then
+        /* several tokens: the tile's token sees the keys below tok_end0 + its index */
+        if (w->q_len > 1) {
+          fd_i64 lim = w->tok_end0 + tp / th - c;
+          for (i = lim < 0 ? 0 : lim; i < n; i++) {
+@     for t = 0, T - 1 do
+            sc[$(HL and ("i * " .. T .. " + " .. t) or (t * SCW .. " + i"))] = ninf;
+@     end
+          }
+        }
 @   end
         /* one max, one rescale and one exp statement for all T heads (score
            rows padded with -inf to whole vectors; head-lane tiles: lane t is
@@ -168,22 +231,42 @@ $(simd_exp())
           st$(t)[$(D + 1)] += hs[$(t)];
 @   end
         }
+@   if PAGED then
+        /* P.V page by page, in key order as dense (the same sums) */
+        for (po = 0; po < n; po += pm) {
+          fd_i64 slot = (c + po) & pmask, pg = (fd_i64)pages[(c + po) >> w->page_shift], nk = c + po + $(CHUNK);
+          const $(KVT) *vseg = vbase + pg * w->page_stride + slot * kvs;
+          pm = n - po < pmask + 1 - slot ? n - po : pmask + 1 - slot;
+          aa.sc = sc + po$(HL and (" * " .. T) or "");
+          aa.n = pm;
+          aa.pf = nk < end ? $(row("kbase", "nk")) : vseg;
+@     if QUANT then
+          aa.scl = w->v_scale + pg * w->scale_page_stride + slot;
+@     end
+@     for _, blk in ipairs(PV_BLOCKS) do
+          aa.src = (const char *)vseg + $(blk[1] * W * KV_SIZE);
+          aa.ptr = st0 + $(blk[1] * W);
+$(simd_pv(blk))
+@     end
+        }
+@   else
         aa.sc = sc;
         aa.n = n;
         aa.pf = kbase + (c + $(CHUNK)) * kvs;
-@   if QUANT then
+@     if QUANT then
         aa.scl = w->v_scale + c * w->scale_stride;
-@   end
-@   for _, blk in ipairs(PV_BLOCKS) do
+@     end
+@     for _, blk in ipairs(PV_BLOCKS) do
         aa.src = (const char *)(vbase + c * kvs) + $(blk[1] * W * KV_SIZE);
         aa.ptr = st0 + $(blk[1] * W);
 $(simd_pv(blk))
+@     end
 @   end
       }
 @ else
       /* Scores of the chunk: each K row is loaded once for the whole tile. */
       for (i = 0; i < n; i++) {
-        const $(KVT) *kr = kbase + (c + i) * kvs;
+        const $(KVT) *kr = $(row("kbase", "c + i"));
         float x;
 @ for t = 0, T - 1 do
         float $(acc_list(t)) ;
@@ -214,12 +297,23 @@ $(lane_reduce("          "))
 @ end
 #endif
 @ if QUANT then
-        x = w->k_scale[(c + i) * w->scale_stride];
+        x = $(srow("w->k_scale", "c + i"));
 @ end
 @ for t = 0, T - 1 do
         sc[$(t * CHUNK) + i] = ($(acc_sum(t)))$(QUANT and " * x" or "")$(MASK and (" + mrow" .. t .. "[i]") or "");
 @ end
       }
+@ if MASK_MODE == 0 then
+      /* several tokens: the tile's token sees the keys below tok_end0 + its index */
+      if (w->q_len > 1) {
+        fd_i64 lim = w->tok_end0 + tp / th - c;
+        for (i = lim < 0 ? 0 : lim; i < n; i++) {
+@   for t = 0, T - 1 do
+          sc[$(t * CHUNK) + i] = ninf;
+@   end
+        }
+      }
+@ end
       /* Online softmax over the chunk, one query head at a time: weights
          e^(s - m) 2^-$(P_SHIFT) (gen/simd.lua). A head whose keys so far are all
          masked keeps m = -inf and takes base 0, so its weights are 0; a NaN
@@ -244,7 +338,7 @@ $(exp_body("x", "p", "            ", P_BIAS))
 @ end
       /* P.V: each V row is loaded once for the whole tile. */
       for (i = 0; i < n; i++) {
-        const $(KVT) *vr = vbase + (c + i) * kvs;
+        const $(KVT) *vr = $(row("vbase", "c + i"));
         float x$(p_decls());
 #if defined(__OPTIMIZE__)
         for (d = 0; d < $(D); d++) {
@@ -284,13 +378,14 @@ $(exp_body("x", "p", "            ", P_BIAS))
       aa.ptr = (float *)st;
       aa.n = $(D);
       aa.in = &inv;
-      aa.out = (float *)(out + (fd_i64)h * $(D));
+      aa.out = (float *)(out + (fd_i64)(h / th) * w->tok_stride + (fd_i64)(h % th) * $(D));
 $(simd_store_out())
 @   else
-      for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, (fd_i64)h * $(D) + d, st[d] * inv);
+      for (d = 0; d < $(D); d++)
+        fd_store_$(OUT_NAME)(out, (fd_i64)(h / th) * w->tok_stride + (fd_i64)(h % th) * $(D) + d, st[d] * inv);
 @   end
 @   if LSE then
-      w->lse[h] = l == 0.0f ? ninf : st[$(D)] + fd_log_sum(l);
+      w->lse[(fd_i64)(h / th) * w->lse_tok_stride + h % th] = l == 0.0f ? ninf : st[$(D)] + fd_log_sum(l);
 @   end
     }
   }

@@ -23,7 +23,8 @@
    and its user pointer to spread the work items over your threads. Shapes,
    arguments and results are those of libflashdecode's fd_shape, fd_args and
    fd_run (see its flashdecode.h), and fdt_run refuses what fd_plan_create and
-   fd_run refuse, with the same codes; paged layouts are not served. Kernels whose
+   fd_run refuse, with the same codes (paged layouts and several query tokens
+   included). Kernels whose
    key has isa digit (digit 6) 1 or 2 execute AVX2+FMA+F16C or AVX-512
    instructions: run this header on a CPU with the features listed above. */
 #ifndef FLASHDECODE_TUNED_H
@@ -43,18 +44,20 @@ enum { FDT_BHSD = 0, FDT_BSHD = 1, FDT_PAGED = 2 };
 /* Return codes of fdt_run. */
 enum { FDT_OK = 0, FDT_EINVAL = -1, FDT_ENOMEM = -2, FDT_EUNSUPPORTED = -4 };
 
+/* libflashdecode's fd_shape, field for field (gen/facts.lua SHAPE_FIELDS). */
 typedef struct fdt_shape {
-  int batch, n_q_heads, n_kv_heads, head_dim;
-  int64_t kv_len;           /* cache capacity along S */
-  int q_dtype, kv_dtype, out_dtype, mask_mode, layout;
+@ for _, f in ipairs(SHAPE_FIELDS) do
+  $(C_TYPE[f[2]]) $(f[1]);
+@ end
 } fdt_shape;
 
 typedef struct fdt_args {
   const void *q;            /* [B, Hq, D] q_dtype */
-  const void *k, *v;        /* [B, Hkv, S, D] (BHSD) or [B, S, Hkv, D] (BSHD), kv_dtype */
+  const void *k, *v;        /* [B, Hkv, S, D] (BHSD), [B, S, Hkv, D] (BSHD) or pools [pool_pages, Hkv, page_size, D] (paged), kv_dtype */
   const int32_t *cur_pos;   /* [B], causal: the query's position, 0 <= cur_pos[b] < kv_len */
   const float *mask;        /* [B, Hq, kv_len] additive, mask mode */
   const float *k_scale, *v_scale;  /* int8/fp8: one float per K/V row */
+  const int32_t *block_table;      /* paged: [B, ceil(kv_len / page_size)] pool pages */
   float scale;              /* 0 = 1/sqrt(head_dim) */
   void *out;                /* [B, Hq, D] out_dtype */
   float *lse;               /* [B, Hq] or NULL */
@@ -63,7 +66,10 @@ typedef struct fdt_args {
 /* One row of the tuned table; batch 0 marks the default row (any shape its kernels serve). */
 typedef struct fdt_row {
   const char *shape, *name, *key;   /* fd_shape_signature text, the shape set's name, the plain key */
-  int batch, n_q_heads, n_kv_heads, head_dim, q_dtype, kv_dtype, out_dtype, mask_mode, layout;
+  /* the shape signature's fields (gen/facts.lua SIGNATURE) */
+@ for _, f in ipairs(SIGNATURE) do
+  int $(f[2]);
+@ end
   int64_t bucket;           /* longest valid lengths in (bucket/2, bucket] */
   int splits, threads;
   double median_us, gbps, heuristic_us;   /* as measured by the tuner */
@@ -79,7 +85,7 @@ typedef void (*fdt_parallel_for)(void *user, int n, fdt_body body, void *ctx);
 #define FDT_N_ROWS $(#ROWS)
 static const fdt_row fdt_rows[$(math.max(#ROWS, 1))] = {
 @ for _, r in ipairs(ROWS) do
-  { $(r.sig), $(r.name), $(r.key), $(r.s.batch), $(r.s.n_q_heads), $(r.s.n_kv_heads), $(r.s.head_dim), $(r.s.q_dtype), $(r.s.kv_dtype), $(r.s.out_dtype), $(r.s.mask_mode), $(r.s.layout),
+  { $(r.sig), $(r.name), $(r.key), $(row_fields(r)),
     $(r.bucket), $(r.splits), $(r.threads), $(r.median), $(r.gbps), $(r.heuristic), &$(r.plain), &$(r.lse), &$(r.split) },
 @ end
 @ if #ROWS == 0 then
@@ -87,7 +93,7 @@ static const fdt_row fdt_rows[$(math.max(#ROWS, 1))] = {
 @ end
 };
 static const fdt_row fdt_default_row = {
-  $(DEFAULT.sig), $(DEFAULT.name), $(DEFAULT.key), 0, 0, 0, 0, 0, 0, 0, 0, 0,
+  $(DEFAULT.sig), $(DEFAULT.name), $(DEFAULT.key), $(row_fields(DEFAULT)),
   0, $(DEFAULT.splits), $(DEFAULT.threads), 0, 0, 0, &$(DEFAULT.plain), &$(DEFAULT.lse), &$(DEFAULT.split)
 };
 
@@ -100,17 +106,17 @@ static inline int64_t fdt_bucket(int64_t len) {
   return b;
 }
 
-/* Does kernel d serve shape s (head_dim, dtypes, mask mode, layout, group tile)? */
+/* Does kernel d serve shape s: the key fields the shape fixes (gen/facts.lua
+   FIT_SAME) equal, and the group tile divides the query heads per kv head? */
 static inline int fdt_fits(const fd_kernel_desc *d, const fdt_shape *s) {
-  return d->head_dim == s->head_dim && d->q_dtype == s->q_dtype && d->kv_dtype == s->kv_dtype &&
-         d->out_dtype == s->out_dtype && d->mask_mode == s->mask_mode && d->layout == s->layout &&
-         s->n_kv_heads > 0 && (s->n_q_heads / s->n_kv_heads) % d->group_tile == 0;
+  return $(table.concat((function() local t = {} for _, n in ipairs(FIT_SAME) do t[#t + 1] = "d->" .. n .. " == s->" .. n end return t end)(), " && "))
+         && s->n_kv_heads > 0 && (s->n_q_heads / s->n_kv_heads) % d->group_tile == 0;
 }
 
-/* Was row r tuned for shape s (every field but kv_len)? */
+/* Was row r tuned for shape s (every signature field; kv_len is no part)? */
 static inline int fdt_same_shape(const fdt_row *r, const fdt_shape *s) {
-  return r->batch == s->batch && r->n_q_heads == s->n_q_heads && r->n_kv_heads == s->n_kv_heads &&
-         fdt_fits(r->plain, s);
+  return $(table.concat((function() local t = {} for _, f in ipairs(SIGNATURE) do t[#t + 1] = "r->" .. f[2] .. " == s->" .. f[2] end return t end)(), " && "))
+         && fdt_fits(r->plain, s);
 }
 
 /* Distance between two buckets in powers of two. */
@@ -147,6 +153,9 @@ static inline const fdt_row *fdt_lookup(const fdt_shape *s, int64_t longest) {
    rows longest first, splits per row in proportion to its length, the merge. */
 @ include("items.h.tpl")
 
+/* Query tokens per row: q_len, 1 when it is 0. */
+static inline int fdt_q_len(const fdt_shape *s) { return s->q_len > 1 ? s->q_len : 1; }
+
 /* Refuse with code: set *why (when why is not NULL) to a sentence naming the field. */
 static inline int fdt_refuse(const char **why, int code, const char *msg) {
   if (why) *why = msg;
@@ -155,7 +164,7 @@ static inline int fdt_refuse(const char **why, int code, const char *msg) {
 
 /* Check shape s as libflashdecode's fd_plan_create does (runtime/plan.c,
    check_shape), in the same order: FDT_OK, FDT_EINVAL or FDT_EUNSUPPORTED
-   (paged layout), *why naming the field. */
+   (several query tokens), *why naming the field. */
 static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if (!s) return fdt_refuse(why, FDT_EINVAL, "shape is NULL");
   if (s->batch < 1) return fdt_refuse(why, FDT_EINVAL, "shape.batch must be at least 1");
@@ -175,11 +184,26 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if ((unsigned)s->out_dtype > 2) return fdt_refuse(why, FDT_EINVAL, "shape.out_dtype is unknown (f32, f16 or bf16)");
   if ((unsigned)s->mask_mode > 2) return fdt_refuse(why, FDT_EINVAL, "shape.mask_mode is unknown");
   if ((unsigned)s->layout > 2) return fdt_refuse(why, FDT_EINVAL, "shape.layout is unknown");
-  if (s->layout == FDT_PAGED) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.layout FDT_PAGED is not served by this header");
+  if (s->layout == FDT_PAGED) {
+    if (s->page_size < $(PAGE_SIZE_MIN) || s->page_size > $(PAGE_SIZE_MAX) || (s->page_size & (s->page_size - 1)))
+      return fdt_refuse(why, FDT_EINVAL, "shape.page_size must be a power of two $(PAGE_SIZE_MIN)..$(PAGE_SIZE_MAX) for the paged layout");
+    if (s->pool_pages < 1) return fdt_refuse(why, FDT_EINVAL, "shape.pool_pages must be at least 1 for the paged layout");
+    if (s->pool_pages > INT32_MAX)
+      return fdt_refuse(why, FDT_EINVAL, "shape.pool_pages is above INT32_MAX (block-table entries are int32)");
+  }
+  if (s->q_len < 0 || s->q_len > $(Q_LEN_MAX)) return fdt_refuse(why, FDT_EINVAL, "shape.q_len must be 0..$(Q_LEN_MAX)");
+  if (s->window < 0) return fdt_refuse(why, FDT_EINVAL, "shape.window must be at least 0");
+  if (s->sink_tokens < 0) return fdt_refuse(why, FDT_EINVAL, "shape.sink_tokens must be at least 0");
+  if (!(s->softcap >= 0) || s->softcap - s->softcap != 0)
+    return fdt_refuse(why, FDT_EINVAL, "shape.softcap must be finite and at least 0");
+  if (s->features >> $(FEATURE_COUNT)) return fdt_refuse(why, FDT_EINVAL, "shape.features has unknown bits");
+  if (s->window || s->sink_tokens || s->softcap != 0 || s->features)
+    return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.window, sink_tokens, softcap and features are not served yet");
   if (s->mask_mode == FDT_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
     return fdt_refuse(why, FDT_EINVAL, "shape.kv_len is too large for int32 cur_pos positions");
   double elems = (double)s->batch * s->n_kv_heads * (double)s->kv_len * s->head_dim;
-  double mask = (double)s->batch * s->n_q_heads * (double)s->kv_len;
+  double mask = (double)s->batch * fdt_q_len(s) * s->n_q_heads * (double)s->kv_len;
+  if (s->layout == FDT_PAGED) elems = (double)s->pool_pages * s->n_kv_heads * (double)s->page_size * s->head_dim;
   if (elems * 4 > 9.0e18 || mask * 4 > 9.0e18)
     return fdt_refuse(why, FDT_EINVAL, "shape.kv_len is too large: the cache would have more than 2^63 bytes");
   return FDT_OK;
@@ -188,9 +212,12 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
 /* Is shape s one this header can check and run? */
 static inline int fdt_shape_ok(const fdt_shape *s) { return fdt_check_shape(s, NULL) == FDT_OK; }
 
+/* Query rows of one kernel call: the heads per kv head times the tokens. */
+static inline size_t fdt_call_heads(const fdt_shape *s) { return (size_t)(s->n_q_heads / s->n_kv_heads) * fdt_q_len(s); }
+
 /* Floats of one work item's query buffer (a multiple of 16: 64-byte steps). */
 static inline size_t fdt_qbuf_floats(const fdt_shape *s) {
-  return ((size_t)(s->n_q_heads / s->n_kv_heads) * (size_t)s->head_dim + 15) / 16 * 16;
+  return (fdt_call_heads(s) * (size_t)s->head_dim + 15) / 16 * 16;
 }
 
 /* Bytes n rounded up to a multiple of 64. */
@@ -205,7 +232,7 @@ typedef struct fdt_scratch_map { size_t qbuf, state, len, items, order, splits, 
    the work items, the row order and the splits of each row. */
 static inline fdt_scratch_map fdt_scratch_map_of(const fdt_shape *s, int S, int rec) {
   size_t B = (size_t)s->batch, items = B * (size_t)s->n_kv_heads * (size_t)S;
-  size_t G = (size_t)(s->n_q_heads / s->n_kv_heads);
+  size_t G = fdt_call_heads(s);
   fdt_scratch_map m;
   m.qbuf = 0;
   m.state = m.qbuf + fdt_round64(items * fdt_qbuf_floats(s) * sizeof(float));
@@ -256,6 +283,7 @@ typedef struct fdt_job {
   const fdt_args *a;
   const fdt_row *r;
   int G, S, rec, n_items;   /* S: the bucket's splits, the most a batch row gets */
+  int q_len, heads;         /* tokens per row; query rows per kernel call (G x q_len) */
   float *qbuf, *state;
   int64_t *len;             /* [batch] valid keys */
   fd_item *items;           /* [n_items] in the order the parallel-for gets them */
@@ -271,20 +299,13 @@ static inline int64_t fdt_row_len(const fdt_shape *s, const fdt_args *a, int b) 
 static inline void fdt_fill_work(const fdt_job *J, int b, int j, fd_work *w) {
   const fdt_shape *s = J->s;
   const fdt_args *a = J->a;
-  size_t kvsz = fdt_dtype_size(s->kv_dtype), D = (size_t)s->head_dim;
-  size_t h0 = (size_t)b * s->n_q_heads + (size_t)j * J->G;
-  int64_t row0 = s->layout == FDT_BHSD ? ((int64_t)b * s->n_kv_heads + j) * s->kv_len
-                                       : (int64_t)b * s->kv_len * s->n_kv_heads + j;
+  size_t D = (size_t)s->head_dim;
+  size_t h0 = fd_token_rows(s->n_q_heads, J->G, J->q_len, s->head_dim, s->kv_len, b, j, J->len[b], w);
+  fd_kv_geometry g = { s->layout, s->n_kv_heads, s->head_dim, s->page_size, s->kv_len, fdt_dtype_size(s->kv_dtype) };
   w->q = (const char *)a->q + h0 * D * fdt_dtype_size(s->q_dtype);
-  w->k = (const char *)a->k + (size_t)row0 * D * kvsz;
-  w->v = (const char *)a->v + (size_t)row0 * D * kvsz;
-  w->kv_stride = s->layout == FDT_BHSD ? (fd_i64)D : (fd_i64)s->n_kv_heads * (fd_i64)D;
-  w->scale_stride = s->layout == FDT_BHSD ? 1 : s->n_kv_heads;
-  w->k_scale = a->k_scale ? a->k_scale + row0 : 0;
-  w->v_scale = a->v_scale ? a->v_scale + row0 : 0;
+  fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
   w->mask = a->mask ? a->mask + h0 * (size_t)s->kv_len : 0;
   w->mask_stride = s->kv_len;
-  w->n_heads = J->G;
   w->scale = a->scale != 0 ? a->scale : (float)fdt_inv_sqrt(s->head_dim);
   w->out = (char *)a->out + h0 * D * fdt_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : 0;
@@ -300,7 +321,7 @@ static inline void fdt_item(void *ctx, int i) {
   w.begin = it->begin;
   w.end = it->end;
   w.qbuf = J->qbuf + (size_t)i * fdt_qbuf_floats(J->s);
-  w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->S, it->s, J->G, J->rec);
+  w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->S, it->s, J->heads, J->rec);
   fd_item_kernel(J->r->plain, J->r->lse, J->r->split, J->row_splits[it->b], J->a->lse != 0)->run(&w);
 }
 
@@ -312,7 +333,7 @@ static inline void fdt_merge(void *ctx, int i) {
   if (S == 1) return;
   fd_work w;
   fdt_fill_work(J, b, i % J->s->n_kv_heads, &w);
-  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->S, 0, J->G, J->rec), S, J->G, J->rec, w.out, w.lse);
+  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->S, 0, J->heads, J->rec), S, J->rec, &w);
 }
 
 /* The default parallel-for: every item in order on the calling thread. */
@@ -339,16 +360,24 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
   if (s->kv_dtype >= FDT_I8 && !a->v_scale)
     return fdt_refuse(why, FDT_EINVAL, "args.v_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
   if (!fdt_finite(a->scale)) return fdt_refuse(why, FDT_EINVAL, "args.scale is not finite");
-  if (s->mask_mode != FDT_CAUSAL) return FDT_OK;
-  if (!a->cur_pos) return fdt_refuse(why, FDT_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FDT_CAUSAL");
-  for (int b = 0; b < s->batch; b++)
-    if (a->cur_pos[b] < 0 || a->cur_pos[b] >= s->kv_len)
-      return fdt_refuse(why, FDT_EINVAL, "args.cur_pos[b] is outside 0..kv_len - 1");
+  if (s->mask_mode == FDT_CAUSAL) {
+    if (!a->cur_pos) return fdt_refuse(why, FDT_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FDT_CAUSAL");
+    for (int b = 0; b < s->batch; b++)
+      if (a->cur_pos[b] < fdt_q_len(s) - 1 || a->cur_pos[b] >= s->kv_len)
+        return fdt_refuse(why, FDT_EINVAL, "args.cur_pos[b] is outside q_len - 1..kv_len - 1");
+  }
+  if (s->layout != FDT_PAGED) return FDT_OK;
+  if (!a->block_table) return fdt_refuse(why, FDT_EINVAL, "args.block_table is NULL but the shape's layout is FDT_PAGED");
+  int bad_b;
+  int64_t bad_page;
+  if (fd_bad_page(a->block_table, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len, s->page_size,
+                  s->pool_pages, &bad_b, &bad_page))
+    return fdt_refuse(why, FDT_EINVAL, "args.block_table[b, page] is outside 0..shape.pool_pages - 1 for a page of valid keys");
   return FDT_OK;
 }
 
 /* Why fdt_run would refuse s and a before running: FDT_OK, or the code it
-   returns (FDT_EINVAL, FDT_EUNSUPPORTED for a paged layout) with *why (when
+   returns (FDT_EINVAL, FDT_EUNSUPPORTED for several query tokens) with *why (when
    why is not NULL) a sentence naming the field. The checks, their order and
    codes are those of fd_plan_create then fd_run (tests/test_export.c compares
    them case by case). */
@@ -375,6 +404,8 @@ static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scrat
   char *base = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   J->s = s; J->a = a; J->r = r;
   J->G = s->n_q_heads / s->n_kv_heads;
+  J->q_len = fdt_q_len(s);
+  J->heads = J->G * J->q_len;
   J->S = fd_bucket_splits(most, fdt_bucket(longest), s->kv_len);
   J->rec = r->plain->state_floats;
   J->qbuf = (float *)(base + m.qbuf);
@@ -398,7 +429,7 @@ static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scrat
    bytes, at least fdt_scratch_bytes(s); pfor NULL runs on the calling
    thread. Returns FDT_OK, FDT_EINVAL (bad shape or arguments: fdt_validate
    says which field), FDT_ENOMEM (scratch too small) or FDT_EUNSUPPORTED (no
-   kernel serves s, or a paged layout); nothing is written to out or lse
+   kernel serves s, or several query tokens); nothing is written to out or lse
    unless it returns FDT_OK. */
 static inline int fdt_run(const fdt_shape *s, const fdt_args *a, void *scratch, size_t scratch_bytes,
                           fdt_parallel_for pfor, void *user) {

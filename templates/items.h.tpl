@@ -23,6 +23,78 @@ static inline int64_t fd_valid_len(int causal, const int32_t *cur_pos, int b, in
   return causal ? (int64_t)cur_pos[b] + 1 : kv_len;
 }
 
+/* Pages per block-table row of the paged layout: ceil(kv_len / page_size). */
+static inline int64_t fd_table_pages(int64_t kv_len, int page_size) { return (kv_len + page_size - 1) / page_size; }
+
+/* The paged layout's block table [batch][fd_table_pages] checked where it
+   holds valid keys (causal: 0..cur_pos[b], else all kv_len): 1 with the row
+   and page of the first entry outside 0..pool_pages - 1, else 0. */
+static inline int fd_bad_page(const int32_t *table, int batch, int causal, const int32_t *cur_pos, int64_t kv_len,
+                              int page_size, int64_t pool_pages, int *bad_b, int64_t *bad_page) {
+  int64_t per_row = fd_table_pages(kv_len, page_size);
+  for (int b = 0; b < batch; b++) {
+    int64_t pages = fd_table_pages(fd_valid_len(causal, cur_pos, b, kv_len), page_size);
+    for (int64_t i = 0; i < pages; i++) {
+      int32_t e = table[b * per_row + i];
+      if (e < 0 || e >= pool_pages) { *bad_b = b; *bad_page = i; return 1; }
+    }
+  }
+  return 0;
+}
+
+/* The geometry of a layout (the key's layout digit: 0 BHSD, 1 BSHD, 2 paged). */
+typedef struct fd_kv_geometry {
+  int layout, n_kv_heads, head_dim, page_size;
+  int64_t kv_len;
+  size_t elem_bytes;        /* of the KV dtype */
+} fd_kv_geometry;
+
+/* The K/V rows of (batch row b, kv head j) in w: row 0 of K, V and their
+   scales (NULL stays NULL), the row strides and, paged, row b's block table
+   and the pool strides (templates/abi.h.tpl). */
+static inline void fd_kv_rows(const fd_kv_geometry *g, const void *k, const void *v, const float *k_scale,
+                              const float *v_scale, const int32_t *table, int b, int j, fd_work *w) {
+  int64_t row0;
+  w->pages = 0;
+  w->page_stride = w->scale_page_stride = 0;
+  w->page_shift = 0;
+  if (g->layout == 2) {
+    row0 = (int64_t)j * g->page_size;
+    w->pages = table + b * fd_table_pages(g->kv_len, g->page_size);
+    w->scale_page_stride = (int64_t)g->n_kv_heads * g->page_size;
+    w->page_stride = w->scale_page_stride * g->head_dim;
+    while ((1 << w->page_shift) < g->page_size) w->page_shift++;
+  } else if (g->layout == 0) {
+    row0 = ((int64_t)b * g->n_kv_heads + j) * g->kv_len;
+  } else {
+    row0 = (int64_t)b * g->kv_len * g->n_kv_heads + j;
+  }
+  w->k = (const char *)k + (size_t)row0 * (size_t)g->head_dim * g->elem_bytes;
+  w->v = (const char *)v + (size_t)row0 * (size_t)g->head_dim * g->elem_bytes;
+  w->kv_stride = g->layout == 1 ? (int64_t)g->n_kv_heads * g->head_dim : (int64_t)g->head_dim;
+  w->scale_stride = g->layout == 1 ? g->n_kv_heads : 1;
+  w->k_scale = k_scale ? k_scale + row0 : 0;
+  w->v_scale = v_scale ? v_scale + row0 : 0;
+}
+
+/* The query tokens of (batch row b, kv head j) in w, for n_q_heads query
+   heads of G per kv head, q_len tokens per row (at least 1) and row b's
+   valid keys len (causal: its last token's): n_heads = G x q_len rows in
+   tokens of G, the token strides of q/out ([B, q_len, Hq, D]), lse and the
+   mask ([B, q_len, Hq, kv_len]), and token 0's key limit, len - q_len + 1.
+   Returns the index of row b's token 0, head j * G, in [B, q_len, Hq]. */
+static inline size_t fd_token_rows(int n_q_heads, int G, int q_len, int head_dim, int64_t kv_len, int b, int j,
+                                   int64_t len, fd_work *w) {
+  w->q_len = q_len;
+  w->tok_heads = G;
+  w->n_heads = G * q_len;
+  w->tok_stride = (int64_t)n_q_heads * head_dim;
+  w->lse_tok_stride = n_q_heads;
+  w->mask_tok_stride = (int64_t)n_q_heads * kv_len;
+  w->tok_end0 = len - q_len + 1;
+  return ((size_t)b * (size_t)q_len * (size_t)n_q_heads) + (size_t)j * (size_t)G;
+}
+
 /* order[0..batch) = the batch rows by descending length, equal lengths in
    index order (insertion sort: lengths often come ordered); the longest. */
 static inline int64_t fd_order_rows(int batch, const int64_t *len, int *order) {
@@ -87,16 +159,19 @@ static inline float *fd_partial(float *partials, size_t row, int max_splits, int
 }
 
 /* Merge the S partials of one (batch row, kv head) from part, splits in
-   order 0..S-1, into out and lse (NULL: none) with the split kernel's merge. */
-static inline void fd_merge_partials(const fd_kernel_desc *split, const float *part, int S, int G, int rec, void *out,
-                                     float *lse) {
+   order 0..S-1, into the out and lse (NULL: none) of its kernel call w (its
+   heads and tokens) with the split kernel's merge. */
+static inline void fd_merge_partials(const fd_kernel_desc *split, const float *part, int S, int rec, const fd_work *w) {
   fd_merge_args m;
   m.part = part;
-  m.split_stride = (fd_i64)G * rec;
+  m.split_stride = (fd_i64)w->n_heads * rec;
   m.n_splits = S;
-  m.n_heads = G;
-  m.out = out;
-  m.lse = lse;
+  m.n_heads = w->n_heads;
+  m.out = w->out;
+  m.lse = w->lse;
+  m.tok_heads = w->tok_heads;
+  m.tok_stride = w->tok_stride;
+  m.lse_tok_stride = w->lse_tok_stride;
   split->merge(&m);
 }
 

@@ -26,7 +26,10 @@ void fd_k$(KEY)_merge(const fd_merge_args *a) {
       for (d = 0; d < $(D); d++) acc[d] = 0.0f;
       inv = 0.0f;
     } else inv = 1.0f / l;
-    for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, (fd_i64)h * $(D) + d, acc[d] * inv);
-    if (a->lse) a->lse[h] = l == 0.0f ? ninf : m + fd_log_sum(l);
+    {
+      fd_i64 tok = h / a->tok_heads, o = tok * a->tok_stride + (fd_i64)(h % a->tok_heads) * $(D);
+      for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, o + d, acc[d] * inv);
+      if (a->lse) a->lse[tok * a->lse_tok_stride + h % a->tok_heads] = l == 0.0f ? ninf : m + fd_log_sum(l);
+    }
   }
 }

@@ -11,7 +11,10 @@
 @ end
 
 const fd_kernel_desc fd_k$(KEY)_desc = {
-  "$(KEY)", $(TEMPLATE), $(CHUNK), $(D), $(T), $(ISA), $(FLAGS),
-  $(MASK_MODE), $(OUT_DTYPE), $(KV_DTYPE), $(Q_DTYPE), $(LAYOUT),
-  $(REC), FD_ABI_VERSION, fd_k$(KEY), $(SPLIT and ("fd_k" .. KEY .. "_merge") or "0")
+  .key = "$(KEY)",
+@ for _, f in ipairs(KEY_FIELDS) do
+  .$(f.cname or f.name) = $(FIELDS[f.name]),
+@ end
+  .state_floats = $(REC), .abi_version = FD_ABI_VERSION, .run = fd_k$(KEY),
+  .merge = $(SPLIT and ("fd_k" .. KEY .. "_merge") or "0")
 };

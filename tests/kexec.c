@@ -84,6 +84,7 @@ int kx_run(const kproblem *p, const kconfig *cfg, float *out, float *lse, char *
       w.mask = r->mask ? r->mask + ((int64_t)b * r->Hq + (int64_t)j * G) * r->S : NULL;
       w.mask_stride = r->S;
       w.n_heads = G; w.scale = (float)r->scale; w.qbuf = qbuf;
+      w.q_len = 1; w.tok_heads = G;                      /* one query token */
       float *lrow = lse + (size_t)b * r->Hq + (size_t)j * G;
       if (S == 1) {
         w.begin = 0; w.end = n; w.state = part; w.out = obuf; w.lse = cfg->lse ? lrow : NULL;
@@ -97,7 +98,7 @@ int kx_run(const kproblem *p, const kconfig *cfg, float *out, float *lse, char *
         for (int s = 0; s < S; s++) order[s] = !cfg->shuffle ? s : S % 7 ? (s * 7 + 3) % S : S - 1 - s;
         for (int s = 0; s < S; s++)
           memcpy(shuf + (size_t)s * G * rec, part + (size_t)order[s] * G * rec, sizeof(float) * G * rec);
-        fd_merge_args m = { shuf, (fd_i64)G * rec, S, G, obuf, cfg->lse ? lrow : NULL };
+        fd_merge_args m = { shuf, (fd_i64)G * rec, S, G, obuf, cfg->lse ? lrow : NULL, G, 0, 0 };
         ks->merge(&m);
       }
       for (int i = 0; i < G * r->D; i++)

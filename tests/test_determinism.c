@@ -263,7 +263,7 @@ static void table_ignored(const row_result base[N_LENS]) {
   if (!t_check(f && *key, "table file and key")) return;
   fd_tuned_table_header(head, sizeof head);
   fd_shape_signature(&s, sig, sizeof sig);
-  fprintf(f, "%s%s\t%lld\t%.1s0064%s\t3\t1\t100.0\t1.0\t100.0\tt\nend\t1\n", head, sig,
+  fprintf(f, "%s%s\t%lld\t%.1s0064%s\t3\t1\t100.0\t1.0\t100.0\tt\t-\nend\t1\n", head, sig,
           (long long)fd_length_bucket(LENS[3]), key, key + 5);
   fclose(f);
   for (int det = 0; det < 2; det++) {

@@ -47,7 +47,7 @@ static void bad_shapes(void) {
   BAD(out_dtype, FD_FP8_E4M3, FD_EINVAL, "shape.out_dtype");
   BAD(mask_mode, (fd_mask_mode)3, FD_EINVAL, "shape.mask_mode");
   BAD(layout, (fd_layout)5, FD_EINVAL, "shape.layout");
-  BAD(layout, FD_PAGED, FD_EUNSUPPORTED, "FD_PAGED");
+  BAD(layout, FD_PAGED, FD_EINVAL, "shape.page_size");      /* page_size 0 */
 #undef BAD
   s = ok; s.mask_mode = FD_FULL; s.kv_len = (int64_t)1 << 61;
   plan_refused(s, NULL, FD_EINVAL, "too large", "kv_len beyond 2^63 bytes");
@@ -175,7 +175,7 @@ static void table_case(const char *text, int accept, const char *want, const cha
 /* Table text: header head and one row of signature sig (bucket 2048, splits 3,
    threads 2) for key, then the end line. */
 static void table_text(char *buf, size_t n, const char *head, const char *sig, const char *key) {
-  snprintf(buf, n, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
+  snprintf(buf, n, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\t-\nend\t1\n", head, sig, key);
 }
 
 /* Plan shape s with the isa forced in a context over table text: the plan
@@ -241,11 +241,11 @@ static void tuned_tables(void) {
   table_text(text, sizeof text, head, sig, "10032064020010100");
   table_case(text, 0, "line 8: key 10032064020010100 does not fit the row's shape: mask_mode is 1, the shape has 0",
              "table row whose key does not fit the shape refuses the table");
-  snprintf(text, sizeof text, "%s%s\t2048\t%s\t0\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", head, sig, key);
+  snprintf(text, sizeof text, "%s%s\t2048\t%s\t0\t2\t100.0\t1.5\t120.0\tt\t-\nend\t1\n", head, sig, key);
   table_case(text, 0, "splits '0'", "table row with 0 splits");
   snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\n", head, sig, key);
   table_case(text, 0, "fields", "table row missing fields");
-  snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t2\n", head, sig, key);
+  snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\t-\nend\t2\n", head, sig, key);
   table_case(text, 0, "end line", "table whose end line counts wrong");
 }
 

@@ -33,7 +33,7 @@ typedef struct prob {
   int64_t L;
   void *q, *k, *v, *out;
   float *mask, *ks, *vs, *lse;
-  int32_t *pos;
+  int32_t *pos, *table;     /* table: the paged layout's block table */
   size_t nq, nkv, nrows, nmask, nh;
 } prob;
 
@@ -91,9 +91,17 @@ static void make(prob *p, const fdt_shape *s, int64_t L, uint32_t seed) {
   p->s = *s;
   p->L = L;
   if (s->mask_mode != FDT_CAUSAL) p->s.kv_len = L;
-  p->nh = (size_t)s->batch * s->n_q_heads;
+  p->nh = (size_t)s->batch * (s->q_len > 1 ? s->q_len : 1) * s->n_q_heads;   /* query rows of every token */
   p->nq = p->nh * s->head_dim;
   p->nrows = (size_t)s->batch * s->n_kv_heads * p->s.kv_len;
+  if (s->layout == FDT_PAGED) {             /* pages of 64 keys in reverse pool order */
+    int64_t per_row = (p->s.kv_len + 63) / 64;
+    p->s.page_size = 64;
+    p->s.pool_pages = s->batch * per_row;
+    p->nrows = (size_t)p->s.pool_pages * s->n_kv_heads * 64;
+    p->table = malloc(sizeof(int32_t) * (size_t)p->s.pool_pages);
+    for (int64_t i = 0; i < p->s.pool_pages; i++) p->table[i] = (int32_t)(p->s.pool_pages - 1 - i);
+  }
   p->nkv = p->nrows * s->head_dim;
   p->nmask = p->nh * p->s.kv_len;
   p->q = malloc(p->nq * 4); p->out = calloc(p->nq, 4);
@@ -117,6 +125,7 @@ static void make(prob *p, const fdt_shape *s, int64_t L, uint32_t seed) {
 /* Free a problem's buffers. */
 static void unmake(prob *p) {
   free(p->q); free(p->out); free(p->k); free(p->v); free(p->lse); free(p->pos); free(p->ks); free(p->vs); free(p->mask);
+  free(p->table);
 }
 
 /* The length a row runs at: inside its bucket, above half of it. */
@@ -124,15 +133,18 @@ static int64_t row_length(int64_t bucket) { return bucket >= 8 ? bucket - bucket
 
 /* The shape of table row r (capacity: its bucket). */
 static fdt_shape row_shape(const fdt_row *r) {
-  fdt_shape s = { r->batch, r->n_q_heads, r->n_kv_heads, r->head_dim, r->bucket, r->q_dtype, r->kv_dtype,
-                  r->out_dtype, r->mask_mode, r->layout };
+  fdt_shape s = { .batch = r->batch, .n_q_heads = r->n_q_heads, .n_kv_heads = r->n_kv_heads, .head_dim = r->head_dim,
+                  .kv_len = r->bucket, .q_dtype = r->q_dtype, .kv_dtype = r->kv_dtype, .out_dtype = r->out_dtype,
+                  .mask_mode = r->mask_mode, .layout = r->layout, .q_len = r->q_len };
   return s;
 }
 
 /* A shape the default row's kernels serve and no table row was tuned for. */
 static fdt_shape default_shape(void) {
   const fd_kernel_desc *d = fdt_default_row.plain;
-  fdt_shape s = { 3, 3, 1, d->head_dim, 700, d->q_dtype, d->kv_dtype, d->out_dtype, d->mask_mode, d->layout };
+  fdt_shape s = { .batch = 3, .n_q_heads = 3, .n_kv_heads = 1, .head_dim = d->head_dim, .kv_len = 700,
+                  .q_dtype = d->q_dtype, .kv_dtype = d->kv_dtype, .out_dtype = d->out_dtype,
+                  .mask_mode = d->mask_mode, .layout = d->layout };
   return s;
 }
 
@@ -164,7 +176,7 @@ static int aot_case(int i, FILE *f) {
   const fdt_row *row = case_of(i, &s, &L);
   prob p;
   make(&p, &s, L, 100u + (uint32_t)i);
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, lse_on(i) ? p.lse : NULL };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL };
   size_t n = fdt_scratch_bytes(&p.s);
   void *scratch = malloc(n);
   int calls = 0;
@@ -195,7 +207,7 @@ static int error_cases(void) {
   case_of(0, &s, &L);
   prob p;
   make(&p, &s, L, 7);
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, NULL };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, NULL };
   size_t n = fdt_scratch_bytes(&p.s);
   void *scratch = malloc(n);
   int bad = 0;
@@ -258,18 +270,18 @@ static void compare(int i, const prob *p, FILE *f) {
   free(aot); free(alse);
 }
 
-/* libflashdecode's shape for header shape s. */
+/* libflashdecode's shape for header shape s: the same fields (gen/facts.lua SHAPE_FIELDS). */
 static fd_shape to_fd_shape(const fdt_shape *s) {
-  fd_shape fs = { .batch = s->batch, .n_q_heads = s->n_q_heads, .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim,
-                  .kv_len = s->kv_len, .q_dtype = (fd_dtype)s->q_dtype, .kv_dtype = (fd_dtype)s->kv_dtype,
-                  .out_dtype = (fd_dtype)s->out_dtype, .mask_mode = (fd_mask_mode)s->mask_mode, .layout = (fd_layout)s->layout };
+  _Static_assert(sizeof(fd_shape) == sizeof(fdt_shape), "fdt_shape mirrors fd_shape");
+  fd_shape fs;
+  memcpy(&fs, s, sizeof fs);
   return fs;
 }
 
 /* libflashdecode's arguments for header arguments a. */
 static fd_args to_fd_args(const fdt_args *a) {
   fd_args fa = { .q = a->q, .k = a->k, .v = a->v, .cur_pos = a->cur_pos, .mask = a->mask, .k_scale = a->k_scale,
-                 .v_scale = a->v_scale, .scale = a->scale, .out = a->out, .lse = a->lse };
+                 .v_scale = a->v_scale, .block_table = a->block_table, .scale = a->scale, .out = a->out, .lse = a->lse };
   return fa;
 }
 
@@ -289,7 +301,7 @@ static void jit_case(int i, const char *table, FILE *f) {
   int rc = fd_plan_create(ctx, &fs, &plan);
   if (!rc) rc = fd_plan_info_get(plan, L, &info);
   if (row != &fdt_default_row) check(!rc && info.from_table && !strcmp(info.key, row->key), "the planner did not use the row's key", i);
-  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, lse_on(i) ? p.lse : NULL };
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL };
   fd_args a = to_fd_args(&ta);
   if (!rc) rc = fd_run(plan, &a);
   check(rc == 0, "plan or run failed", i);
@@ -348,7 +360,10 @@ static const refusal REFUSALS[] = {
   { "out_dtype 3", BASE_CAUSAL, 0, { SHAPE_INT(out_dtype, 3) } },
   { "mask_mode 3", BASE_CAUSAL, 0, { SHAPE_INT(mask_mode, 3) } },
   { "layout 3", BASE_CAUSAL, 0, { SHAPE_INT(layout, 3) } },
-  { "layout paged", BASE_MASK, 0, { SHAPE_INT(layout, FDT_PAGED) } },
+  { "layout paged, page_size 0", BASE_MASK, 0, { SHAPE_INT(layout, FDT_PAGED) } },
+  { "layout paged, page_size 48", BASE_MASK, 0, { SHAPE_INT(layout, FDT_PAGED), SHAPE_INT(page_size, 48) } },
+  { "q_len 17", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 17) } },
+  { "q_len 4 with cur_pos[0] 2 (token 0 before position 0)", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 4), POS(0, 2) } },
   { "causal kv_len 2^31 + 1", BASE_CAUSAL, 0, { KV_LEN(((int64_t)1 << 31) + 1) } },
   { "kv_len 2^60", BASE_FULL_FP8, 0, { KV_LEN((int64_t)1 << 60) } },
   { "kv_len 2^47 + 1 (above the largest bucket)", BASE_FULL_FP8, 0, { KV_LEN(((int64_t)1 << 47) + 1) } },
@@ -391,9 +406,9 @@ static int row_is(const fdt_row *r, int kind) {
    header runs), else a small synthetic one. */
 static fdt_shape base_shape(int kind) {
   static const fdt_shape SYNTH[N_BASES] = {
-    { 2, 4, 2, 64, 40, FDT_F32, FDT_F16, FDT_F32, FDT_CAUSAL, FDT_BHSD, },
-    { 2, 8, 2, 32, 40, FDT_BF16, FDT_I8, FDT_BF16, FDT_MASK, FDT_BSHD },
-    { 3, 6, 3, 80, 40, FDT_F16, FDT_FP8_E4M3, FDT_F16, FDT_FULL, FDT_BHSD },
+    { .batch = 2, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 64, .kv_len = 40, .q_dtype = FDT_F32, .kv_dtype = FDT_F16, .out_dtype = FDT_F32, .mask_mode = FDT_CAUSAL, .layout = FDT_BHSD },
+    { .batch = 2, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 32, .kv_len = 40, .q_dtype = FDT_BF16, .kv_dtype = FDT_I8, .out_dtype = FDT_BF16, .mask_mode = FDT_MASK, .layout = FDT_BSHD },
+    { .batch = 3, .n_q_heads = 6, .n_kv_heads = 3, .head_dim = 80, .kv_len = 40, .q_dtype = FDT_F16, .kv_dtype = FDT_FP8_E4M3, .out_dtype = FDT_F16, .mask_mode = FDT_FULL, .layout = FDT_BHSD },
   };
   for (int i = 0; i < FDT_N_ROWS; i++)
     if (row_is(&fdt_rows[i], kind)) {
@@ -500,7 +515,7 @@ static void refusal_case(fd_ctx *ctx, int i) {
   prob p;
   make(&p, &base, base.kv_len, 500u + (uint32_t)i);
   fdt_shape s = p.s;
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, p.lse };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, p.lse };
   int no_shape = 0, no_args = 0;
   for (int k = 0; k < 2; k++) mutate(&r->m[k], &s, &a, p.pos, &no_shape, &no_args);
   const fdt_shape *sp = no_shape ? NULL : &s;
@@ -597,8 +612,11 @@ static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse) {
   fdt_shape s = row_shape(row);
   prob p;
   make(&p, &s, row->bucket, 900u + (uint32_t)c);
-  for (int b = 0; s.mask_mode == FDT_CAUSAL && b < s.batch; b++) p.pos[b] = (int32_t)(uneven_len(k, b, row->bucket) - 1);
-  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, 0, p.out, with_lse ? p.lse : NULL };
+  for (int b = 0; s.mask_mode == FDT_CAUSAL && b < s.batch; b++) {   /* at least q_len keys: every token sees one */
+    int64_t len = uneven_len(k, b, row->bucket), least = s.q_len > 1 ? s.q_len : 1;
+    p.pos[b] = (int32_t)((len > least ? len : least) - 1);
+  }
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, with_lse ? p.lse : NULL };
   fd_args fa = to_fd_args(&ta);
   fd_shape fs = to_fd_shape(&p.s);
   size_t n = fdt_scratch_bytes(&p.s), ob = p.nq * fdt_dtype_size(s.out_dtype);

@@ -23,7 +23,16 @@ end
 -- Signature: written, read back, and every enum value of every enum field round-trips.
 T.eq(facts.signature(llama), LLAMA_SIG, "signature of llama3-8b")
 local back = facts.parse_signature(LLAMA_SIG)
-for _, f in ipairs(facts.SIGNATURE) do T.eq(back and back[f[2]], llama[f[2]], "signature reads back " .. f[2]) end
+for _, f in ipairs(facts.SIGNATURE) do
+  T.eq(back and back[f[2]], llama[f[2]] or (f.omit and 0 or nil), "signature reads back " .. f[2])
+end
+-- An optional field (q_len): left out at 0 and 1, written and read back above, refused when written at 1.
+local q4 = with(llama, { q_len = 4 })
+T.eq(facts.signature(q4), LLAMA_SIG .. ".t4", "q_len 4 is written")
+T.eq((facts.parse_signature(LLAMA_SIG .. ".t4") or {}).q_len, 4, "q_len 4 reads back")
+T.eq(facts.signature(with(llama, { q_len = 1 })), LLAMA_SIG, "q_len 1 is left out")
+T.eq(facts.parse_signature(LLAMA_SIG .. ".t1"), nil, "q_len written at 1 is not canonical: refused")
+T.eq(facts.parse_signature(LLAMA_SIG .. ".t4.x"), nil, "text after the last field is refused")
 for _, f in ipairs(facts.SIGNATURE) do
   if f[3] then
     local bad = 0

@@ -251,6 +251,53 @@ def test_lse_true():
             compare("lse=True", c, res[0], res[1], ref)
 
 
+# The paged layout: f32 pools with pages in shuffled pool order, against the
+# float64 reference over the dense cache the pages hold.
+def test_paged():
+    B, Hq, Hkv, D, S, ps = 2, 8, 2, 64, 300, 16
+    rng = np.random.default_rng(11)
+    k = rng.uniform(-1, 1, (B, Hkv, S, D)).astype(np.float32)
+    v = rng.uniform(-1, 1, (B, Hkv, S, D)).astype(np.float32)
+    q = rng.uniform(-1, 1, (B, Hq, D)).astype(np.float32)
+    per_row = -(-S // ps)
+    pool_pages = B * per_row + 2
+    table = rng.permutation(pool_pages)[:B * per_row].reshape(B, per_row).astype(np.int32)
+    kp = np.full((pool_pages, Hkv, ps, D), np.nan, np.float32)
+    vp = kp.copy()
+    for b in range(B):
+        for s in range(S):
+            kp[table[b, s // ps], :, s % ps] = k[b, :, s]
+            vp[table[b, s // ps], :, s % ps] = v[b, :, s]
+    pos = np.array([S - 1, 100], np.int32)
+    with fd.Context(threads=2) as ctx:
+        plan = ctx.plan(batch=B, n_q_heads=Hq, n_kv_heads=Hkv, head_dim=D, kv_len=S, layout="paged",
+                        page_size=ps, pool_pages=pool_pages)
+        out, lse = plan.run(q, kp, vp, cur_pos=pos, lse=True, block_table=table)
+    ref_out, ref_lse = reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), pos)
+    err = np.abs(out - ref_out).max() / np.abs(ref_out).max()
+    check(err < 1e-5 and np.abs(lse - ref_lse).max() < 1e-4, "paged layout vs float64 reference",
+          "max error %.3g" % err)
+
+
+# Several query tokens: token t of row b sits at cur_pos[b] - q_len + 1 + t and sees the keys up to it.
+def test_q_len():
+    B, Hq, Hkv, D, S, T = 2, 8, 2, 64, 200, 4
+    rng = np.random.default_rng(12)
+    k = rng.uniform(-1, 1, (B, Hkv, S, D)).astype(np.float32)
+    v = rng.uniform(-1, 1, (B, Hkv, S, D)).astype(np.float32)
+    q = rng.uniform(-1, 1, (B, T, Hq, D)).astype(np.float32)
+    pos = np.array([S - 1, T - 1], np.int32)
+    with fd.Context(threads=2) as ctx:
+        plan = ctx.plan(batch=B, n_q_heads=Hq, n_kv_heads=Hkv, head_dim=D, kv_len=S, q_len=T)
+        out, lse = plan.run(q, k, v, cur_pos=pos, lse=True)
+    ok = out.shape == (B, T, Hq, D) and lse.shape == (B, T, Hq)
+    for t in range(T):
+        ref_out, ref_lse = reference(q[:, t].astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                     pos - T + 1 + t)
+        ok = ok and np.abs(out[:, t] - ref_out).max() < 1e-5 and np.abs(lse[:, t] - ref_lse).max() < 1e-4
+    check(ok, "q_len 4 vs float64 reference per token")
+
+
 # A given out array is written and returned; a scalar cur_pos means every row.
 def test_given_out_and_scalar_pos():
     c = dict(BASE, name="out given", B=2, cur_pos=[150, 150])
@@ -364,7 +411,8 @@ BAD_PLANS = [
     ("head_dim beyond a C int", dict(head_dim=2 ** 32 + 32), ValueError, ["head_dim"]),
     ("batch 0 (library)", dict(batch=0), fd.InvalidArgumentError, ["shape.batch"]),
     ("head_dim not an integer", dict(head_dim=32.0), ValueError, ["head_dim"]),
-    ("paged layout unsupported (library)", dict(layout="paged", page_size=16), fd.UnsupportedError, ["FD_PAGED"]),
+    ("paged layout without pool_pages (library)", dict(layout="paged", page_size=16), fd.InvalidArgumentError,
+     ["shape.pool_pages"]),
     ("splits negative (library)", dict(opts=dict(splits=-1)), fd.InvalidArgumentError, ["opts.splits"]),
     ("group_tile not dividing (library)", dict(group_tile=3), fd.InvalidArgumentError, ["opts.group_tile"]),
     ("bad isa string", dict(isa="sse9"), ValueError, ["opts.isa", "sse9"]),
@@ -595,7 +643,7 @@ def test_library_lookup():
 
 def main():
     for test in [test_header_layout, test_bf16_helpers, test_numerics, test_cc_backend, test_lse_true,
-                 test_given_out_and_scalar_pos, test_bad_run_arguments, test_missing_mode_arrays, test_bad_outputs,
+                 test_given_out_and_scalar_pos, test_paged, test_q_len, test_bad_run_arguments, test_missing_mode_arrays, test_bad_outputs,
                  test_bad_plans, test_bad_context, test_refused_table, test_lifetime, test_threads, test_info,
                  test_library_lookup]:
         case(test)

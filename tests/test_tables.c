@@ -3,11 +3,13 @@
    naming the field; fd_length_bucket never answers below its argument; a
    table with a duplicated row, a key that does not decode or does not fit its
    row's shape, a value the planner may not take, a name empty or too long to
-   keep whole, bytes after its end line or a NUL byte is refused whole, its
-   note naming the line and why. */
+   keep whole, a ratio_ci that is not "-" or lo..hi (issue 20), bytes after
+   its end line or a NUL byte is refused whole, its note naming the line and
+   why; a table of the former format (magic 1, nine columns) too. */
 #include "compare.h"
 #include "flashdecode.h"
 #include "kexec.h"
+#include "table.h"
 #include "tcheck.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,24 +146,28 @@ typedef struct tcase {
   const char *trailer;                           /* after the end line; '\x01' is a NUL byte */
   int accept;
   const char *want;                              /* a fragment of the refusal note */
+  const char *ci;                                /* the row's ratio_ci; NULL: the good row's */
 } tcase;
 
 #define NAME63 "0123456789012345678901234567890123456789012345678901234567890ab"   /* 63 bytes */
 #define GOOD_KEY "10032064020000100"             /* chunk 32, head_dim 64, tile 2, kv f16, causal */
+#define GOOD_CI "0.912..0.951"
+#define NO_CI "\003"                            /* ci: no ratio_ci column (a row of the former format) */
 /* Append a row of the table's fields to buf (at most n bytes in all). */
 static void add_row(char *buf, size_t n, const char *shape, const char *bucket, const char *key, const char *splits,
-                    const char *threads, const char *last) {
+                    const char *threads, const char *last, const char *ci) {
   size_t l = strlen(buf);
-  snprintf(buf + l, n - l, "%s\t%s\t%s\t%s\t%s\t100.0\t1.5\t120.0\t%s\n", shape, bucket, key, splits, threads, last);
+  snprintf(buf + l, n - l, "%s\t%s\t%s\t%s\t%s\t100.0\t1.5\t120.0\t%s%s%s\n", shape, bucket, key, splits, threads, last,
+           strcmp(ci, NO_CI) ? "\t" : "", strcmp(ci, NO_CI) ? ci : "");
 }
 
 /* The text of case c: header head, the good row for sig (line 8), c's row, the end line, c's trailer. */
 static void case_text(char *buf, size_t n, const char *head, const char *sig, const tcase *c) {
   snprintf(buf, n, "%s", head);
-  add_row(buf, n, sig, "2048", GOOD_KEY, "3", "2", "t");
+  add_row(buf, n, sig, "2048", GOOD_KEY, "3", "2", "t", GOOD_CI);
 #define OR(f, d) (c->f ? c->f : (d))
   if (c->row) add_row(buf, n, OR(shape, sig), OR(bucket, "2048"), OR(key, GOOD_KEY), OR(splits, "3"), OR(threads, "2"),
-                      OR(last, "t"));
+                      OR(last, "t"), OR(ci, GOOD_CI));
 #undef OR
   size_t l = strlen(buf);
   snprintf(buf + l, n - l, "end\t%d\n%s", 1 + c->row, c->trailer ? c->trailer : "");
@@ -219,12 +225,57 @@ static const tcase CASES[] = {
   { "bucket not a power of two", 1, NULL, "2000", NULL, NULL, NULL, NULL, NULL, 0, "line 9: bucket 2000 is not a power of two" },
   { "shape not a signature", 1, "b1.hq4.hkv1.d64.qf32.kvf16.of32.causal.bhsd.x", NULL, NULL, NULL, NULL, NULL, NULL, 0,
     "line 9: shape 'b1.hq4.hkv1.d64.qf32.kvf16.of32.causal.bhsd.x' is not a shape signature" },
-  { "ten fields", 1, NULL, "1024", NULL, NULL, NULL, "t\tx", NULL, 0, "line 9: has more than 9 fields" },
+  { "eleven fields", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "line 9: has more than 10 fields", "-\tx" },
+  { "nine fields (the former format)", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "line 9: has 9 fields, want 10", NO_CI },
+  { "ratio_ci '-' (the heuristic's row) accepted", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 1, "", "-" },
+  { "ratio_ci 1..1 accepted", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 1, "", "1..1" },
+  { "ratio_ci 1.250..12.500 accepted", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 1, "", "1.250..12.500" },
+  { "ratio_ci empty", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "line 9: ratio_ci '' is not '-' or lo..hi", "" },
+  { "ratio_ci one number", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '0.95' is not", "0.95" },
+  { "ratio_ci lo above hi", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '0.951..0.912' is not", "0.951..0.912" },
+  { "ratio_ci lo 0", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '0..0.9' is not", "0..0.9" },
+  { "ratio_ci negative", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '-0.9..0.95' is not", "-0.9..0.95" },
+  { "ratio_ci three dots", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '0...95' is not", "0...95" },
+  { "ratio_ci trailing dot", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '0.9..1.' is not", "0.9..1." },
+  { "ratio_ci exponent", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '9e-1..1' is not", "9e-1..1" },
+  { "ratio_ci nan", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci 'nan..inf' is not", "nan..inf" },
+  { "ratio_ci trailing text", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "ratio_ci '0.9..0.95x' is not", "0.9..0.95x" },
+  { "ratio_ci of 64-byte numbers", 1, NULL, "1024", NULL, NULL, NULL, NULL, NULL, 0, "is not '-' or lo..hi",
+    "1.000000000000000000000000000000000000000000000000000000000000000..2" },
   { "bytes after the end line", 0, NULL, NULL, NULL, NULL, NULL, NULL, "junk\n", 0, "line 10: bytes after the end line" },
   { "a blank line after the end line", 0, NULL, NULL, NULL, NULL, NULL, NULL, "\n", 0, "line 10: bytes after the end line" },
   { "NUL byte then garbage after the end line", 0, NULL, NULL, NULL, NULL, NULL, NULL, "\x01garbage", 0, "line 10: a NUL byte" },
   { "NUL byte in a row", 1, NULL, "1024", NULL, NULL, NULL, "t\x01x", NULL, 0, "line 9: a NUL byte" },
 };
+
+/* A whole table of the former format (magic 1, no ratio_ci column) is refused at its magic line. */
+static void former_format(const char *head, const char *sig) {
+  char old[4096], text[16384];
+  const char *rest = strchr(head, '\n'), *cols = strstr(head, "\tratio_ci\n");
+  if (!t_check(rest && cols && !strncmp(head, "flashdecode tuned table 2\n", 26), "header: magic 2 and a ratio_ci column"))
+    return;
+  snprintf(old, sizeof old, "flashdecode tuned table 1%.*s\n", (int)(cols - rest), rest);
+  snprintf(text, sizeof text, "%s%s\t2048\t%s\t3\t2\t100.0\t1.5\t120.0\tt\nend\t1\n", old, sig, GOOD_KEY);
+  table_case(text, 0, "line 1 (flashdecode tuned table 2) is 'flashdecode tuned table 1'", "a table of the former format");
+}
+
+/* Signatures with the optional q_len field (gen/facts.lua omit): written
+   only above 1, read back, refused when not canonical. */
+static void signatures(void) {
+  fd_shape s = { 1, 4, 1, 64, 2048, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_PAGED, 16 }, back;
+  char sig[256], bad[300];
+  s.q_len = 4;
+  fd_shape_signature(&s, sig, sizeof sig);
+  t_check(!strcmp(sig, "b1.hq4.hkv1.d64.qf32.kvf16.of32.causal.paged.t4"), "q_len 4 is written: %s", sig);
+  t_check(!fd_shape_parse(sig, &back) && back.q_len == 4 && back.layout == FD_PAGED, "q_len 4 reads back");
+  s.q_len = 1;
+  fd_shape_signature(&s, sig, sizeof sig);
+  t_check(!strstr(sig, ".t") && !fd_shape_parse(sig, &back) && back.q_len == 0, "q_len 1 is left out: %s", sig);
+  snprintf(bad, sizeof bad, "%s.t1", sig);
+  t_check(fd_shape_parse(bad, &back) != 0, "q_len written at 1 is refused (not canonical)");
+  snprintf(bad, sizeof bad, "%s.t4.x", sig);
+  t_check(fd_shape_parse(bad, &back) != 0, "text after the last field is refused");
+}
 
 /* Every table case. */
 static void tables(void) {
@@ -236,6 +287,7 @@ static void tables(void) {
     case_text(text, sizeof text, head, sig, &CASES[i]);
     table_case(text, CASES[i].accept, CASES[i].want, CASES[i].name);
   }
+  former_format(head, sig);
 }
 
 int main(void) {
@@ -247,6 +299,7 @@ int main(void) {
   split_items_bound();
   kv_len_bound();
   tables();
+  signatures();
   fd_destroy(ctx);
   kx_cleanup();
   return t_done();

@@ -39,19 +39,34 @@ return {
     kv_dtype = "i8", out_dtype = "bf16", mask_mode = "mask", layout = "bshd", kv_len = { 300 }, lse = true },
   { name = "tiny-full", batch = 3, n_q_heads = 6, n_kv_heads = 3, head_dim = 80, q_dtype = "f16",
     kv_dtype = "fp8", out_dtype = "f16", mask_mode = "full", kv_len = { 100 } },
+  { name = "tiny-paged", batch = 2, n_q_heads = 8, n_kv_heads = 2, head_dim = 64, q_dtype = "bf16",
+    kv_dtype = "bf16", out_dtype = "bf16", layout = "paged", page_size = 16, kv_len = { 300 } },
+  { name = "tiny-q3", batch = 2, n_q_heads = 8, n_kv_heads = 2, head_dim = 64, q_dtype = "f32",
+    kv_dtype = "f16", out_dtype = "f32", q_len = 3, kv_len = { 200 } },
 }
 LUA
 
 # --- 1. end to end --------------------------------------------------------
 out=$(tune t 2>&1)
 check "tiny tune exits 0" has "$out" "header $tmp/t.h (written)"
-check "table has a row per shape and bucket" test "$(grep -c $'\ttiny-' "$tmp/t.tsv")" -eq 4
-check "table ends with its row count" test "$(tail -n 1 "$tmp/t.tsv")" = $'end\t4'
+check "table has a row per shape and bucket" test "$(grep -c $'\ttiny-' "$tmp/t.tsv")" -eq 6
+check "table ends with its row count" test "$(tail -n 1 "$tmp/t.tsv")" = $'end\t6'
 check "table header is fd_tuned_table_header()" bash -c "$LUAJIT tuner/tuned.lua check $tmp/t.tsv"
-check "summary names every bucket" test "$(grep -c '^tiny-' <<<"$out")" -eq 4
+check "summary names every bucket" test "$(grep -c '^tiny-' <<<"$out")" -eq 6
 check "log holds a line per measurement" test "$(measurements "$tmp/t.log")" -ge 20
 check "tuned rows no slower than the heuristic (recorded)" \
   awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
+check "ratio_ci: '-' or a kept winner's interval, below 1" \
+  awk -F'\t' 'NR > 7 && $1 != "end" && !($10 == "-" || ($10 ~ /^[0-9.]+[.][.][0-9.]+$/ && substr($10, index($10, "..") + 2) + 0 <= 1)) {
+    print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
+# Decision lines: 18 fields; a row has an interval exactly when the log kept its challenger, with that interval.
+check "log decision lines have their 17 fields" \
+  awk -F'\t' '$1 == "#decision" && NF != 18 { print; bad = 1 } END { exit bad }' "$tmp/t.log"
+check "table intervals are the log's decisions" \
+  awk -F'\t' 'FNR == NR { if ($1 == "#decision" && $17 == "challenger") ci[$3 "@" $4] = $11; next }
+    FNR > 7 && $1 != "end" && $10 != (($1 "@" $2) in ci ? ci[$1 "@" $2] : "-") { print; bad = 1 } END { exit bad }' \
+  "$tmp/t.log" "$tmp/t.tsv"
+check "summary has the decision columns" has "$out" "ratio 95% CI"
 cat > "$tmp/ctx.lua" <<'LUA'
 package.path = "./?.lua;./gen/?.lua;./lua/?.lua;" .. package.path
 local fd = require("flashdecode")
@@ -64,6 +79,7 @@ out=$(tune t 2>&1)
 check "a second run measures nothing" has "$out" "(0 measurements, $n reused from the log)"
 check "a second run leaves the table and header" has "$out" "t.tsv (unchanged)"
 check "  ... and the header" has "$out" "t.h (unchanged)"
+check "a second run logs no decision twice" test -z "$(grep '^#decision' "$tmp/t.log" | sort | uniq -d)"
 
 # --- 2. interrupted and resumed -------------------------------------------
 tune r FD_TUNE_STOP_AFTER=12 >"$tmp/r1.out" 2>&1
@@ -86,6 +102,25 @@ check "fd_create refuses a table from another CPU" has "$out" "refused: line 5 (
 sed '8s/\t[0-9]*\t/\tx\t/' "$tmp/t.tsv" >"$tmp/bad.tsv"
 out=$($F export "$tmp/bad.tsv" -o "$tmp/bad.h" 2>&1)
 check "export refuses a malformed row naming file, line and field" has "$out" "bad.tsv:8: field bucket 'x'"
+sed '8s/\t[^\t]*$/\t0.9..x/' "$tmp/t.tsv" >"$tmp/badci.tsv"
+out=$($LUAJIT tuner/tuned.lua check "$tmp/badci.tsv" 2>&1)
+check "Lua loader refuses a malformed ratio_ci naming file, line and field" has "$out" "badci.tsv:8: field ratio_ci '0.9..x'"
+out=$($LUAJIT "$tmp/ctx.lua" "$tmp/badci.tsv")
+check "fd_create refuses a malformed ratio_ci naming line and field" has "$out" "line 8: ratio_ci '0.9..x'"
+sed '8s/\t[^\t]*$//' "$tmp/t.tsv" >"$tmp/noci.tsv"
+out=$($LUAJIT tuner/tuned.lua check "$tmp/noci.tsv" 2>&1)
+check "Lua loader refuses a row without ratio_ci" has "$out" "noci.tsv:8: has 9 fields, want 10"
+sed '8s/\t[^\t]*$/\t0.912..0.951/' "$tmp/t.tsv" >"$tmp/ci.tsv"
+cat > "$tmp/roundtrip.lua" <<'LUA'
+package.path = "./?.lua;./gen/?.lua;./lua/?.lua;" .. package.path
+local tuned, files = require("tuner.tuned"), require("files")
+local text = files.read(arg[1])
+local t = tuned.load(arg[1])
+io.write(tuned.format(t.header, t.rows) == text and "same" or "differs", "\n")
+LUA
+check "a table read and written again is the same text (with an interval)" \
+  test "$($LUAJIT "$tmp/roundtrip.lua" "$tmp/ci.tsv" 2>&1)" = same
+check "fd_create accepts a row with an interval" test -z "$($LUAJIT "$tmp/ctx.lua" "$tmp/ci.tsv")"
 head -n 8 "$tmp/t.tsv" >"$tmp/cut.tsv"
 out=$($LUAJIT tuner/tuned.lua check "$tmp/cut.tsv" 2>&1)
 check "a table without its end line is refused" has "$out" "truncated (no end line)"
@@ -125,7 +160,7 @@ compare_table split "$tmp/split.tsv"
 # work items, item by item, and the same outputs bit for bit (uneven lengths).
 awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", n; next }
   !seen[$1]++ { s = $1; sub(/^b[0-9]+/, "b5", s)
-    print s, 1024, $3, 5, $5, $6, $7, $8, $9; print s, 4096, $3, 16, $5, $6, $7, $8, $9; n += 2 }' \
+    print s, 1024, $3, 5, $5, $6, $7, $8, $9, $10; print s, 4096, $3, 16, $5, $6, $7, $8, $9, $10; n += 2 }' \
   "$tmp/t.tsv" >"$tmp/uneven.tsv"
 check "uneven: export" $F export "$tmp/uneven.tsv" -o "$tmp/uneven.h"
 check "uneven: the program with the library's internals builds" gcc -std=c11 -O2 -Wall -Wextra -Werror \

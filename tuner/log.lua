@@ -5,10 +5,22 @@
 -- build names the library build (a measurement of another build is never
 -- reused); stage is quick, ref (refined) or v<round> (verification); status
 -- is "ok" or "failed: <why>"; times_us is a comma list. Lines starting with
--- '#' are comments.
+-- '#' are comments. A verification's decision (tuner/stats.lua) is a line
+-- "#decision" TAB then DECISION_FIELDS: the challenger and heuristic configs,
+-- rounds run and their cap, the 95% interval of the median ratio
+-- challenger/heuristic (ratio_ci "lo..hi"), its median and exact coverage,
+-- the verdict, why the rounds stopped, the level switch seen ("-" or
+-- "<slow/fast>x fast <n> <lo..hi> slow <n> <lo..hi>") and which config was
+-- kept. Decisions derive from the v<round> lines, so resuming recomputes
+-- them (and writes a decision line only once).
+local stats = require("tuner.stats")
+
 local M = {}
 M.FIELDS = { "build", "shape", "bucket", "len", "cache", "stage", "config", "key", "status", "median_us", "times_us", "name" }
+M.DECISION_FIELDS = { "build", "shape", "bucket", "len", "cache", "challenger", "heuristic", "rounds", "cap", "ratio_ci",
+                      "median", "coverage", "decision", "stop", "levels", "kept", "name" }
 M.COMMENT = "# flashdecode tuning log: " .. table.concat(M.FIELDS, " ") .. "\n"
+  .. "# #decision " .. table.concat(M.DECISION_FIELDS, " ") .. "\n"
 
 -- A text field with tabs and newlines replaced.
 local function clean(s) return (tostring(s):gsub("[\t\r\n]", " ")) end
@@ -48,13 +60,14 @@ end
 -- malformed line, e.g. one cut by an interruption, is skipped with a
 -- warning naming it), then append.
 function M.open(path, build)
-  local L = { path = path, build = build, index = {}, reused = 0, written = 0, old = 0 }
+  local L = { path = path, build = build, index = {}, reused = 0, written = 0, old = 0, decisions = {} }
   local fh = io.open(path, "rb")
   if fh then
     local n = 0
     for line in fh:lines() do
       n = n + 1
-      if line ~= "" and line:sub(1, 1) ~= "#" then
+      if line:sub(1, 10) == "#decision\t" then L.decisions[line] = true
+      elseif line ~= "" and line:sub(1, 1) ~= "#" then
         local r, why = M.parse(line)
         if not r then io.stderr:write(("tune: %s:%d: skipped: %s\n"):format(path, n, why))
         elseif r.build == build then L.index[id_of(r)] = r; L.old = L.old + 1 end
@@ -84,6 +97,32 @@ function M:put(r)
   self.fh:flush()
   self.index[id_of(r)] = r
   self.written = self.written + 1
+end
+
+-- The level-switch field of decision d.
+local function levels_text(d)
+  if not d.switch then return "-" end
+  local l = d.switch.levels
+  return ("%.3fx fast %d %s slow %d %s"):format(d.switch.ratio, l[1].n, stats.ci_text(l[1]), l[2].n, stats.ci_text(l[2]))
+end
+
+-- A decision record ({ shape, bucket, len, cache, challenger, heuristic, d (stats), kept, name }) as a log line.
+function M.format_decision(r)
+  local d = r.d
+  return "#decision\t" .. table.concat({ clean(r.build), clean(r.shape), ("%d"):format(r.bucket), ("%d"):format(r.len),
+    r.cache, r.challenger, r.heuristic, ("%d"):format(d.rounds or d.n), ("%d"):format(d.cap or d.rounds or d.n),
+    stats.ci_text(d), ("%.4f"):format(d.med), ("%.4f"):format(d.coverage), d.decision, d.stop or "-", levels_text(d),
+    r.kept, clean(r.name) }, "\t")
+end
+
+-- Append decision record r (see format_decision) unless the same line is on record.
+function M:decision(r)
+  r.build = self.build
+  local line = M.format_decision(r)
+  if self.decisions[line] then return end
+  self.decisions[line] = true
+  self.fh:write(line, "\n")
+  self.fh:flush()
 end
 
 -- Close the log.

@@ -5,6 +5,7 @@
 -- ok = false, never an error. Every record goes through the log first.
 local fd = require("flashdecode")
 local sys = require("tuner.sys")
+local stats = require("tuner.stats")
 
 local M = {}
 
@@ -94,22 +95,27 @@ function M.heuristic(j)
   return { chunk = i.chunk, tile = i.group_tile, splits = i.splits, threads = i.threads, isa = i.isa }
 end
 
--- Two configurations timed back to back for `rounds` rounds, alternating which
--- runs first; run(which, round) times one ("a" or "b") and returns a record.
--- Returns the medians of a and b and the median of the per-round ratios a/b
--- (paired, so load that hits both alike cancels), or nil and the error.
-function M.paired(rounds, run)
-  local ta, tb, ratio = {}, {}, {}
-  for r = 1, rounds do
+-- Two configurations, a (the candidate) and b (the incumbent), timed back to
+-- back in rounds, alternating which runs first, added in batches until
+-- tuner/stats.lua decides (stats.sequential; opts: its first, batch, max,
+-- more); run(which, round) times one ("a" or "b") and returns a record.
+-- Returns the decision (its ratios a/b per round, paired so that load hitting
+-- both alike cancels) with ma and mb, the medians of a's and b's times, or
+-- nil and the error.
+function M.compare(opts, run)
+  local ta, tb = {}, {}
+  local d, err = stats.sequential(function(r)
     local order = r % 2 == 1 and { { "a", ta }, { "b", tb } } or { { "b", tb }, { "a", ta } }
     for _, p in ipairs(order) do
       local rec = run(p[1], r)
       if not rec.ok then return nil, rec.err end
-      p[2][#p[2] + 1] = rec.median_us
+      p[2][r] = rec.median_us
     end
-    ratio[r] = ta[r] / tb[r]
-  end
-  return sys.median(ta), sys.median(tb), sys.median(ratio)
+    return ta[r] / tb[r], tb[r]
+  end, opts)
+  if not d then return nil, err end
+  d.ma, d.mb = sys.median(ta), sys.median(tb)
+  return d
 end
 
 return M

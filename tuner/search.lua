@@ -5,10 +5,12 @@
 --      previous bucket's ranking of the same shape), as many as the budget allows;
 --   3. quick pass over splits x threads for the best two kernels;
 --   4. refine the best few (warm-up + several repetitions, median);
---   5. verify: the refined winner and the heuristic interleaved over several
---      rounds; the winner is kept only when the median of its per-round time
---      ratios to the heuristic beats 1 by MARGIN and its median time is the
---      lower, else the heuristic's configuration is.
+--   5. verify: the refined winner and the heuristic interleaved in paired
+--      rounds, added in batches until tuner/stats.lua decides (win, lose, tie)
+--      or the rounds cap is reached; the winner is kept only when the whole
+--      confidence interval of its median per-round ratio to the heuristic lies
+--      below 1 (within each bandwidth level when the rounds show a switch) and
+--      its median time is not the higher, else the heuristic's configuration is.
 -- The budget is spent on a virtual clock: each measurement, timed now or read
 -- back from the log, costs its runs' medians plus a cache flush each, so a
 -- resumed run takes exactly the decisions of the interrupted one.
@@ -17,10 +19,9 @@ local measure = require("tuner.measure")
 local sys = require("tuner.sys")
 
 local M = {}
-M.MARGIN = 0.10          -- the winner must beat the heuristic by 10% in verification: later
-                         -- re-measurements on this VM flipped rows won by up to 8%
 M.REFINE_S = 0.25        -- timed seconds aimed at per refined configuration
-M.VERIFY_S = 0.6         -- seconds aimed at per configuration in verification (7 to 31 rounds)
+M.VERIFY_S = 0.6         -- seconds aimed at per configuration in verification: the rounds cap (7 to 31)
+M.MIN_ROUNDS = 6         -- the fewest rounds with a 95% sign-test interval (tuner/stats.lua)
 M.LONG_S = 0.05          -- quick runs longer than this skip the warm-up (a run that long is its own)
 M.FLUSH_S = 0.01         -- the virtual cost of a cache flush (and a plan), seconds
 
@@ -164,17 +165,27 @@ local function refine(st, cost)
   return ranked(st.refined)[1]
 end
 
--- Phase 5: winner w and heuristic h interleaved, back to back in each round
--- (alternating which goes first); their medians in microseconds and the
--- median of the per-round ratios w/h (paired: robust to load that changes
--- between rounds).
-local function verify(st, w, h, cost)
+-- The rounds cap of verification: about VERIFY_S per configuration (7 to 31
+-- rounds), fewer when the job's budget is short (never below MIN_ROUNDS).
+local function rounds_cap(st, cost)
   local rounds = clamp(math.ceil(M.VERIFY_S / cost), 7, 31)
-  if left(st) < 2 * rounds * cost then rounds = clamp(math.floor(math.max(left(st), 0) / (2 * cost)), 5, rounds) end
-  st.planned = st.planned + 2 * rounds
-  return measure.paired(rounds, function(which, r)
+  if left(st) < 2 * rounds * cost then
+    rounds = clamp(math.floor(math.max(left(st), 0) / (2 * cost)), M.MIN_ROUNDS, rounds)
+  end
+  return rounds
+end
+
+-- Phase 5: winner w and heuristic h interleaved, back to back in each round
+-- (alternating which goes first), in batches until stats decides; the
+-- decision (measure.compare: interval of the median ratio w/h, medians ma, mb).
+local function verify(st, w, h, cost)
+  local cap = rounds_cap(st, cost)
+  st.planned = st.planned + 2 * cap
+  local d, err = measure.compare({ max = cap }, function(which, r)
     return timed(st, which == "a" and w or h, "v" .. r, 1, r == 1)
   end)
+  if d then st.planned = st.planned - 2 * (cap - d.rounds); d.cap = cap end
+  return d, err
 end
 
 -- The search proper (see M.tune).
@@ -197,17 +208,26 @@ local function search(j, budget, prior)
     res.c, res.key, res.median_us, res.heuristic_us = h, hr.key, hr.median_us, hr.median_us
     return res
   end
-  local mw, mh, ratio = verify(st, best.c, h, cost)
-  if not mw then return nil, "verification failed: " .. tostring(mh) end
-  local win = ratio < 1 - M.MARGIN and mw < mh
+  local d, err = verify(st, best.c, h, cost)
+  if not d then return nil, "verification failed: " .. tostring(err) end
+  local win = d.decision == "win" and d.ma <= d.mb
   res.c, res.key = win and best.c or h, win and best.key or hq.key
-  res.median_us, res.heuristic_us, res.challenger = win and mw or mh, mh, { c = best.c, median_us = mw }
-  res.spent = st.spent
+  res.median_us, res.heuristic_us, res.challenger = win and d.ma or d.mb, d.mb, { c = best.c, median_us = d.ma }
+  res.decision, res.win, res.spent = d, win, st.spent
+  if j.log.decision then j.log:decision(M.decision_record(j, best.c, h, d, win)) end
   return res
 end
 
+-- The log record of verification decision d: challenger c against heuristic h, kept or not.
+function M.decision_record(j, c, h, d, win)
+  return { shape = j.sig, bucket = j.bucket, len = j.len, cache = j.cache, challenger = measure.config_name(c),
+           heuristic = measure.config_name(h), d = d, kept = win and "challenger" or "heuristic", name = j.name }
+end
+
 -- Tune job j (see tune.lua) within budget seconds; prior ranks kernels by name.
--- Returns { c, key, median_us, heuristic_us, h, quick, spent } or nil and why.
+-- Returns { c, key, median_us, heuristic_us, h, quick, spent, decision (the
+-- verification's, stats.decide's fields; nil when the heuristic had no
+-- challenger), win } or nil and why.
 function M.tune(j, budget, prior)
   local res, why = search(j, budget, prior)
   measure.release(j)

@@ -26,6 +26,7 @@ local search = require("tuner.search")
 local measure = require("tuner.measure")
 local workload = require("tuner.workload")
 local progress = require("tuner.progress")
+local stats = require("tuner.stats")
 
 -- Run settings from the environment and arguments.
 local function settings(a)
@@ -103,11 +104,12 @@ local function prepare(j, w, ctx, log, cfg, bar)
   j.progress = function(st) bar:draw(st.n, st.planned, search.ranked(st.quick)[1]) end
 end
 
--- The table row of a tuned job.
+-- The table row of a tuned job; ratio_ci: the kept winner's interval against
+-- the heuristic, "-" when the row is the heuristic's own configuration.
 local function row_of(j, res)
   return { shape = j.sig, bucket = j.bucket, key = res.key, splits = res.c.splits, threads = res.c.threads,
            median_us = res.median_us, gbps = j.bytes / (res.median_us * 1e3), heuristic_us = res.heuristic_us,
-           name = j.name }
+           name = j.name, ratio_ci = res.win and stats.ci_text(res.decision) or "-" }
 end
 
 -- Tune every job; rows of the table in job order. The budget is shared on the
@@ -141,6 +143,18 @@ local function cfg_text(c)
   return ("%d/%d/%d/%d/%s"):format(c.chunk, c.tile, c.splits, c.threads, fd.ISA_NAMES[c.isa] or c.isa)
 end
 
+-- The verification columns of a result: the challenger, its interval against
+-- the heuristic, and the decision (verdict, rounds of the cap, why it stopped,
+-- level switch, what was kept).
+local function decision_text(r)
+  local d = r.decision
+  if not d then return "-", "-", "heuristic ranked first: no challenger" end
+  local s = ("%s, %d/%d rounds"):format(d.decision, d.rounds, d.cap or d.rounds)
+  if d.stop ~= "decided" then s = s .. " (" .. d.stop .. ")" end
+  if d.switch then s = s .. (", level switch %.2fx"):format(d.switch.ratio) end
+  return cfg_text(r.challenger.c), stats.ci_text(d), s .. (r.win and "; winner kept" or "; heuristic kept")
+end
+
 -- Print the summary table.
 local function summary(jobs, results, cfg, secs, log)
   print(("tuned %d shape/bucket pairs of %s in %.0f s (%d measurements, %d reused from the log)"):format(
@@ -148,18 +162,22 @@ local function summary(jobs, results, cfg, secs, log)
   local others = sys.others_cores(cfg.cpu0, sys.cpu_sample(), cfg.cores)
   print(("other processes kept %.2f of the %d cores busy during the run (column 'busy': during each row)%s"):format(
     others, cfg.cores, others > 0.2 and ";\nthe timings are noisy: run again on a quiet machine for a cleaner table" or ""))
-  print(("%-20s %7s %7s  %-22s %-22s %9s %7s %9s %8s %5s"):format("shape", "len", "bucket", "chosen c/t/s/p/isa",
-    "heuristic", "ms", "GB/s", "heur. ms", "speedup", "busy"))
+  print(("%-20s %7s %7s  %-22s %-22s %9s %7s %9s %8s %5s  %-22s %-12s %s"):format("shape", "len", "bucket",
+    "chosen c/t/s/p/isa", "heuristic", "ms", "GB/s", "heur. ms", "speedup", "busy", "challenger", "ratio 95% CI",
+    "decision"))
   for i, j in ipairs(jobs) do
     local r = results[i]
     if r.failed then
       print(("%-20s %7d %7d  failed: %s"):format(j.name, j.len, j.bucket, r.failed))
     else
-      print(("%-20s %7d %7d  %-22s %-22s %9.2f %7.2f %9.2f %7.2fx %5.2f"):format(j.name, j.len, j.bucket,
-        cfg_text(r.c), cfg_text(r.h), r.median_us / 1e3, j.bytes / (r.median_us * 1e3), r.heuristic_us / 1e3,
-        r.heuristic_us / r.median_us, r.others))
+      local ch, ci, dec = decision_text(r)
+      print(("%-20s %7d %7d  %-22s %-22s %9.2f %7.2f %9.2f %7.2fx %5.2f  %-22s %-12s %s"):format(j.name, j.len,
+        j.bucket, cfg_text(r.c), cfg_text(r.h), r.median_us / 1e3, j.bytes / (r.median_us * 1e3), r.heuristic_us / 1e3,
+        r.heuristic_us / r.median_us, r.others, ch, ci, dec))
     end
   end
+  print("ratio 95% CI: the challenger's time over the heuristic's, a sign-test interval of the median per-round\n"
+    .. "ratio (tuner/stats.lua); the challenger is kept only when the whole interval lies below 1")
   print(("table  %s (%s)\nlog    %s"):format(cfg.table, cfg.written and "written" or "unchanged", cfg.log))
   if cfg.header then print(("header %s (%s)"):format(cfg.header, cfg.exported)) end
 end

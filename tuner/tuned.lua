@@ -20,10 +20,12 @@ local files = require("files")
 -- A text field with tabs and newlines replaced.
 local function clean(s) return (tostring(s):gsub("[\t\r\n]", " ")) end
 
--- One row line: shape bucket key splits threads median_us gbps heuristic_us name.
+-- One row line: shape bucket key splits threads median_us gbps heuristic_us
+-- name ratio_ci (the winner's interval against the heuristic, "-" for the heuristic's own row).
 function M.row_line(r)
   return table.concat({ r.shape, ("%d"):format(r.bucket), r.key, ("%d"):format(r.splits), ("%d"):format(r.threads),
-    ("%.1f"):format(r.median_us), ("%.3f"):format(r.gbps), ("%.1f"):format(r.heuristic_us), clean(r.name) }, "\t")
+    ("%.1f"):format(r.median_us), ("%.3f"):format(r.gbps), ("%.1f"):format(r.heuristic_us), clean(r.name),
+    r.ratio_ci or "-" }, "\t")
 end
 
 -- The full text of a table of rows under header (fd_tuned_table_header()).

@@ -4,6 +4,7 @@
 local ffi = require("ffi")
 local fd = require("flashdecode")
 local space = require("space")
+local facts = require("facts")
 
 local M = {}
 M.__index = M
@@ -23,16 +24,18 @@ function M.new(s, cap)
   local n = space.numeric(s)
   local w = setmetatable({ s = s, n = n, cap = cap, ptrs = {} }, M)
   local ds = fd.DTYPE_SIZE
-  local nq = n.batch * n.n_q_heads * n.head_dim
+  local nq = n.batch * math.max(1, n.q_len or 0) * n.n_q_heads * n.head_dim
   local rows = n.batch * n.n_kv_heads * cap
+  if facts.layouts[n.layout].paged then rows = w:paged_pool() end
   w.q, w.out = get(w, nq * ds[n.q_dtype]), get(w, nq * 4)
   w.k, w.v = get(w, rows * n.head_dim * ds[n.kv_dtype]), get(w, rows * n.head_dim * ds[n.kv_dtype])
   ffi.fill(w.q, nq * ds[n.q_dtype], 0x3c)
   ffi.fill(w.k, rows * n.head_dim * ds[n.kv_dtype], 0x3c)
   ffi.fill(w.v, rows * n.head_dim * ds[n.kv_dtype], 0x3c)
   w.cur_pos = ffi.cast("int32_t *", get(w, 4 * n.batch))
-  if s.lse then w.lse = ffi.cast("float *", get(w, 4 * n.batch * n.n_q_heads)) end
-  if n.mask_mode == 1 then w.mask = ffi.cast("float *", get(w, 4 * n.batch * n.n_q_heads * cap)) end
+  local heads = n.batch * math.max(1, n.q_len or 0) * n.n_q_heads   -- query rows of every token
+  if s.lse then w.lse = ffi.cast("float *", get(w, 4 * heads)) end
+  if n.mask_mode == 1 then w.mask = ffi.cast("float *", get(w, 4 * heads * cap)) end
   if n.kv_dtype >= 3 then
     w.k_scale, w.v_scale = ffi.cast("float *", get(w, 4 * rows)), ffi.cast("float *", get(w, 4 * rows))
     for i = 0, rows - 1 do w.k_scale[i], w.v_scale[i] = 0.01, 0.01 end
@@ -40,19 +43,44 @@ function M.new(s, cap)
   return w
 end
 
+-- The paged layout's pool for lengths up to cap: ceil(cap / page_size) pages
+-- per batch row, scattered over the pool (page i of the batch's sequence
+-- order sits at pool page i * step mod pool_pages, step coprime to it, so no
+-- two neighbours are adjacent as in a long-running engine); its K/V rows.
+function M:paged_pool()
+  local n = self.n
+  self.per_row = math.ceil(self.cap / n.page_size)
+  self.pool_pages = n.batch * self.per_row
+  local step = 7919
+  while self.pool_pages % step == 0 do step = step + 2 end
+  self.pages = {}
+  for i = 0, self.pool_pages - 1 do self.pages[i] = i * step % self.pool_pages end
+  self.table = ffi.cast("int32_t *", get(self, 4 * self.pool_pages))
+  return self.pool_pages * n.n_kv_heads * n.page_size
+end
+
 -- The fd_shape measured at length len (the cache capacity is len).
 function M:shape(len)
   local t = {}
   for k, v in pairs(self.n) do t[k] = v end
   t.kv_len = len
+  t.pool_pages = self.pool_pages
   return fd.shape(t)
 end
 
--- fd_args for length len: every batch row holds len valid keys.
+-- fd_args for length len: every batch row holds len valid keys (paged: the
+-- block table of rows of ceil(len / page_size) pages, from the pool's order).
 function M:args(len)
   for b = 0, self.n.batch - 1 do self.cur_pos[b] = len - 1 end
+  if self.table then
+    local per = math.ceil(len / self.n.page_size)
+    for b = 0, self.n.batch - 1 do
+      for i = 0, per - 1 do self.table[b * per + i] = self.pages[b * self.per_row + i] end
+    end
+  end
   return fd.args { q = self.q, k = self.k, v = self.v, cur_pos = self.cur_pos, mask = self.mask,
-                   k_scale = self.k_scale, v_scale = self.v_scale, out = self.out, lse = self.lse }
+                   k_scale = self.k_scale, v_scale = self.v_scale, out = self.out, lse = self.lse,
+                   block_table = self.table }
 end
 
 -- KV bytes one run at length len reads: K and V rows of every (batch, kv head) once.

@@ -101,6 +101,10 @@ _MASK_MODES = {name: value for value, name in enumerate(L.MASK_MODE_NAMES)}
 _LAYOUTS = {name: value for value, name in enumerate(L.LAYOUT_NAMES)}
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
 _INT64 = (-2 ** 63, 2 ** 63 - 1)
+# fd_shape fields without a named parameter of Context.plan (gen/facts.lua SHAPE_FIELDS): name -> C kind.
+_PLAN_PARAMS = ("batch", "n_q_heads", "n_kv_heads", "head_dim", "kv_len", "q_dtype", "kv_dtype", "out_dtype",
+                "mask_mode", "layout", "page_size")
+_EXTRA_SHAPE_FIELDS = {name: kind for name, kind in L._facts.SHAPE_FIELDS if name not in _PLAN_PARAMS}
 _OPTION_NAMES = tuple(name for name, _ in L.PlanOpts._fields_)
 
 
@@ -265,7 +269,9 @@ class Context(_Handle):
     def plan(self, batch, n_q_heads, n_kv_heads, head_dim, kv_len, q_dtype="f32", kv_dtype="f32",
              out_dtype="f32", mask_mode="causal", layout="bhsd", page_size=0, opts=None, **options):
         """Validate a shape, plan it and compile its kernels; options chunk, group_tile, splits,
-        threads, isa ("c"|"avx2"|"avx512") force planner choices, as keywords or in opts."""
+        threads, isa ("c"|"avx2"|"avx512") force planner choices, as keywords or in opts; the
+        other fd_shape fields (pool_pages, q_len, ...) are keywords too."""
+        extra = {name: options.pop(name) for name in list(options) if name in _EXTRA_SHAPE_FIELDS}
         shape = L.Shape(batch=_c_int("batch", batch), n_q_heads=_c_int("n_q_heads", n_q_heads),
                         n_kv_heads=_c_int("n_kv_heads", n_kv_heads), head_dim=_c_int("head_dim", head_dim),
                         kv_len=_c_int("kv_len", kv_len, _INT64),
@@ -274,6 +280,9 @@ class Context(_Handle):
                         out_dtype=_dtypes.parse("out_dtype", out_dtype, InvalidArgumentError),
                         mask_mode=_choice("mask_mode", mask_mode, _MASK_MODES),
                         layout=_choice("layout", layout, _LAYOUTS), page_size=_c_int("page_size", page_size))
+        for name, value in extra.items():
+            kind = _EXTRA_SHAPE_FIELDS[name]
+            setattr(shape, name, float(value) if kind == "float" else _c_int(name, value, _INT64 if kind == "i64" else _INT32))
         popts = _plan_opts(opts, options)
         plan = ctypes.c_void_p()
         with self._lock:
@@ -317,12 +326,14 @@ class Plan(_Handle):
         self._lock = threading.Lock()
         self._shape = shape
         B, Hq, Hkv, D, S = shape.batch, shape.n_q_heads, shape.n_kv_heads, shape.head_dim, shape.kv_len
-        kv = (B, Hkv, S, D) if shape.layout == L.FD_BHSD else (B, S, Hkv, D)
+        kv = {L.FD_BHSD: (B, Hkv, S, D), L.FD_BSHD: (B, S, Hkv, D),
+              L.FD_PAGED: (shape.pool_pages, Hkv, shape.page_size, D)}[shape.layout]
         # field: (expected shape, fd_dtype) of every array argument.
-        self._arrays = {"q": ((B, Hq, D), shape.q_dtype), "k": (kv, shape.kv_dtype), "v": (kv, shape.kv_dtype),
-                        "mask": ((B, Hq, S), L.FD_F32), "k_scale": (kv[:-1], L.FD_F32),
-                        "v_scale": (kv[:-1], L.FD_F32), "out": ((B, Hq, D), shape.out_dtype),
-                        "lse": ((B, Hq), L.FD_F32)}
+        rows = (B, shape.q_len, Hq) if shape.q_len > 1 else (B, Hq)   # query rows: [B, q_len, Hq] for several tokens
+        self._arrays = {"q": (rows + (D,), shape.q_dtype), "k": (kv, shape.kv_dtype), "v": (kv, shape.kv_dtype),
+                        "mask": (rows + (S,), L.FD_F32), "k_scale": (kv[:-1], L.FD_F32),
+                        "v_scale": (kv[:-1], L.FD_F32), "out": (rows + (D,), shape.out_dtype),
+                        "lse": (rows, L.FD_F32)}
 
     @property
     def shape(self):
@@ -350,6 +361,18 @@ class Plan(_Handle):
             raise InvalidArgumentError("cur_pos: values must fit in int32, got %d..%d" % (a.min(), a.max()))
         return np.ascontiguousarray(a, np.int32)
 
+    # The paged layout's block table as a contiguous int32 array [batch, ceil(kv_len / page_size)].
+    def _block_table(self, table):
+        if table is None:
+            return None
+        s = self._shape
+        want = (s.batch, -(-s.kv_len // s.page_size)) if s.page_size else None
+        a = np.asarray(table)
+        if a.dtype.kind not in "iu" or a.shape != want:
+            raise InvalidArgumentError("block_table: expected integers of shape %s, got shape %s dtype %s"
+                                       % (want, a.shape, a.dtype))
+        return np.ascontiguousarray(a, np.int32)
+
     # The output arrays: out and lse given (checked) or allocated.
     def _outputs(self, out, lse):
         if out is None:
@@ -361,17 +384,21 @@ class Plan(_Handle):
         return out, lse
 
     def run(self, q, k, v, cur_pos=None, out=None, lse=False, mask=None, k_scale=None, v_scale=None,
-            scale=None):
+            scale=None, block_table=None):
         """Attention of q over k/v; returns out, or (out, lse) when lse is True or an array.
 
         cur_pos: [batch] positions (causal mode; a scalar means every row), mask: [B,Hq,kv_len]
         float32 (mask mode), k_scale/v_scale: float32 per K/V row (int8/fp8), scale: None or 0
-        for 1/sqrt(head_dim). out: an array to write (allocated when None)."""
+        for 1/sqrt(head_dim). out: an array to write (allocated when None). Paged layout: k, v
+        (and scales) are pools [pool_pages, n_kv_heads, page_size, ...], block_table the int32
+        page of each row's keys [batch, ceil(kv_len / page_size)]."""
         out, lse_arr = self._outputs(out, lse)
         pos = self._positions(cur_pos)
+        table = self._block_table(block_table)
         args = L.Args(q=self._arg("q", q), k=self._arg("k", k), v=self._arg("v", v),
                       cur_pos=None if pos is None else pos.ctypes.data, mask=self._arg("mask", mask),
                       k_scale=self._arg("k_scale", k_scale), v_scale=self._arg("v_scale", v_scale),
+                      block_table=None if table is None else table.ctypes.data,
                       scale=0.0 if scale is None else float(scale),
                       out=self._arg("out", out, writable=True), lse=self._arg("lse", lse_arr, writable=True))
         with self._lock:

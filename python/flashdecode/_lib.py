@@ -53,16 +53,17 @@ class Config(ctypes.Structure):
 
 # struct fd_shape: the problem a plan serves.
 class Shape(ctypes.Structure):
-    _fields_ = [("batch", _int), ("n_q_heads", _int), ("n_kv_heads", _int), ("head_dim", _int),
-                ("kv_len", _i64), ("q_dtype", _int), ("kv_dtype", _int), ("out_dtype", _int),
-                ("mask_mode", _int), ("layout", _int), ("page_size", _int)]
+    _fields_ = [(name, {"int": _int, "i64": _i64, "float": ctypes.c_float, "unsigned": ctypes.c_uint}[kind])
+                for name, kind in _facts.SHAPE_FIELDS]
 
 
 # struct fd_args: the arrays of one run (every pointer as c_void_p; scale a float).
 class Args(ctypes.Structure):
     _fields_ = [("q", _ptr), ("k", _ptr), ("v", _ptr), ("cur_pos", _ptr), ("mask", _ptr),
                 ("k_scale", _ptr), ("v_scale", _ptr), ("block_table", _ptr),
-                ("scale", ctypes.c_float), ("out", _ptr), ("lse", _ptr)]
+                ("scale", ctypes.c_float), ("out", _ptr), ("lse", _ptr),
+                ("alibi_slopes", _ptr), ("sink_logits", _ptr), ("k_new", _ptr), ("v_new", _ptr),
+                ("beam_src", _ptr)]
 
 
 # struct fd_plan_opts: forced planner choices (0 = planner's choice).

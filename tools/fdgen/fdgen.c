@@ -325,11 +325,26 @@ static double median(double *x, int n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* Paged shape s at length len: a pool of just the pages its rows need, in
+   order (set in s), and their block table; *nkv the pool's elements. NULL
+   for the other layouts. */
+static int32_t *paged_identity(fd_shape *s, int64_t len, size_t *nkv) {
+  if (s->layout != FD_PAGED) return NULL;
+  int64_t per_row = (len + s->page_size - 1) / s->page_size;
+  s->pool_pages = s->batch * per_row;
+  *nkv = (size_t)s->pool_pages * s->n_kv_heads * (size_t)s->page_size * s->head_dim;
+  int32_t *table = malloc(sizeof(int32_t) * (size_t)s->pool_pages);
+  for (int64_t i = 0; table && i < s->pool_pages; i++) table[i] = (int32_t)i;
+  return table;
+}
+
 /* Time plan creation and fd_run of one shape at one length in a fresh context; one report row.
    *key_ms: the plan's milliseconds per kernel it compiled (-1: it compiled none). */
 static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_opts *o, double *key_ms) {
   fd_shape s = g->shape;
   s.kv_len = len;
+  size_t nkv = (size_t)s.batch * s.n_kv_heads * (size_t)len * s.head_dim;
+  int32_t *table = paged_identity(&s, len, &nkv);
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads });
   fd_plan *plan;
   double t0 = now_ms();
@@ -338,13 +353,14 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
     fprintf(rep, "| %s | %lld | failed: %s |\n", g->name, (long long)len, fd_errmsg(ctx));
     *key_ms = -1;
     fd_destroy(ctx);
+    free(table);
     return;
   }
   double plan_ms = now_ms() - t0;
   fd_plan_info info;
   fd_plan_info_get(plan, len, &info);
   *key_ms = info.kernels_compiled ? plan_ms / info.kernels_compiled : -1;
-  size_t esz = t_dtype_size(s.kv_dtype), nkv = (size_t)s.batch * s.n_kv_heads * (size_t)len * s.head_dim;
+  size_t esz = t_dtype_size(s.kv_dtype);
   size_t nq = (size_t)s.batch * s.n_q_heads * s.head_dim;
   void *k = malloc(nkv * esz), *v = malloc(nkv * esz), *q = malloc(nq * 4), *out = malloc(nq * 4);
   float *mask = s.mask_mode == FD_MASK ? calloc((size_t)s.batch * s.n_q_heads * len, 4) : NULL;
@@ -353,7 +369,7 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   memset(k, 0x3c, nkv * esz); memset(v, 0x3c, nkv * esz); memset(q, 0x3c, nq * 4);
   for (size_t i = 0; scales && i < nkv / s.head_dim; i++) scales[i] = 0.01f;
   for (int b = 0; b < s.batch; b++) pos[b] = (int32_t)(len - 1);
-  fd_args a = { q, k, v, pos, mask, scales, scales, NULL, 0, out, NULL };
+  fd_args a = { q, k, v, pos, mask, scales, scales, table, 0, out, NULL };
   double t[32];
   int reps = o->reps ? o->reps : 7;
   fd_run(plan, &a);                                  /* warm-up */
@@ -363,7 +379,7 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
           info.kernels_compiled, info.kernels_compiled ? info.compile_ms / info.kernels_compiled : 0.0, info.key,
           info.splits, med, kv_bytes(&s, pos) / med / 1e6);
   fflush(rep);
-  free(k); free(v); free(q); free(out); free(mask); free(scales); free(pos);
+  free(k); free(v); free(q); free(out); free(mask); free(scales); free(pos); free(table);
   fd_plan_destroy(plan);
   fd_destroy(ctx);
 }

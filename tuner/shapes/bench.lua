@@ -33,6 +33,9 @@ return {
   { name = "mha-32", batch = 1, n_q_heads = 32, n_kv_heads = 32, head_dim = 128,
     q_dtype = "f16", kv_dtype = "f16", out_dtype = "f16", mask_mode = "causal", layout = "bhsd",
     kv_len = { 16 * K }, quick = { 4 * K } },
+  -- Speculative-decoding verification: 4 query tokens per row, each K/V row read
+  -- once for the 4 x 4 query rows of a kv head (the vanilla baseline serves one token).
+  llama("bf16", { 16 * K }, { name = "llama3-8b-q4", q_len = 4, quick = { 4 * K }, sweep = false }),
   -- f32 KV cache, the Llama-3.1-8B head layout.
   llama("f32", { 4 * K, 16 * K }, { name = "llama3-8b-f32", quick = { 4 * K }, sweep = false }),
 }

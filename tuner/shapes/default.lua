@@ -1,6 +1,8 @@
 -- The default shape set: decode shapes of common models. Fields: name, batch,
 -- n_q_heads, n_kv_heads, head_dim, q/kv/out dtype (f32|f16|bf16), mask_mode
--- (causal|mask|full), layout (bhsd|bshd), kv_len (cache lengths to tune), lse.
+-- (causal|mask|full), layout (bhsd|bshd|paged), page_size (paged: keys per
+-- page), q_len (query tokens per row, default 1), kv_len (cache lengths to
+-- tune), lse.
 local K = 1024
 local llama_lens = { 1 * K, 4 * K, 16 * K, 64 * K }
 
@@ -31,6 +33,15 @@ return {
   { name = "mha-32", batch = 1, n_q_heads = 32, n_kv_heads = 32, head_dim = 128,
     q_dtype = "f16", kv_dtype = "f16", out_dtype = "f16", mask_mode = "causal", layout = "bhsd",
     kv_len = { 4 * K, 16 * K } },
+  -- A vLLM-style paged cache: a batch of 4 Llama-3.1-8B rows in pages of 64
+  -- keys scattered over the pool (tuner/workload.lua).
+  { name = "llama3-8b-paged", batch = 4, n_q_heads = 32, n_kv_heads = 8, head_dim = 128,
+    q_dtype = "bf16", kv_dtype = "bf16", out_dtype = "bf16", mask_mode = "causal", layout = "paged",
+    page_size = 64, kv_len = { 4 * K, 16 * K } },
+  -- Speculative-decoding verification: 4 query tokens per row of Llama-3.1-8B.
+  { name = "llama3-8b-q4", batch = 1, n_q_heads = 32, n_kv_heads = 8, head_dim = 128,
+    q_dtype = "bf16", kv_dtype = "bf16", out_dtype = "bf16", mask_mode = "causal", layout = "bhsd",
+    q_len = 4, kv_len = { 4 * K, 16 * K } },
   { name = "cross-attn-masked", batch = 4, n_q_heads = 16, n_kv_heads = 16, head_dim = 64,
     q_dtype = "f32", kv_dtype = "f32", out_dtype = "f32", mask_mode = "mask", layout = "bshd",
     kv_len = { 1500 }, lse = true },

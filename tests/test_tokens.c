@@ -1,0 +1,169 @@
+/* Several query tokens per row (fd_shape.q_len 1..16) through the public
+   API, against the double-precision reference run once per token: every isa
+   this CPU runs, KV dtypes rotated with the q and out dtypes, every mask
+   mode, unsplit and 3 splits, group tiles 4 and 16 (direct and head-lane
+   kernels), rows whose first token sits at position 0 (it sees one key),
+   rows that end at kv_len - 1, and a row in between. Causal: token t of row
+   b sits at cur_pos[b] - q_len + 1 + t and sees the keys up to it; mask
+   mode: the mask is [B, q_len, Hq, kv_len]. Then the refusals: cur_pos
+   below q_len - 1, q_len out of range, out untouched. */
+#include "compare.h"
+#include "internal.h"
+#include "cpu.h"
+#include "tcheck.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B 3
+#define HKV 2
+#define S 300
+
+static const int Q_LENS[] = { 1, 2, 3, 4, 7, 16 };
+#define N_Q_LENS (int)(sizeof Q_LENS / sizeof Q_LENS[0])
+
+/* The inputs of one case: K/V, positions and a [B, Hq, S] mask from kp; q
+   [B, q_len, Hq, D] from qp (a problem of B x q_len rows); mask [B, q_len, Hq, S]. */
+typedef struct tokens { kproblem kp, qp; int q_len; float *mask; } tokens;
+
+/* Build a case: K/V of kv dtype kd, q of qd, out od, mode; positions: row 0
+   ends at S - 1, row 1 starts at 0 (its last token at q_len - 1), row 2 between. */
+static void make(tokens *c, int Hq, int D, int qd, int kd, int od, int mode, int q_len, uint64_t seed) {
+  c->q_len = q_len;
+  kp_init(&c->kp, B, Hq, HKV, D, S, qd, kd, od, mode, FD_BHSD, seed);
+  kp_init(&c->qp, B * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
+  c->kp.cur_pos[0] = S - 1;
+  c->kp.cur_pos[1] = q_len - 1;
+  c->kp.cur_pos[2] = q_len - 1 + (S - q_len) / 2;
+  c->mask = NULL;
+  if (mode != FD_MASK) return;
+  size_t row = (size_t)Hq * S;
+  c->mask = malloc(sizeof(float) * B * q_len * row);
+  for (int b = 0; b < B; b++)               /* token t: the kp mask of heads rotated by t */
+    for (int t = 0; t < q_len; t++)
+      for (int h = 0; h < Hq; h++)
+        memcpy(c->mask + ((size_t)(b * q_len + t) * Hq + h) * S, c->kp.mask + ((size_t)b * Hq + (h + t) % Hq) * S,
+               sizeof(float) * S);
+}
+
+static void unmake(tokens *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->mask); }
+
+/* The reference of token t: out [B, Hq, D] and lse [B, Hq] in double. */
+static void reference(const tokens *c, int t, double *rout, double *rlse) {
+  const ref_problem *r = &c->kp.ref;
+  size_t qrow = (size_t)r->Hq * r->D, mrow = (size_t)r->Hq * S;
+  float *q = malloc(sizeof(float) * B * qrow), *mask = c->mask ? malloc(sizeof(float) * B * mrow) : NULL;
+  int32_t pos[B];
+  for (int b = 0; b < B; b++) {
+    memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
+    if (mask) memcpy(mask + b * mrow, c->mask + (size_t)(b * c->q_len + t) * mrow, sizeof(float) * mrow);
+    pos[b] = c->kp.cur_pos[b] - c->q_len + 1 + t;
+  }
+  ref_problem rt = *r;
+  rt.q = q;
+  rt.mask = mask;
+  rt.cur_pos = pos;
+  ref_attention(&rt, rout, rlse);
+  free(q); free(mask);
+}
+
+/* Plan with opts and run case c into out and lse; FD_OK or the code. */
+static int plan_run(fd_ctx *ctx, const tokens *c, const fd_plan_opts *o, void *out, float *lse) {
+  const ref_problem *r = &c->kp.ref;
+  fd_shape s = { B, r->Hq, HKV, r->D, S, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, r->mask_mode, FD_BHSD, 0 };
+  s.q_len = c->q_len;
+  fd_args a = { c->qp.q, c->kp.k, c->kp.v, c->kp.cur_pos, c->mask, c->kp.k_scale, c->kp.v_scale, NULL, 0, out, lse };
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create_opts(ctx, &s, o, &plan);
+  if (!rc) rc = fd_run(plan, &a);
+  fd_plan_destroy(plan);
+  return rc;
+}
+
+/* Check every token of a run against its reference. */
+static void compare_tokens(const tokens *c, const void *out, const float *lse, const char *name) {
+  const ref_problem *r = &c->kp.ref;
+  size_t n = (size_t)B * r->Hq * r->D, qrow = (size_t)r->Hq * r->D;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc(sizeof(double) * B * r->Hq);
+  float *got = malloc(n * sizeof(float)), *glse = malloc(sizeof(float) * B * r->Hq);
+  for (int t = 0; t < c->q_len; t++) {
+    reference(c, t, rout, rlse);
+    for (int b = 0; b < B; b++) {
+      size_t at = (size_t)(b * c->q_len + t);
+      for (size_t i = 0; i < qrow; i++) got[b * qrow + i] = t_load(c->kp.out_dtype, out, at * qrow + i);
+      memcpy(glse + (size_t)b * r->Hq, lse + at * r->Hq, sizeof(float) * r->Hq);
+    }
+    char tname[320];
+    snprintf(tname, sizeof tname, "%s token %d", name, t);
+    t_compare(&c->kp, got, glse, rout, rlse, 1, tname);
+  }
+  free(rout); free(rlse); free(got); free(glse);
+}
+
+/* One case against the reference. */
+static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int q_len, int splits, int idx) {
+  int G = idx % 3 == 2 && kd < FD_I8 ? 16 : 4, tile = G == 16 ? 16 : 4, D = idx % 2 ? 128 : 64;
+  int chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
+  if (D % fd_isa_table[isa].width || tile > fd_isa_table[isa].max_tile) return;
+  char name[256];
+  snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s q_len %d splits%d chunk%d G%d D%d", isa, fd_dtype_names[kd],
+           fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], q_len, splits, chunk, G, D);
+  tokens c;
+  make(&c, HKV * G, D, qd, kd, od, mode, q_len, 500 + (uint64_t)idx);
+  size_t n = (size_t)B * q_len * HKV * G * D;
+  void *out = malloc(n * t_dtype_size(od));
+  float *lse = malloc(sizeof(float) * B * q_len * HKV * G);
+  fd_plan_opts o = { chunk, tile, splits, 2, isa + 1 };
+  int rc = plan_run(ctx, &c, &o, out, lse);
+  if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) compare_tokens(&c, out, lse, name);
+  free(out); free(lse);
+  unmake(&c);
+}
+
+/* Every isa, KV dtype, mask mode, token count and split setting. */
+static void sweep(void) {
+  int idx = 0;
+  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
+    for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
+      for (int mode = 0; mode < FD_MASK_MODE_COUNT; mode++)
+        for (int qi = 0; qi < N_Q_LENS; qi++)
+          for (int sp = 0; sp < 2; sp++) run_case(ctx, isa, kd, mode, Q_LENS[qi], sp ? 3 : 1, idx++);
+    fd_destroy(ctx);
+  }
+}
+
+/* cur_pos below q_len - 1 and q_len out of range are refused, out untouched. */
+static void refusals(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  tokens c;
+  make(&c, 8, 64, FD_F32, FD_F16, FD_F32, FD_CAUSAL, 4, 9);
+  size_t n = (size_t)B * 4 * 8 * 64;
+  float *out = malloc(n * 4), *lse = malloc(sizeof(float) * B * 4 * 8);
+  memset(out, 0x5a, n * 4);
+  c.kp.cur_pos[1] = 2;                                   /* token 0 would sit at -1 */
+  int rc = plan_run(ctx, &c, &(fd_plan_opts){ 0 }, out, lse), untouched = 1;
+  for (size_t i = 0; i < n * 4; i++) untouched &= ((unsigned char *)out)[i] == 0x5a;
+  t_check(rc == FD_EINVAL && strstr(fd_errmsg(ctx), "args.cur_pos[1] is 2, outside 3..") && untouched,
+          "cur_pos below q_len - 1 refused, out untouched: rc %d, \"%s\"", rc, fd_errmsg(ctx));
+  c.kp.cur_pos[1] = 3;
+  t_check(plan_run(ctx, &c, &(fd_plan_opts){ 0 }, out, lse) == FD_OK, "cur_pos q_len - 1 accepted: %s", fd_errmsg(ctx));
+  static const int bad[] = { -1, 17 };
+  for (int i = 0; i < 2; i++) {
+    c.q_len = bad[i];
+    rc = plan_run(ctx, &c, &(fd_plan_opts){ 0 }, out, lse);
+    t_check(rc == FD_EINVAL && strstr(fd_errmsg(ctx), "shape.q_len"), "q_len %d refused naming shape.q_len: rc %d, \"%s\"",
+            bad[i], rc, fd_errmsg(ctx));
+  }
+  c.q_len = 4;
+  free(out); free(lse);
+  unmake(&c);
+  fd_destroy(ctx);
+}
+
+int main(void) {
+  sweep();
+  refusals();
+  return t_done();
+}
