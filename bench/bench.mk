@@ -4,13 +4,16 @@
 # `make bench-check`: the vanilla baseline against a double-precision loop.
 # `make bench-paged`: paged KV against dense with the same plan (bench/paged.lua, about 30 s);
 # `QUICK=1 make bench-paged`: the 16k row only, writing results/bench/paged-<machine>-quick.md.
+# `make bench-uneven`: uneven batches (one 64k + seven 1k rows, and the mirror) against the
+# uniform batch with the same total keys, one plan per shape (bench/uneven.lua, about 35 s);
+# `QUICK=1 make bench-uneven`: fewer rounds (about 5 s), writing results/bench/uneven-<machine>-quick.md.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
 FDB_SRC    := bench/bw.c bench/vanilla.c bench/util.c
 FDB_HDR    := bench/bw.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot bench-paged
+.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -33,11 +36,17 @@ bench: lib $(B)/libfdbench.so
 	OMP_WAIT_POLICY=passive FDB_PLOT=0 FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so $(LUAJIT) tuner/bench.lua
 	@$(FDB_PLOT_CMD)
 	@$(MAKE) --no-print-directory B=$(B) bench-paged
+	@$(MAKE) --no-print-directory B=$(B) bench-uneven
 
 # Paged vs dense at the same length and plan: results/bench/paged-<machine>[-quick].{md,svg,png}.
 bench-paged: lib $(B)/libfdbench.so
 	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
 	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-paged" $(LUAJIT) bench/paged.lua
+
+# Uneven batches against the total-key prediction: results/bench/uneven-<machine>[-quick].{md,svg,png}.
+bench-uneven: lib $(B)/libfdbench.so
+	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
+	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-uneven" $(LUAJIT) bench/uneven.lua
 
 # Re-render the charts of the last run.
 bench-plot:

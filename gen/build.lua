@@ -175,6 +175,8 @@ local function keydefs()
   end
   out[#out + 1] = ("static const char *const fd_feature_names[FD_FEATURE_COUNT] = { %s };  /* bit i: 1 << i */"):format(
     table.concat(fnames, ", "))
+  out[#out + 1] = ("#define FD_FEATURES_SERVED 0x%xu  /* the bits this build serves */"):format(
+    facts.feature_bits(function(f) return f.served end))
   c_isas(out)
   c_shape(out)
   c_table_and_asm(out)

@@ -223,7 +223,9 @@ function M.render(t, opts)
     SOURCE = opts.source, IDENT = t.identity, ROWS = rows, DEFAULT = row_params(def),
     DEFAULT_KEY = def.key, DEFAULT_DESC = key.describe(def.key), KERNELS = kernels, INV_SQRT = inv_sqrt(all),
     PAGE_SIZE_MIN = facts.PAGE_SIZE_MIN, PAGE_SIZE_MAX = facts.PAGE_SIZE_MAX, Q_LEN_MAX = facts.Q_LEN_MAX,
-    FEATURE_COUNT = #facts.features,
+    FEATURE_COUNT = #facts.features, FEATURES_SERVED = facts.feature_bits(function(f) return f.served end),
+    SHARED_KV = facts.feature_bits(function(f) return f.name == "shared_kv" end),
+    HEADER_FEATURES = facts.feature_bits(function(f) return f.name == "shared_kv" end),
     SHAPE_FIELDS = facts.SHAPE_FIELDS, SIGNATURE = facts.SIGNATURE, FIT_SAME = facts.FIT_SAME,
     C_TYPE = { int = "int", i64 = "int64_t", float = "float", unsigned = "unsigned" },
     row_fields = function(r)

@@ -30,12 +30,12 @@ M.layouts = {
 }
 
 -- fd_shape.features bits (docs/DESIGN.md "What serving engines need"), by
--- bit value; supported: the library serves the bit (else FD_EUNSUPPORTED).
+-- bit value; served: the library serves the bit (else FD_EUNSUPPORTED).
 M.features = {
   { name = "alibi", enum = "FD_ALIBI", bit = 1 },
   { name = "sink_logits", enum = "FD_SINK_LOGITS", bit = 2 },
-  { name = "new_kv", enum = "FD_NEW_KV", bit = 4 },
-  { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8 },
+  { name = "new_kv", enum = "FD_NEW_KV", bit = 4, served = true },
+  { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8, served = true },
   { name = "k_per_channel", enum = "FD_K_PER_CHANNEL", bit = 16 },
   { name = "beams", enum = "FD_BEAMS", bit = 32 },
 }
@@ -143,6 +143,13 @@ function M.io_dtype_max()
   local n = 0
   for i = 0, #M.dtypes do if M.dtypes[i].io then n = i end end
   return n
+end
+
+-- The sum of the feature bits whose record satisfies pred.
+function M.feature_bits(pred)
+  local m = 0
+  for _, f in ipairs(M.features) do if pred(f) then m = m + f.bit end end
+  return m
 end
 
 -- The byte offset of each fd_asm_args field, by name.

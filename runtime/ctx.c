@@ -54,7 +54,8 @@ void fd_ctx_put_kernels(fd_ctx *ctx, fd_bucket *b, int n_buckets) {
     fd_kcache_put(ctx->kernels, b[i].plain);
     fd_kcache_put(ctx->kernels, b[i].with_lse);
     fd_kcache_put(ctx->kernels, b[i].split);
-    b[i].plain = b[i].with_lse = b[i].split = NULL;
+    if (b[i].new_kv) fd_kcache_put(ctx->kernels, b[i].new_kv);
+    b[i].plain = b[i].with_lse = b[i].split = b[i].new_kv = NULL;
   }
 }
 

@@ -26,8 +26,8 @@ static int check_block_table(const fd_plan *p, const fd_args *a) {
   if (!a->block_table) return fd_fail(p->ctx, FD_EINVAL, "args.block_table is NULL but the shape's layout is FD_PAGED");
   int b;
   int64_t i;
-  if (!fd_bad_page(a->block_table, s->batch, s->mask_mode == FD_CAUSAL, a->cur_pos, s->kv_len, s->page_size,
-                   s->pool_pages, &b, &i))
+  if (!fd_bad_page(a->block_table, s->batch, s->mask_mode == FD_CAUSAL, a->cur_pos, s->kv_len, p->new_kv ? p->q_len : 0,
+                   s->page_size, s->pool_pages, &b, &i))
     return FD_OK;
   return fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1)", b,
                  (long long)i, (int)a->block_table[b * fd_table_pages(s->kv_len, s->page_size) + i],
@@ -50,11 +50,14 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   if (!isfinite(a->scale)) return fd_fail(ctx, FD_EINVAL, "args.scale is not finite");
   if (s->mask_mode == FD_CAUSAL) {
     if (!a->cur_pos) return fd_fail(ctx, FD_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FD_CAUSAL");
+    int64_t last = s->kv_len - 1 + (p->new_kv ? p->q_len : 0);   /* FD_NEW_KV: the cache may be full */
     for (int b = 0; b < s->batch; b++)
-      if (a->cur_pos[b] < p->q_len - 1 || a->cur_pos[b] >= s->kv_len)
-        return fd_fail(ctx, FD_EINVAL, "args.cur_pos[%d] is %d, outside %d..%lld (q_len - 1 .. kv_len - 1)", b,
-                       (int)a->cur_pos[b], p->q_len - 1, (long long)s->kv_len - 1);
+      if (a->cur_pos[b] < p->q_len - 1 || a->cur_pos[b] > last)
+        return fd_fail(ctx, FD_EINVAL, "args.cur_pos[%d] is %d, outside %d..%lld (q_len - 1 .. kv_len - 1%s)", b,
+                       (int)a->cur_pos[b], p->q_len - 1, (long long)last, p->new_kv ? " + q_len" : "");
   }
+  if (p->new_kv && (!a->k_new || !a->v_new))
+    return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but the shape's features set FD_NEW_KV", a->k_new ? "v_new" : "k_new");
   return s->layout == FD_PAGED ? check_block_table(p, a) : FD_OK;
 }
 
@@ -62,7 +65,8 @@ static int check_args(const fd_plan *p, const fd_args *a) {
    (the rules of templates/items.h.tpl, shared with the exported header). */
 static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
   const fd_shape *s = &p->shape;
-  for (int b = 0; b < s->batch; b++) p->row_len[b] = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len);
+  for (int b = 0; b < s->batch; b++)   /* FD_NEW_KV: the cached keys, before the q_len new ones */
+    p->row_len[b] = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len) - (p->new_kv ? p->q_len : 0);
   int64_t longest = fd_order_rows(s->batch, p->row_len, p->row_order);
   const fd_bucket *bk = &p->buckets[0];
   while (bk->max_len < longest) bk++;
@@ -75,7 +79,7 @@ static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
 static int layout_items(fd_plan *p, const fd_bucket *bk) {
   const fd_shape *s = &p->shape;
   int n = fd_layout_items(s->batch, s->n_kv_heads, p->row_len, p->row_order, bk->splits, p->forced_splits,
-                          p->split_keys, p->row_splits, p->items);
+                          p->split_keys, bk->threads, p->new_kv ? p->q_len : 0, p->row_splits, p->items);
   for (int b = 0; b < s->batch; b++)
     for (int j = 0; j < s->n_kv_heads; j++)
       atomic_store_explicit(&p->remaining[(size_t)b * s->n_kv_heads + j], p->row_splits[b], memory_order_relaxed);
@@ -95,6 +99,20 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)s->head_dim));
   w->out = (char *)a->out + h0 * D * fd_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : NULL;
+  if (p->new_kv) w->tok_end0 = p->row_len[b];   /* every token sees every cached key */
+}
+
+/* Point w at the new keys of (b, j) (FD_NEW_KV: k_new/v_new [B, q_len, Hkv, D],
+   keys [0, q_len) of their own split): token t sees new keys 0..t. */
+static void new_rows(const fd_plan *p, const fd_args *a, int b, int j, fd_work *w) {
+  const fd_shape *s = &p->shape;
+  size_t row0 = ((size_t)b * p->q_len * s->n_kv_heads + j) * s->head_dim * fd_dtype_size(s->kv_dtype);
+  w->k = (const char *)a->k_new + row0;
+  w->v = (const char *)a->v_new + row0;
+  w->kv_stride = (int64_t)s->n_kv_heads * s->head_dim;
+  w->k_scale = w->v_scale = NULL;
+  w->pages = NULL;
+  w->tok_end0 = 1;
 }
 
 /* Merge the partials of (b, j) into out and lse. */
@@ -117,7 +135,12 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
   int S = p->row_splits[it->b];
   w.state = S == 1 ? scratch + ((size_t)p->heads * p->shape.head_dim + 15) / 16 * 16
                    : fd_partial(p->partials, row, p->max_splits, it->s, p->heads, p->rec);
-  fd_item_kernel(bk->plain, bk->with_lse, bk->split, S, rs->a->lse != NULL)->run(&w);
+  const fd_kernel_desc *k = fd_item_kernel(bk->plain, bk->with_lse, bk->split, S, rs->a->lse != NULL);
+  if (p->new_kv && it->s == S - 1) {          /* the new tokens' keys: their own split, bshd strides */
+    new_rows(p, rs->a, it->b, it->j, &w);
+    k = bk->new_kv;
+  }
+  k->run(&w);
   if (S > 1 && !p->merge_in_pass && atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
     merge_row(p, bk, it->b, it->j, &w);
 }

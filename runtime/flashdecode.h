@@ -215,7 +215,9 @@ const char *fd_machine_name(void);
 const char *fd_build_templates_hash(void);
 const char *fd_build_tcc_version(void);
 /* Tuned tables (plain text, see README): the header this build on this machine
-   writes and accepts, the canonical text of a shape in table rows, and the
+   writes and accepts, the canonical text of a shape in table rows (an
+   FD_SHARED_KV shape reads as the one row it executes: batch 1, q_len =
+   batch x q_len), and the
    kv-length bucket a length falls in: the smallest power of two >= len, 1 for
    len < 1, and INT64_MAX for len above 2^62 (never below len). */
 int fd_tuned_table_header(char *buf, size_t size);

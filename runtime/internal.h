@@ -38,6 +38,7 @@ typedef struct fd_bucket {
   int64_t max_len;
   int chunk, tile, splits, threads, isa, forced_isa, from_table, tile_forced;
   const fd_kernel_desc *plain, *with_lse, *split;
+  const fd_kernel_desc *new_kv;    /* FD_NEW_KV: the split kernel over k_new/v_new rows (bshd strides), else NULL */
 } fd_bucket;
 
 /* fd_item and the work-item rules fd_run shares with the exported header's fdt_run. */
@@ -49,6 +50,7 @@ struct fd_plan {
   int G, rec, n_buckets, forced_splits, max_splits, max_threads;
   int q_len;                       /* query tokens per row (shape.q_len, at least 1) */
   int heads;                       /* query rows per kernel call: G x q_len */
+  int new_kv;                      /* FD_NEW_KV: each (row, kv head) gets one more split, its new keys */
   int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */
   int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];

@@ -30,9 +30,25 @@ static int *sig_value(const fd_shape *s, const fd_sig_field *f) {
   return (int *)((char *)s + f->offset);
 }
 
+/* The shape the plan executes: with FD_SHARED_KV the batch rows attend one
+   K/V sequence, so they join the head group as tokens of one row (each K/V
+   row is then read once for all batch x n_q_heads query rows); q, out, lse
+   and the mask [B, q_len, Hq, ...] are already that row's tokens. */
+static fd_shape exec_shape(const fd_shape *s) {
+  fd_shape e = *s;
+  if (s->features & FD_SHARED_KV) {
+    e.q_len = s->batch * (s->q_len > 1 ? s->q_len : 1);
+    e.batch = 1;
+    e.features &= ~(unsigned)FD_SHARED_KV;
+  }
+  return e;
+}
+
 /* Canonical text of a shape, as in tuned tables: the fields of fd_sig_fields
-   (gen/facts.lua SIGNATURE) joined by '.'. */
-int fd_shape_signature(const fd_shape *s, char *buf, size_t size) {
+   (gen/facts.lua SIGNATURE) of the shape it executes joined by '.'. */
+int fd_shape_signature(const fd_shape *shape, char *buf, size_t size) {
+  fd_shape e = exec_shape(shape);
+  const fd_shape *s = &e;
   size_t n = 0;
   for (int i = 0; i < FD_SIG_FIELDS; i++) {
     const fd_sig_field *f = &fd_sig_fields[i];
@@ -122,8 +138,17 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if (s->sink_tokens) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.sink_tokens %d: sink tokens are not supported by this build yet", s->sink_tokens);
   if (s->softcap) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.softcap %g: softcap is not supported by this build yet", (double)s->softcap);
   for (int i = 0; i < FD_FEATURE_COUNT; i++)
-    if (s->features & (1u << i))
+    if (s->features & ~FD_FEATURES_SERVED & (1u << i))
       return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets %s, which this build does not support yet", fd_feature_names[i]);
+  if ((s->features & FD_NEW_KV) && s->mask_mode != FD_CAUSAL)
+    return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with mask_mode %s; the new tokens' keys need "
+                   "positions (FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);
+  if ((s->features & FD_NEW_KV) && s->kv_dtype > FD_BF16)
+    return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with kv_dtype %s; k_new and v_new are f32, f16 or "
+                   "bf16 (no scales)", fd_dtype_names[s->kv_dtype]);
+  if ((s->features & FD_SHARED_KV) && s->mask_mode == FD_CAUSAL)
+    return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_SHARED_KV with mask_mode FD_CAUSAL; a shared sequence needs "
+                   "FD_FULL or FD_MASK (its rows have no positions of their own)");
   return FD_OK;
 }
 
@@ -231,7 +256,7 @@ static int64_t det_split_keys(const fd_shape *s) {
    keys: it sizes the scratch), else the heuristic's for b's threads. */
 static int bucket_splits(const fd_plan *p, const fd_plan_opts *o, const fd_bucket *b, int64_t len) {
   if (o->splits) return o->splits;
-  if (p->split_keys) return fd_row_splits(0, 0, p->split_keys, len, len);
+  if (p->split_keys) return fd_row_splits(0, 0, p->split_keys, len, len, 0);
   return heuristic_splits(&p->shape, b->threads, len);
 }
 
@@ -271,6 +296,13 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
     *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
     if (!*slot[i]) { snprintf(err, errlen, "kernel %s: %s", key, why); return FD_ECOMPILE; }
   }
+  if (!p->new_kv) return FD_OK;
+  fd_shape rows = p->shape;                     /* k_new/v_new [B, q_len, Hkv, D]: bshd strides */
+  rows.layout = FD_BSHD;
+  if (fd_kernel_key(&rows, b->chunk, b->tile, b->isa, FD_FLAG_SPLIT, key, err, errlen)) return FD_EINVAL;
+  char why[3000];
+  b->new_kv = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
+  if (!b->new_kv) { snprintf(err, errlen, "kernel %s: %s", key, why); return FD_ECOMPILE; }
   return FD_OK;
 }
 
@@ -374,7 +406,10 @@ static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
     if (len >= top) break;
   }
   if (p->split_keys)   /* deterministic mode: the splits of the longest row, whatever the buckets say */
-    p->max_splits = fd_row_splits(0, 0, p->split_keys, p->shape.kv_len, p->shape.kv_len);
+    p->max_splits = fd_row_splits(0, 0, p->split_keys, p->shape.kv_len, p->shape.kv_len, 0);
+  else if (p->max_threads > p->max_splits)     /* a row cut for balance: at most one split per thread (items.h.tpl) */
+    p->max_splits = p->max_threads;
+  p->max_splits += p->new_kv;                   /* the new keys' split */
   p->rec = p->buckets[0].plain->state_floats;
   return FD_OK;
 }
@@ -391,12 +426,13 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   fd_plan *p = calloc(1, sizeof *p);
   if (!p) return fd_fail(ctx, FD_ENOMEM, "out of memory for a plan");
   p->ctx = ctx;
-  p->shape = *shape;
-  p->G = shape->n_q_heads / shape->n_kv_heads;
-  p->q_len = shape->q_len > 1 ? shape->q_len : 1;
+  p->shape = exec_shape(shape);
+  p->G = p->shape.n_q_heads / p->shape.n_kv_heads;
+  p->q_len = p->shape.q_len > 1 ? p->shape.q_len : 1;
   p->heads = p->G * p->q_len;
+  p->new_kv = (p->shape.features & FD_NEW_KV) != 0;
   p->forced_splits = opts->splits;
-  p->split_keys = ctx->deterministic ? det_split_keys(shape) : 0;
+  p->split_keys = ctx->deterministic ? det_split_keys(&p->shape) : 0;
   const char *merge = getenv("FD_MERGE");
   p->merge_in_pass = merge && !strcmp(merge, "pass");
   p->max_splits = p->max_threads = 1;

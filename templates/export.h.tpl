@@ -197,8 +197,13 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if (!(s->softcap >= 0) || s->softcap - s->softcap != 0)
     return fdt_refuse(why, FDT_EINVAL, "shape.softcap must be finite and at least 0");
   if (s->features >> $(FEATURE_COUNT)) return fdt_refuse(why, FDT_EINVAL, "shape.features has unknown bits");
-  if (s->window || s->sink_tokens || s->softcap != 0 || s->features)
-    return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.window, sink_tokens, softcap and features are not served yet");
+  if (s->window) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.window: sliding windows are not served yet");
+  if (s->sink_tokens) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.sink_tokens: sink tokens are not served yet");
+  if (s->softcap != 0) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.softcap: softcap is not served yet");
+  if (s->features & ~$(HEADER_FEATURES)u)
+    return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.features sets a bit this header does not serve (only FD_SHARED_KV)");
+  if ((s->features & $(SHARED_KV)u) && s->mask_mode == FDT_CAUSAL)
+    return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_SHARED_KV with a causal mask_mode (it needs full or mask)");
   if (s->mask_mode == FDT_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
     return fdt_refuse(why, FDT_EINVAL, "shape.kv_len is too large for int32 cur_pos positions");
   double elems = (double)s->batch * s->n_kv_heads * (double)s->kv_len * s->head_dim;
@@ -244,16 +249,37 @@ static inline fdt_scratch_map fdt_scratch_map_of(const fdt_shape *s, int S, int 
   return m;
 }
 
+/* The most splits a batch row of row r's runs gets: its splits, or one per
+   thread for a row cut for balance (templates/items.h.tpl, fd_item_keys). */
+static inline int fdt_most_splits(const fdt_row *r) {
+  int most = r->splits > r->threads ? r->splits : r->threads;
+  return most > 1 ? most : 1;
+}
+
 /* Bytes of scratch a run of row r needs for shape s, 64 for the alignment included. */
 static inline size_t fdt_row_bytes(const fdt_row *r, const fdt_shape *s) {
-  return fdt_scratch_map_of(s, r->splits > 1 ? r->splits : 1, r->plain->state_floats).end + 64;
+  return fdt_scratch_map_of(s, fdt_most_splits(r), r->plain->state_floats).end + 64;
+}
+
+/* The shape fdt_run executes for s, as libflashdecode's planner: with
+   FD_SHARED_KV the batch rows attend one K/V sequence and join the head
+   group as tokens of one row (each K/V row read once for every row). */
+static inline fdt_shape fdt_exec_shape(const fdt_shape *s) {
+  fdt_shape e = *s;
+  if (s->features & $(SHARED_KV)u) {
+    e.q_len = s->batch * fdt_q_len(s);
+    e.batch = 1;
+    e.features &= ~$(SHARED_KV)u;
+  }
+  return e;
 }
 
 /* Bytes of scratch fdt_run needs for shape s at every length up to s->kv_len;
    0 when the shape is invalid or no kernel of this header serves it. */
-static inline size_t fdt_scratch_bytes(const fdt_shape *s) {
+static inline size_t fdt_scratch_bytes(const fdt_shape *shape) {
   size_t most = 0;
-  if (!fdt_shape_ok(s)) return 0;
+  if (!fdt_shape_ok(shape)) return 0;
+  fdt_shape e = fdt_exec_shape(shape), *s = &e;
   for (int64_t len = 1;; len <<= 1) {
     const fdt_row *r = fdt_lookup(s, len);
     if (!r) return 0;
@@ -284,6 +310,7 @@ typedef struct fdt_job {
   const fdt_row *r;
   int G, S, rec, n_items;   /* S: the bucket's splits, the most a batch row gets */
   int q_len, heads;         /* tokens per row; query rows per kernel call (G x q_len) */
+  int stride;               /* partial records per (row, kv head): fdt_most_splits */
   float *qbuf, *state;
   int64_t *len;             /* [batch] valid keys */
   fd_item *items;           /* [n_items] in the order the parallel-for gets them */
@@ -321,7 +348,7 @@ static inline void fdt_item(void *ctx, int i) {
   w.begin = it->begin;
   w.end = it->end;
   w.qbuf = J->qbuf + (size_t)i * fdt_qbuf_floats(J->s);
-  w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->S, it->s, J->heads, J->rec);
+  w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->stride, it->s, J->heads, J->rec);
   fd_item_kernel(J->r->plain, J->r->lse, J->r->split, J->row_splits[it->b], J->a->lse != 0)->run(&w);
 }
 
@@ -333,7 +360,7 @@ static inline void fdt_merge(void *ctx, int i) {
   if (S == 1) return;
   fd_work w;
   fdt_fill_work(J, b, i % J->s->n_kv_heads, &w);
-  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->S, 0, J->heads, J->rec), S, J->rec, &w);
+  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->stride, 0, J->heads, J->rec), S, J->rec, &w);
 }
 
 /* The default parallel-for: every item in order on the calling thread. */
@@ -370,7 +397,7 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
   if (!a->block_table) return fdt_refuse(why, FDT_EINVAL, "args.block_table is NULL but the shape's layout is FDT_PAGED");
   int bad_b;
   int64_t bad_page;
-  if (fd_bad_page(a->block_table, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len, s->page_size,
+  if (fd_bad_page(a->block_table, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len, 0, s->page_size,
                   s->pool_pages, &bad_b, &bad_page))
     return fdt_refuse(why, FDT_EINVAL, "args.block_table[b, page] is outside 0..shape.pool_pages - 1 for a page of valid keys");
   return FDT_OK;
@@ -399,14 +426,14 @@ static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scrat
   const fdt_row *r = fdt_lookup(s, longest);
   if (!r) return FDT_EUNSUPPORTED;
   if (!scratch || scratch_bytes < fdt_row_bytes(r, s)) return FDT_ENOMEM;
-  int most = r->splits > 1 ? r->splits : 1;
-  fdt_scratch_map m = fdt_scratch_map_of(s, most, r->plain->state_floats);
+  fdt_scratch_map m = fdt_scratch_map_of(s, fdt_most_splits(r), r->plain->state_floats);
   char *base = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   J->s = s; J->a = a; J->r = r;
   J->G = s->n_q_heads / s->n_kv_heads;
   J->q_len = fdt_q_len(s);
   J->heads = J->G * J->q_len;
-  J->S = fd_bucket_splits(most, fdt_bucket(longest), s->kv_len);
+  J->S = fd_bucket_splits(r->splits > 1 ? r->splits : 1, fdt_bucket(longest), s->kv_len);
+  J->stride = fdt_most_splits(r);
   J->rec = r->plain->state_floats;
   J->qbuf = (float *)(base + m.qbuf);
   J->state = (float *)(base + m.state);
@@ -417,7 +444,8 @@ static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scrat
   for (int b = 0; b < s->batch; b++) J->len[b] = fdt_row_len(s, a, b);
   fd_order_rows(s->batch, J->len, J->order);
   /* no forced splits; split_keys 0: this header has no deterministic mode (its rows are per length bucket) */
-  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, J->order, J->S, 0, 0, J->row_splits, J->items);
+  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, J->order, J->S, 0, 0, r->threads, 0, J->row_splits,
+                               J->items);
   return FDT_OK;
 }
 
@@ -435,11 +463,16 @@ static inline int fdt_run(const fdt_shape *s, const fdt_args *a, void *scratch, 
                           fdt_parallel_for pfor, void *user) {
   fdt_job J;
   int rc = fdt_check(s, a);
-  if (!rc) rc = fdt_prepare(s, a, scratch, scratch_bytes, &J);
+  fdt_shape e;
+  if (!rc) {
+    e = fdt_exec_shape(s);               /* checked: s is not NULL */
+    rc = fdt_prepare(&e, a, scratch, scratch_bytes, &J);
+  }
   if (rc) return rc;
   if (!pfor) pfor = fdt_serial_for;
   pfor(user, J.n_items, fdt_item, &J);
-  if (J.S > 1) pfor(user, s->batch * s->n_kv_heads, fdt_merge, &J);
+  int rows = J.s->batch * J.s->n_kv_heads;   /* the executed shape's (FD_SHARED_KV: one row) */
+  if (J.n_items > rows) pfor(user, rows, fdt_merge, &J);   /* some row was split */
   return FDT_OK;
 }
 
@@ -451,7 +484,11 @@ static inline int fdt_work_items(const fdt_shape *s, const fdt_args *a, void *sc
                                  const fd_item **items) {
   fdt_job J;
   int rc = fdt_check(s, a);
-  if (!rc) rc = fdt_prepare(s, a, scratch, scratch_bytes, &J);
+  fdt_shape e;
+  if (!rc) {
+    e = fdt_exec_shape(s);               /* checked: s is not NULL */
+    rc = fdt_prepare(&e, a, scratch, scratch_bytes, &J);
+  }
   if (rc) return rc;
   *items = J.items;
   return J.n_items;

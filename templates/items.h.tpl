@@ -27,13 +27,14 @@ static inline int64_t fd_valid_len(int causal, const int32_t *cur_pos, int b, in
 static inline int64_t fd_table_pages(int64_t kv_len, int page_size) { return (kv_len + page_size - 1) / page_size; }
 
 /* The paged layout's block table [batch][fd_table_pages] checked where it
-   holds valid keys (causal: 0..cur_pos[b], else all kv_len): 1 with the row
-   and page of the first entry outside 0..pool_pages - 1, else 0. */
+   holds valid keys (causal: 0..cur_pos[b], else all kv_len; the last
+   not_cached of them are not in the cache: FD_NEW_KV's new tokens): 1 with
+   the row and page of the first entry outside 0..pool_pages - 1, else 0. */
 static inline int fd_bad_page(const int32_t *table, int batch, int causal, const int32_t *cur_pos, int64_t kv_len,
-                              int page_size, int64_t pool_pages, int *bad_b, int64_t *bad_page) {
+                              int64_t not_cached, int page_size, int64_t pool_pages, int *bad_b, int64_t *bad_page) {
   int64_t per_row = fd_table_pages(kv_len, page_size);
   for (int b = 0; b < batch; b++) {
-    int64_t pages = fd_table_pages(fd_valid_len(causal, cur_pos, b, kv_len), page_size);
+    int64_t pages = fd_table_pages(fd_valid_len(causal, cur_pos, b, kv_len) - not_cached, page_size);
     for (int64_t i = 0; i < pages; i++) {
       int32_t e = table[b * per_row + i];
       if (e < 0 || e >= pool_pages) { *bad_b = b; *bad_page = i; return 1; }
@@ -109,11 +110,33 @@ static inline int64_t fd_order_rows(int batch, const int64_t *len, int *order) {
 /* Splits of a row of len keys. Deterministic mode (split_keys K > 0): one
    per K keys, ceil(len / K), whatever the other rows and the threads. Else
    forced ones (nonzero) for every row, else the bucket's splits scaled by
-   len / longest, rounded up, at least 1, so that every item costs about the same. */
-static inline int fd_row_splits(int splits, int forced, int64_t split_keys, int64_t len, int64_t longest) {
+   len / longest, rounded up, at least 1, so that every item costs about the
+   same, and at least ceil(len / item_keys) (item_keys 0: no such bound). */
+static inline int fd_row_splits(int splits, int forced, int64_t split_keys, int64_t len, int64_t longest,
+                                int64_t item_keys) {
   int S = split_keys ? (int)((len + split_keys - 1) / split_keys)
-          : forced ? forced : (int)((splits * len + longest - 1) / longest);
+          : forced ? forced : longest < 1 ? 1 : (int)((splits * len + longest - 1) / longest);
+  if (!split_keys && !forced && item_keys > 0 && (len + item_keys - 1) / item_keys > S)
+    S = (int)((len + item_keys - 1) / item_keys);
   return S < 1 ? 1 : S;
+}
+
+/* Below this many keys an item is never cut for balance (a split's merge
+   and a second thread cost more than they save on short rows). */
+#define FD_MIN_ITEM_KEYS 4096
+
+/* The most keys an item of a batch takes: the batch's keys (every row, every
+   kv head) per thread, at least FD_MIN_ITEM_KEYS. A row much longer than the
+   others (one 64k row among 1k rows) is then cut into as many items as the
+   threads need to share it, where the bucket's split count would leave it
+   whole; uniform batches keep the bucket's splits (their rows are never
+   longer than this). At most ceil(threads / n_kv_heads) splits follow. */
+static inline int64_t fd_item_keys(int batch, int n_kv_heads, const int64_t *len, int threads) {
+  int64_t total = 0;
+  for (int b = 0; b < batch; b++) total += len[b];
+  total *= n_kv_heads;
+  int64_t per_thread = (total + threads - 1) / (threads > 0 ? threads : 1);
+  return per_thread < FD_MIN_ITEM_KEYS ? FD_MIN_ITEM_KEYS : per_thread;
 }
 
 /* First key of split sp (0..S) of a row of len keys cut in S: sp K with
@@ -125,21 +148,25 @@ static inline int64_t fd_split_begin(int64_t len, int S, int64_t split_keys, int
 }
 
 /* Lay out the items: rows in order (longest first), then kv heads, then
-   splits (fd_row_splits, fd_split_begin; split_keys 0 outside deterministic
-   mode). Sets row_splits[b]; returns the number of items. */
+   splits (fd_row_splits with fd_item_keys for the bucket's threads,
+   fd_split_begin; split_keys 0 outside deterministic mode); with new_keys > 0
+   (FD_NEW_KV: the q_len new tokens' keys) one more split last, keys
+   [0, new_keys) of the new rows. Sets row_splits[b] (all splits); returns
+   the number of items. */
 static inline int fd_layout_items(int batch, int n_kv_heads, const int64_t *len, const int *order, int splits,
-                                  int forced, int64_t split_keys, int *row_splits, fd_item *items) {
-  int64_t longest = len[order[0]];
+                                  int forced, int64_t split_keys, int threads, int new_keys, int *row_splits,
+                                  fd_item *items) {
+  int64_t longest = len[order[0]], item_keys = fd_item_keys(batch, n_kv_heads, len, threads);
   int n = 0;
   for (int r = 0; r < batch; r++) {
-    int b = order[r], S = fd_row_splits(splits, forced, split_keys, len[b], longest);
-    row_splits[b] = S;
+    int b = order[r], S = fd_row_splits(splits, forced, split_keys, len[b], longest, item_keys);
+    row_splits[b] = S + (new_keys > 0);
     for (int j = 0; j < n_kv_heads; j++)
-      for (int sp = 0; sp < S; sp++) {
+      for (int sp = 0; sp < row_splits[b]; sp++) {
         fd_item *it = &items[n++];
         it->b = b; it->j = j; it->s = sp;
-        it->begin = fd_split_begin(len[b], S, split_keys, sp);
-        it->end = fd_split_begin(len[b], S, split_keys, sp + 1);
+        it->begin = sp < S ? fd_split_begin(len[b], S, split_keys, sp) : 0;
+        it->end = sp < S ? fd_split_begin(len[b], S, split_keys, sp + 1) : new_keys;
       }
   }
   return n;

@@ -41,6 +41,9 @@ check "shared build runs and matches the reference" env LD_LIBRARY_PATH="$usr/li
 check "C program linked statically against libflashdecode.a" \
   bash -c "cc -O2 $root/examples/c_decode.c \$(pkg-config --cflags flashdecode) $usr/lib/libflashdecode.a \$(pkg-config --static --libs-only-l flashdecode | sed 's/-lflashdecode//') -lm -o c_static"
 check "static build runs and matches the reference" ./c_static
+check "examples/cascade.c (shared prefix + suffixes + fd_merge_states) builds with pkg-config flags only" \
+  bash -c "cc -O2 $root/examples/cascade.c \$(pkg-config --cflags --libs flashdecode) -lm -o cascade"
+check "cascade attention matches attention over the concatenation" env LD_LIBRARY_PATH="$usr/lib" ./cascade
 check "installed fdgen runs from outside the tree" bash -c "LD_LIBRARY_PATH=$usr/lib $usr/bin/fdgen key decode 10256128040002220 | grep -q 'group tile 4'"
 if [ -f "$root/lua/flashdecode.lua" ]; then
   check "LuaJIT: require 'flashdecode' from the installed tree" \

@@ -298,6 +298,46 @@ def test_q_len():
     check(ok, "q_len 4 vs float64 reference per token")
 
 
+# FD_SHARED_KV: one K/V sequence [1, Hkv, S, D] attended by every batch row (full mode).
+def test_shared_kv():
+    B, Hq, Hkv, D, S = 3, 8, 2, 64, 150
+    rng = np.random.default_rng(13)
+    k = rng.uniform(-1, 1, (1, Hkv, S, D)).astype(np.float32)
+    v = rng.uniform(-1, 1, (1, Hkv, S, D)).astype(np.float32)
+    q = rng.uniform(-1, 1, (B, Hq, D)).astype(np.float32)
+    with fd.Context(threads=2) as ctx:
+        plan = ctx.plan(batch=B, n_q_heads=Hq, n_kv_heads=Hkv, head_dim=D, kv_len=S, mask_mode="full",
+                        features=fd.FD_SHARED_KV)
+        out = plan.run(q, k, v)
+    ref_out, _ = reference(q.astype(np.float64), np.repeat(k, B, 0).astype(np.float64),
+                           np.repeat(v, B, 0).astype(np.float64), None)
+    check(np.abs(out - ref_out).max() < 1e-5, "FD_SHARED_KV vs float64 reference over copied K/V")
+
+
+# FD_NEW_KV: the cache holds the keys before the first query token; the tokens' own K/V come in k_new, v_new.
+def test_new_kv():
+    B, Hq, Hkv, D, S, T = 2, 8, 2, 64, 100, 3
+    rng = np.random.default_rng(14)
+    k = rng.uniform(-1, 1, (B, Hkv, S, D)).astype(np.float32)
+    v = rng.uniform(-1, 1, (B, Hkv, S, D)).astype(np.float32)
+    kn = rng.uniform(-1, 1, (B, T, Hkv, D)).astype(np.float32)
+    vn = rng.uniform(-1, 1, (B, T, Hkv, D)).astype(np.float32)
+    q = rng.uniform(-1, 1, (B, T, Hq, D)).astype(np.float32)
+    pos = np.array([T - 1, 60], np.int32)                   # cached keys: 0 and 58
+    with fd.Context(threads=2) as ctx:
+        plan = ctx.plan(batch=B, n_q_heads=Hq, n_kv_heads=Hkv, head_dim=D, kv_len=S, q_len=T, features=fd.FD_NEW_KV)
+        out = plan.run(q, k, v, cur_pos=pos, k_new=kn, v_new=vn)
+    ok = True
+    for b in range(B):
+        C = pos[b] - T + 1
+        kc = np.concatenate([k[b, :, :C], kn[b].transpose(1, 0, 2)], 1)[None]
+        vc = np.concatenate([v[b, :, :C], vn[b].transpose(1, 0, 2)], 1)[None]
+        for t in range(T):
+            ref, _ = reference(q[b:b + 1, t].astype(np.float64), kc.astype(np.float64), vc.astype(np.float64), [C + t])
+            ok = ok and np.abs(out[b, t] - ref[0]).max() < 1e-5
+    check(ok, "FD_NEW_KV vs float64 reference over the cache then the new keys")
+
+
 # A given out array is written and returned; a scalar cur_pos means every row.
 def test_given_out_and_scalar_pos():
     c = dict(BASE, name="out given", B=2, cur_pos=[150, 150])
@@ -643,7 +683,7 @@ def test_library_lookup():
 
 def main():
     for test in [test_header_layout, test_bf16_helpers, test_numerics, test_cc_backend, test_lse_true,
-                 test_given_out_and_scalar_pos, test_paged, test_q_len, test_bad_run_arguments, test_missing_mode_arrays, test_bad_outputs,
+                 test_given_out_and_scalar_pos, test_paged, test_q_len, test_shared_kv, test_new_kv, test_bad_run_arguments, test_missing_mode_arrays, test_bad_outputs,
                  test_bad_plans, test_bad_context, test_refused_table, test_lifetime, test_threads, test_info,
                  test_library_lookup]:
         case(test)

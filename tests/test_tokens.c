@@ -18,33 +18,33 @@
 
 #define B 3
 #define HKV 2
-#define S 300
+#define S_CAP 300
 
 static const int Q_LENS[] = { 1, 2, 3, 4, 7, 16 };
 #define N_Q_LENS (int)(sizeof Q_LENS / sizeof Q_LENS[0])
 
-/* The inputs of one case: K/V, positions and a [B, Hq, S] mask from kp; q
-   [B, q_len, Hq, D] from qp (a problem of B x q_len rows); mask [B, q_len, Hq, S]. */
+/* The inputs of one case: K/V, positions and a [B, Hq, S_CAP] mask from kp; q
+   [B, q_len, Hq, D] from qp (a problem of B x q_len rows); mask [B, q_len, Hq, S_CAP]. */
 typedef struct tokens { kproblem kp, qp; int q_len; float *mask; } tokens;
 
 /* Build a case: K/V of kv dtype kd, q of qd, out od, mode; positions: row 0
-   ends at S - 1, row 1 starts at 0 (its last token at q_len - 1), row 2 between. */
+   ends at S_CAP - 1, row 1 starts at 0 (its last token at q_len - 1), row 2 between. */
 static void make(tokens *c, int Hq, int D, int qd, int kd, int od, int mode, int q_len, uint64_t seed) {
   c->q_len = q_len;
-  kp_init(&c->kp, B, Hq, HKV, D, S, qd, kd, od, mode, FD_BHSD, seed);
+  kp_init(&c->kp, B, Hq, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, seed);
   kp_init(&c->qp, B * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
-  c->kp.cur_pos[0] = S - 1;
+  c->kp.cur_pos[0] = S_CAP - 1;
   c->kp.cur_pos[1] = q_len - 1;
-  c->kp.cur_pos[2] = q_len - 1 + (S - q_len) / 2;
+  c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
   c->mask = NULL;
   if (mode != FD_MASK) return;
-  size_t row = (size_t)Hq * S;
+  size_t row = (size_t)Hq * S_CAP;
   c->mask = malloc(sizeof(float) * B * q_len * row);
   for (int b = 0; b < B; b++)               /* token t: the kp mask of heads rotated by t */
     for (int t = 0; t < q_len; t++)
       for (int h = 0; h < Hq; h++)
-        memcpy(c->mask + ((size_t)(b * q_len + t) * Hq + h) * S, c->kp.mask + ((size_t)b * Hq + (h + t) % Hq) * S,
-               sizeof(float) * S);
+        memcpy(c->mask + ((size_t)(b * q_len + t) * Hq + h) * S_CAP, c->kp.mask + ((size_t)b * Hq + (h + t) % Hq) * S_CAP,
+               sizeof(float) * S_CAP);
 }
 
 static void unmake(tokens *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->mask); }
@@ -52,7 +52,7 @@ static void unmake(tokens *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->mask);
 /* The reference of token t: out [B, Hq, D] and lse [B, Hq] in double. */
 static void reference(const tokens *c, int t, double *rout, double *rlse) {
   const ref_problem *r = &c->kp.ref;
-  size_t qrow = (size_t)r->Hq * r->D, mrow = (size_t)r->Hq * S;
+  size_t qrow = (size_t)r->Hq * r->D, mrow = (size_t)r->Hq * S_CAP;
   float *q = malloc(sizeof(float) * B * qrow), *mask = c->mask ? malloc(sizeof(float) * B * mrow) : NULL;
   int32_t pos[B];
   for (int b = 0; b < B; b++) {
@@ -71,7 +71,7 @@ static void reference(const tokens *c, int t, double *rout, double *rlse) {
 /* Plan with opts and run case c into out and lse; FD_OK or the code. */
 static int plan_run(fd_ctx *ctx, const tokens *c, const fd_plan_opts *o, void *out, float *lse) {
   const ref_problem *r = &c->kp.ref;
-  fd_shape s = { B, r->Hq, HKV, r->D, S, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, r->mask_mode, FD_BHSD, 0 };
+  fd_shape s = { B, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, r->mask_mode, FD_BHSD, 0 };
   s.q_len = c->q_len;
   fd_args a = { c->qp.q, c->kp.k, c->kp.v, c->kp.cur_pos, c->mask, c->kp.k_scale, c->kp.v_scale, NULL, 0, out, lse };
   fd_plan *plan = NULL;
@@ -134,6 +134,73 @@ static void sweep(void) {
   }
 }
 
+/* FD_NEW_KV: the cache holds C = cur_pos - q_len + 1 keys, the q_len new
+   tokens' K/V come in k_new/v_new [B, q_len, Hkv, D]; token t sees the C
+   cached keys and new keys 0..t. Checked per token against the reference
+   over each row's concatenation [cache[0..C), new[0..q_len)]: C = 0 (empty
+   cache: only the new tokens), C in the middle, C = S_CAP (a full cache). */
+static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int idx) {
+  int G = 4, D = idx % 2 ? 128 : 64, Hq = HKV * G, qd = idx % 3, od = idx / 3 % 3;
+  if (D % fd_isa_table[isa].width) return;
+  char name[200];
+  snprintf(name, sizeof name, "FD_NEW_KV isa%d kv%s q_len %d splits%d D%d", isa, fd_dtype_names[kd], q_len, splits, D);
+  tokens c;
+  make(&c, Hq, D, qd, kd, od, FD_CAUSAL, q_len, 900 + (uint64_t)idx);
+  kproblem nk;                                  /* k_new, v_new: [B, q_len, Hkv, D] (bshd rows of q_len keys) */
+  kp_init(&nk, B, Hq, HKV, D, q_len, qd, kd, od, FD_FULL, FD_BSHD, 950 + (uint64_t)idx);
+  int32_t *pos = c.kp.cur_pos;
+  pos[0] = q_len - 1;                           /* C = 0 */
+  pos[1] = S_CAP + q_len - 1;                       /* C = S_CAP: a full cache */
+  pos[2] = S_CAP / 2 + q_len - 1;
+  size_t n = (size_t)B * q_len * Hq * D;
+  void *out = malloc(n * t_dtype_size(od));
+  float *lse = malloc(sizeof(float) * B * q_len * Hq);
+  fd_shape s = { B, Hq, HKV, D, S_CAP, qd, kd, od, FD_CAUSAL, FD_BHSD, 0 };
+  s.q_len = q_len;
+  s.features = FD_NEW_KV;
+  fd_args a = { c.qp.q, c.kp.k, c.kp.v, pos, NULL, NULL, NULL, NULL, 0, out, lse };
+  a.k_new = nk.k;
+  a.v_new = nk.v;
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create_opts(ctx, &s, &(fd_plan_opts){ 64, G, splits, 2, isa + 1 }, &plan);
+  if (!rc) rc = fd_run(plan, &a);
+  fd_plan_destroy(plan);
+  if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
+    int64_t cat = S_CAP + q_len;                    /* the reference's keys: row b's cache then its new keys */
+    float *kc = calloc((size_t)B * HKV * cat * D, sizeof(float)), *vc = calloc((size_t)B * HKV * cat * D, sizeof(float));
+    for (int b = 0; b < B; b++)
+      for (int j = 0; j < HKV; j++)
+        for (int64_t i = 0; i < pos[b] + 1; i++) {
+          int64_t C = pos[b] - q_len + 1;
+          const float *ks = i < C ? c.kp.kf + (((size_t)b * HKV + j) * S_CAP + i) * D : nk.kf + (((size_t)b * q_len + (i - C)) * HKV + j) * D;
+          const float *vs = i < C ? c.kp.vf + (((size_t)b * HKV + j) * S_CAP + i) * D : nk.vf + (((size_t)b * q_len + (i - C)) * HKV + j) * D;
+          memcpy(kc + (((size_t)b * HKV + j) * cat + i) * D, ks, sizeof(float) * D);
+          memcpy(vc + (((size_t)b * HKV + j) * cat + i) * D, vs, sizeof(float) * D);
+        }
+    float *kf = c.kp.kf, *vf = c.kp.vf;
+    c.kp.ref.k = kc; c.kp.ref.v = vc; c.kp.ref.S = cat;
+    compare_tokens(&c, out, lse, name);
+    c.kp.ref.k = kf; c.kp.ref.v = vf; c.kp.ref.S = S_CAP;
+    free(kc); free(vc);
+  }
+  free(out); free(lse);
+  kp_free(&nk);
+  unmake(&c);
+}
+
+/* FD_NEW_KV over every isa, KV dtype f32/f16/bf16, q_len 1, 4 and 7, split and not. */
+static void new_kv_sweep(void) {
+  int idx = 0;
+  static const int qlens[] = { 1, 4, 7 };
+  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
+    for (int kd = 0; kd <= FD_BF16; kd++)
+      for (int qi = 0; qi < 3; qi++)
+        for (int sp = 0; sp < 2; sp++) new_kv_case(ctx, isa, kd, qlens[qi], sp ? 3 : 1, idx++);
+    fd_destroy(ctx);
+  }
+}
+
 /* cur_pos below q_len - 1 and q_len out of range are refused, out untouched. */
 static void refusals(void) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
@@ -157,6 +224,25 @@ static void refusals(void) {
             bad[i], rc, fd_errmsg(ctx));
   }
   c.q_len = 4;
+  fd_shape s = { B, 8, HKV, 64, S_CAP, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  s.q_len = 4;
+  s.features = FD_NEW_KV;
+  fd_args a = { c.qp.q, c.kp.k, c.kp.v, c.kp.cur_pos, NULL, NULL, NULL, NULL, 0, out, lse };
+  fd_plan *plan = NULL;
+  memset(out, 0x5a, n * 4);
+  rc = fd_plan_create(ctx, &s, &plan);
+  if (!rc) rc = fd_run(plan, &a);
+  untouched = 1;
+  for (size_t i = 0; i < n * 4; i++) untouched &= ((unsigned char *)out)[i] == 0x5a;
+  t_check(rc == FD_EINVAL && strstr(fd_errmsg(ctx), "args.k_new") && untouched,
+          "FD_NEW_KV without k_new refused naming args.k_new, out untouched: rc %d, \"%s\"", rc, fd_errmsg(ctx));
+  fd_plan_destroy(plan);
+  plan = NULL;
+  s.mask_mode = FD_FULL;
+  rc = fd_plan_create(ctx, &s, &plan);
+  t_check(rc == FD_EINVAL && strstr(fd_errmsg(ctx), "FD_NEW_KV"), "FD_NEW_KV without positions (full mode) refused: \"%s\"",
+          fd_errmsg(ctx));
+  fd_plan_destroy(plan);
   free(out); free(lse);
   unmake(&c);
   fd_destroy(ctx);
@@ -164,6 +250,7 @@ static void refusals(void) {
 
 int main(void) {
   sweep();
+  new_kv_sweep();
   refusals();
   return t_done();
 }

@@ -31,7 +31,11 @@ __version__ = L.FD_VERSION
 __all__ = ["Context", "Plan", "Error", "InvalidArgumentError", "OutOfMemoryError", "CompileError",
            "UnsupportedError", "TableError", "DestroyedError", "SystemCallError", "LibraryError",
            "TableWarning", "BF16", "to_bf16", "from_bf16", "machine_name", "length_bucket",
-           "library_path", "__version__"]
+           "library_path", "__version__", "FD_ALIBI", "FD_SINK_LOGITS", "FD_NEW_KV", "FD_SHARED_KV",
+           "FD_K_PER_CHANNEL", "FD_BEAMS"]
+# fd_shape.features bits (Context.plan(features=...)), from the generated facts.
+FD_ALIBI, FD_SINK_LOGITS, FD_NEW_KV = L.FD_ALIBI, L.FD_SINK_LOGITS, L.FD_NEW_KV
+FD_SHARED_KV, FD_K_PER_CHANNEL, FD_BEAMS = L.FD_SHARED_KV, L.FD_K_PER_CHANNEL, L.FD_BEAMS
 
 
 class Error(Exception):
@@ -326,14 +330,17 @@ class Plan(_Handle):
         self._lock = threading.Lock()
         self._shape = shape
         B, Hq, Hkv, D, S = shape.batch, shape.n_q_heads, shape.n_kv_heads, shape.head_dim, shape.kv_len
-        kv = {L.FD_BHSD: (B, Hkv, S, D), L.FD_BSHD: (B, S, Hkv, D),
+        Bk = 1 if shape.features & L.FD_SHARED_KV else B      # FD_SHARED_KV: one sequence for every row
+        kv = {L.FD_BHSD: (Bk, Hkv, S, D), L.FD_BSHD: (Bk, S, Hkv, D),
               L.FD_PAGED: (shape.pool_pages, Hkv, shape.page_size, D)}[shape.layout]
         # field: (expected shape, fd_dtype) of every array argument.
         rows = (B, shape.q_len, Hq) if shape.q_len > 1 else (B, Hq)   # query rows: [B, q_len, Hq] for several tokens
         self._arrays = {"q": (rows + (D,), shape.q_dtype), "k": (kv, shape.kv_dtype), "v": (kv, shape.kv_dtype),
                         "mask": (rows + (S,), L.FD_F32), "k_scale": (kv[:-1], L.FD_F32),
                         "v_scale": (kv[:-1], L.FD_F32), "out": (rows + (D,), shape.out_dtype),
-                        "lse": (rows, L.FD_F32)}
+                        "lse": (rows, L.FD_F32),
+                        "k_new": ((B, max(1, shape.q_len), Hkv, D), shape.kv_dtype),
+                        "v_new": ((B, max(1, shape.q_len), Hkv, D), shape.kv_dtype)}
 
     @property
     def shape(self):
@@ -366,7 +373,8 @@ class Plan(_Handle):
         if table is None:
             return None
         s = self._shape
-        want = (s.batch, -(-s.kv_len // s.page_size)) if s.page_size else None
+        rows = 1 if s.features & L.FD_SHARED_KV else s.batch
+        want = (rows, -(-s.kv_len // s.page_size)) if s.page_size else None
         a = np.asarray(table)
         if a.dtype.kind not in "iu" or a.shape != want:
             raise InvalidArgumentError("block_table: expected integers of shape %s, got shape %s dtype %s"
@@ -384,14 +392,15 @@ class Plan(_Handle):
         return out, lse
 
     def run(self, q, k, v, cur_pos=None, out=None, lse=False, mask=None, k_scale=None, v_scale=None,
-            scale=None, block_table=None):
+            scale=None, block_table=None, k_new=None, v_new=None):
         """Attention of q over k/v; returns out, or (out, lse) when lse is True or an array.
 
         cur_pos: [batch] positions (causal mode; a scalar means every row), mask: [B,Hq,kv_len]
         float32 (mask mode), k_scale/v_scale: float32 per K/V row (int8/fp8), scale: None or 0
         for 1/sqrt(head_dim). out: an array to write (allocated when None). Paged layout: k, v
         (and scales) are pools [pool_pages, n_kv_heads, page_size, ...], block_table the int32
-        page of each row's keys [batch, ceil(kv_len / page_size)]."""
+        page of each row's keys [batch, ceil(kv_len / page_size)]. FD_NEW_KV: k_new, v_new
+        [batch, q_len, n_kv_heads, head_dim], the query tokens' own K/V."""
         out, lse_arr = self._outputs(out, lse)
         pos = self._positions(cur_pos)
         table = self._block_table(block_table)
@@ -399,6 +408,7 @@ class Plan(_Handle):
                       cur_pos=None if pos is None else pos.ctypes.data, mask=self._arg("mask", mask),
                       k_scale=self._arg("k_scale", k_scale), v_scale=self._arg("v_scale", v_scale),
                       block_table=None if table is None else table.ctypes.data,
+                      k_new=self._arg("k_new", k_new), v_new=self._arg("v_new", v_new),
                       scale=0.0 if scale is None else float(scale),
                       out=self._arg("out", out, writable=True), lse=self._arg("lse", lse_arr, writable=True))
         with self._lock:
