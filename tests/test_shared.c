@@ -3,7 +3,8 @@
    once by every batch row (full mode), each row's own suffix (causal), and
    fd_merge_states of the two, equal to attention over the concatenation;
    a shared sequence in mask mode equal to the same keys copied into every
-   row; every isa this CPU runs, f32/f16/bf16 KV, unsplit and 3 splits, and
+   row; every isa this CPU runs, every KV dtype (int8 and fp8 with their row
+   scales), unsplit and 3 splits, and
    the refusal of a shared sequence with causal positions. */
 #include "compare.h"
 #include "internal.h"
@@ -59,9 +60,9 @@ static void cascade(fd_ctx *ctx, int isa, int kd, int splits, int G, int idx) {
   fd_plan_opts o = { 64, G, splits, 2, isa + 1 };
   fd_shape sp = { B, Hq, HKV, D, P, qd, kd, FD_F32, FD_FULL, FD_BHSD, 0 };
   sp.features = FD_SHARED_KV;
-  fd_args ap = { suf.q, pre.k, pre.v, NULL, NULL, NULL, NULL, NULL, 0, o1, l1 };
+  fd_args ap = { suf.q, pre.k, pre.v, NULL, NULL, pre.k_scale, pre.v_scale, NULL, 0, o1, l1 };
   fd_shape ss = { B, Hq, HKV, D, L, qd, kd, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  fd_args as = { suf.q, suf.k, suf.v, suf.cur_pos, NULL, NULL, NULL, NULL, 0, o2, l2 };
+  fd_args as = { suf.q, suf.k, suf.v, suf.cur_pos, NULL, suf.k_scale, suf.v_scale, NULL, 0, o2, l2 };
   int rc = plan_run(ctx, &sp, &o, &ap);
   if (!rc) rc = plan_run(ctx, &ss, &o, &as);
   const float *outs[2] = { o1, o2 }, *lses[2] = { l1, l2 };
@@ -126,7 +127,7 @@ int main(void) {
   int idx = 0;
   for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
-    for (int kd = 0; kd <= FD_BF16; kd++)
+    for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
       for (int sp = 0; sp < 2; sp++)
         for (int g = 0; g < 2; g++) cascade(ctx, isa, kd, sp ? 3 : 1, g ? 16 : 4, idx++);
     for (int sp = 0; sp < 2; sp++) shared_mask(ctx, isa, sp ? 3 : 1, idx++);
