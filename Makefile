@@ -127,11 +127,17 @@ gen-default: deps
 test: all gen-default sanitize tsan-build fuzz-build $(B)/check_vanilla
 	bash tests/run.sh
 
-# Planning, JIT and fd_run times over the default shape set (a benchmark, not a test).
+# Planning, JIT and fd_run times over the default shape set (a benchmark, not a
+# test): generated in the process, then again from sources kept by a first run
+# in a fresh $$FD_CACHE_DIR (the -cached report).
 bench-plan: all
 	@mkdir -p results/runtime
 	$(B)/fdgen bench tuner/shapes/default.lua -o results/runtime/plan-$$($(B)/fdgen machine).md
 	@cat results/runtime/plan-$$($(B)/fdgen machine).md
+	@rm -rf $(B)/plan-cache && mkdir -p $(B)/plan-cache
+	FD_CACHE_DIR=$(B)/plan-cache $(B)/fdgen bench tuner/shapes/default.lua -o /dev/null
+	FD_CACHE_DIR=$(B)/plan-cache $(B)/fdgen bench tuner/shapes/default.lua -o results/runtime/plan-$$($(B)/fdgen machine)-cached.md
+	@sed -n '/JIT per key/,$$p' results/runtime/plan-$$($(B)/fdgen machine)-cached.md
 
 # Install: `make install PREFIX=/usr/local DESTDIR=` and `make uninstall` (the same list).
 PREFIX     ?= /usr/local

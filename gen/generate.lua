@@ -221,7 +221,9 @@ local function default_reader(dir)
   end
 end
 
--- A generator over templates read by opts.read (default: opts.dir or "templates").
+-- A generator over templates read by opts.read (default: opts.dir or "templates");
+-- opts.line_directives = false leaves out #line, opts.annotate = false the
+-- instructions' Intel text beside their bytes (the JIT's sources: less to parse).
 function M.new(opts)
   opts = opts or {}
   local eng = template.new { read = opts.read or default_reader(opts.dir or "templates"),
@@ -229,7 +231,9 @@ function M.new(opts)
   local g = {}
   -- The C source of the translation unit for key k.
   function g.source(k)
-    return eng:render("unit.c.tpl", M.params(k), "templates/")
+    local p = M.params(k)
+    p.ANNOTATE = opts.annotate ~= false
+    return eng:render("unit.c.tpl", p, "templates/")
   end
   -- The kernel ABI header alone (for the runtime's build).
   function g.abi_header()

@@ -82,12 +82,14 @@ function M.check(isa, D, T, fail)
   end
 end
 
--- A buffer of assembler lines for one asm statement (b.x: the record has EVEX forms).
-local function new_block(isa)
-  local b = { lines = {}, g = GEOM[isa], isa = isa, x = evex(GEOM[isa]) }
+-- A buffer of assembler lines for one asm statement (b.x: the record has EVEX
+-- forms) of kernel parameters p (p.ANNOTATE false: no instruction comments).
+local function new_block(isa, p)
+  local annotate = p.ANNOTATE ~= false
+  local b = { lines = {}, g = GEOM[isa], isa = isa, x = evex(GEOM[isa]), annotate = annotate }
   -- A vector instruction: its bytes, with the Intel text as a comment.
   function b.v(mn, ...)
-    b.lines[#b.lines + 1] = { x86.line_text(mn, ...) }
+    b.lines[#b.lines + 1] = annotate and { x86.line_text(mn, ...) } or { x86.line_cached(mn, ...) }
   end
   -- A general-purpose instruction or label in AT&T syntax (assembled by the compiler).
   function b.gp(text) b.lines[#b.lines + 1] = { (text:gsub("%%(%a)", "%%%%%1")), nil } end
@@ -375,7 +377,7 @@ end
 -- accumulators, one per key and head), K converted once per row into a
 -- register, q read once per d-block; one shuffle tree reduces the group.
 local function scores_direct(isa, p, R)
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
   local kreg = GEOM[isa].nregs - 2
   local qbase = W
@@ -464,7 +466,7 @@ local HL_KEYS, HL_QCOLS = 8, 16
 -- stage; acc[r] is the score vector of key r, stored at sc[(i + r) * 16].
 -- A short last group leaves stale staged rows; their rows of sc are never read.
 local function scores_hl(isa, p)
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   local T, KG, QC = p.T, HL_KEYS, HL_QCOLS
   prologue(b, { "src", "ptr", "sc", "n", "stride", "consts", "stage", "pf" }, true)
   b.gp("test %rcx, %rcx")
@@ -497,7 +499,7 @@ function M.scores(isa, p)
   if M.head_lanes(isa, p) then return scores_hl(isa, p) end
   local R = M.direct_rows(isa, p)
   if R then return scores_direct(isa, p, R) end
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   local W = b.g.W
   prologue(b, { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage", "pf" }, true)
   b.gp("test %rcx, %rcx")
@@ -546,7 +548,7 @@ end
 -- then finish(b, hl, t). rsi points at in, rdx at out.
 local function softmax_statement(isa, p, fields, start, step, finish)
   local hl = M.head_lanes(isa, p)
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   prologue(b, fields)
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
@@ -624,7 +626,7 @@ end
 -- q times the softmax scale as f32: n elements (a multiple of W) of the q
 -- dtype at src into ptr, the scale at *in.
 function M.qload(isa, p)
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   local W, qsize = b.g.W, ELEM[p.Q_DTYPE]
   prologue(b, { "src", "ptr", "n" })
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.inp))
@@ -665,7 +667,7 @@ end
 -- The normalized output row of one head: out[d] = st[d] * *in for the n
 -- (head_dim) floats at ptr, stored as the out dtype (f32, f16 or bf16).
 function M.store_out(isa, p)
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   local W, osize, dt = b.g.W, ELEM[p.OUT_DTYPE], p.OUT_DTYPE
   prologue(b, { "ptr", "n", "consts" })
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
@@ -694,7 +696,7 @@ end
 -- Online-softmax rescale of a tile's accumulators: the D floats of head t's
 -- state record (ptr + t * REC floats) times *in[t], for every head of the tile.
 function M.scale_records(isa, p)
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   local W = b.g.W
   prologue(b, { "ptr" })
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
@@ -733,7 +735,7 @@ end
 
 -- P.V for one d-block: acc[t][c0*W ..] += sum over keys of p_t[i] * V[i][...].
 function M.pv(isa, p, block)
-  local b = new_block(isa)
+  local b = new_block(isa, p)
   local W, T, cb = b.g.W, p.T, block[2]
   local esz = ELEM[p.KV_DTYPE]
   local nacc = T * cb
@@ -800,7 +802,7 @@ function M.statement(b, ind)
   for _, l in ipairs(b.lines) do
     out[#out + 1] = ('%s  "%s\\n\\t"%s'):format(ind, l[1], l[2] and ("  /* " .. l[2] .. " */") or "")
   end
-  out[#out + 1] = ('%s  "%s\\n\\t"  /* vzeroupper */'):format(ind, x86.line("vzeroupper"))
+  out[#out + 1] = ('%s  "%s\\n\\t"%s'):format(ind, x86.line("vzeroupper"), b.annotate and "  /* vzeroupper */" or "")
   out[#out + 1] = ind .. '  : : "r"(&aa) : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "memory", "cc" FD_VCLOBBER);'
   return table.concat(out, "\n")
 end
@@ -815,7 +817,7 @@ for _, name in ipairs { "scores", "max", "exp", "pv", "qload", "store_out", "sca
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
-                             tostring(p.NO_AHEAD),
+                             tostring(p.NO_AHEAD), tostring(p.ANNOTATE),
                              blk and blk[1] or "", blk and blk[2] or "" }, ":")
     if not memo[k] then
       if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end

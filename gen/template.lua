@@ -126,17 +126,29 @@ function M.new(opts)
     env.unpack = env.unpack or table.unpack
     for k, v in pairs(params) do env[k] = v end
     env._str = tostring
-    -- Emit the output of template line lnum; an expansion spanning several
-    -- lines gets a #line before each, so every line maps back to lnum.
+    -- Emit the output of template line lnum. An expansion spanning several
+    -- lines (an asm statement) is numbered as a file of its own, named
+    -- "<template>@<lnum>", so a compiler error inside it reads
+    -- "decode.c.tpl@153:7: error:", line 7 of the expansion at line 153; the
+    -- next line re-synchronizes. Directive texts are made once per line.
+    local dirs = st.dirs[name]
+    if not dirs then dirs = {}; st.dirs[name] = dirs end
+    local out = st.out
     env._line = function(lnum, s)
-      for piece in (s .. "\n"):gmatch("(.-)\n") do
-        if self.lines and (st.file ~= name or st.next ~= lnum) then
-          st.out[#st.out + 1] = ('#line %d "%s"'):format(lnum, st.prefix .. name)
-        end
-        st.out[#st.out + 1] = piece
-        st.file, st.next = name, lnum + 1
+      if not self.lines then out[#out + 1] = s; return end
+      if s:find("\n", 1, true) then
+        out[#out + 1] = ('#line 1 "%s%s@%d"'):format(st.prefix, name, lnum)
+        out[#out + 1] = s
+        st.file = nil
+        return
       end
-      if s:find("\n", 1, true) then st.file = nil end
+      if st.file ~= name or st.next ~= lnum then
+        local dir = dirs[lnum]
+        if not dir then dir = ('#line %d "%s"'):format(lnum, st.prefix .. name); dirs[lnum] = dir end
+        out[#out + 1] = dir
+      end
+      out[#out + 1] = s
+      st.file, st.next = name, lnum + 1
     end
     env.emit = function(s) st.out[#st.out + 1] = s; st.file = nil end
     env.include = function(sub, extra)
@@ -151,7 +163,7 @@ function M.new(opts)
 
   -- Render template name with params; returns the text or raises "file:line: error: ...".
   function self.render(_, name, params, prefix)
-    local st = { out = {}, prefix = prefix or "" }
+    local st = { out = {}, dirs = {}, prefix = prefix or "" }
     local ok, err = pcall(render_into, st, name, params or {})
     if not ok then error(as_c_error(err), 0) end
     return table.concat(st.out, "\n") .. "\n"

@@ -322,10 +322,17 @@ local function parse_reg(s, ctx)
   return o
 end
 
+-- The context of operand i of mn in error messages, formatted only when an
+-- error is raised (string.format's %s calls __tostring).
+local CTX_MT = { __tostring = function(c)
+  local v = c.v
+  return ("%s: operand %d (%s)"):format(c.mn, c.i, type(v) == "table" and
+    (v.reg and tostring(v.reg) or mem_text(v)) or tostring(v))
+end }
+
 -- Turn one user operand (string, table or number) into an operand record.
 local function parse_operand(v, i, mn)
-  local ctx = ("%s: operand %d (%s)"):format(mn, i, type(v) == "table" and
-    (v.reg and tostring(v.reg) or mem_text(v)) or tostring(v))
+  local ctx = setmetatable({ v = v, i = i, mn = mn }, CTX_MT)
   local o
   if type(v) == "number" then
     o = { type = "imm", value = v }
@@ -399,10 +406,11 @@ local function no_evex(row, mn)
 end
 
 -- Check operands against row in one encoding; returns a match, or nil and a
--- score (how far the operands got: count, kinds, then the rest), position, reason.
+-- score (how far the operands got: count, kinds, then the rest), position and
+-- reason (a string, or a function making it: most failures are never shown).
 local function attempt(row, evex, ops, mn)
   local n = #row.kinds
-  if #ops ~= n then return nil, 0, 0, ("takes %d operands, got %d"):format(n, #ops) end
+  if #ops ~= n then return nil, 0, 0, function() return ("takes %d operands, got %d"):format(n, #ops) end end
   local L, lpos = 128, 0
   for i = 1, n do
     local k, o = row.kinds[i], ops[i]
@@ -410,16 +418,18 @@ local function attempt(row, evex, ops, mn)
   end
   for i = 1, n do
     if not kind_ok(row.kinds[i], ops[i], L) then
-      return nil, 100 + i, i, "expected " .. kind_text(row.kinds[i], L)
+      return nil, 100 + i, i, function() return "expected " .. kind_text(row.kinds[i], L) end
     end
   end
   if not evex and L == 512 then return nil, 200 + lpos, lpos, "zmm needs EVEX" .. no_evex(row, mn) end
   if not row.lens[L] then
-    local ok = {}
-    for _, b in ipairs({ 128, 256, 512 }) do
-      if row.lens[b] and (evex or b < 512) then ok[#ok + 1] = tostring(b) end
+    return nil, 200 + lpos, lpos, function()
+      local ok = {}
+      for _, b in ipairs({ 128, 256, 512 }) do
+        if row.lens[b] and (evex or b < 512) then ok[#ok + 1] = tostring(b) end
+      end
+      return ("vector length %d not supported (only %s)"):format(L, table.concat(ok, ", "))
     end
-    return nil, 200 + lpos, lpos, ("vector length %d not supported (only %s)"):format(L, table.concat(ok, ", "))
   end
   for i = 1, n do
     local o = ops[i]
@@ -445,6 +455,8 @@ local function attempt(row, evex, ops, mn)
   return { row = row, evex = evex, ops = ops, L = L }
 end
 
+local EVEX_TRIES = { false, true }
+
 -- Parse the operands and find the first row/encoding that fits, VEX first.
 local function match(mn, ...)
   if type(mn) ~= "string" then fail("mnemonic must be a string, got %s", type(mn)) end
@@ -460,7 +472,7 @@ local function match(mn, ...)
   -- report the failure that got furthest; on a tie the EVEX try of the same row
   local best_score, best_pos, best_why, best_row = -1, 0, nil, nil
   for _, row in ipairs(rows) do
-    for _, evex in ipairs({ false, true }) do
+    for _, evex in ipairs(EVEX_TRIES) do
       if (evex and row.evex) or (not evex and row.vex and not force) then
         local m, score, pos, why = attempt(row, evex, ops, name)
         if m then m.force = force; m.mn = name; return m end
@@ -471,6 +483,7 @@ local function match(mn, ...)
     end
   end
   if force and best_why == nil then fail("%s: has no EVEX form", name) end
+  if type(best_why) == "function" then best_why = best_why() end
   if best_pos == 0 then fail("%s: %s", name, best_why) end
   fail("%s: %s", ops[best_pos].ctx, best_why)
 end
@@ -646,6 +659,7 @@ end
 
 -- Operand-table fields in the order of a memo key (x86.line_text).
 local OPERAND_FIELDS = { "reg", "mask", "zero", "base", "index", "scale", "disp", "bcst" }
+local OPERAND_KEY = "{" .. ("%s,"):rep(#OPERAND_FIELDS - 1) .. "%s}"
 local OPERAND_FIELD = {}
 for _, k in ipairs(OPERAND_FIELDS) do OPERAND_FIELD[k] = true end
 
@@ -657,9 +671,7 @@ local function memo_key(mn, ...)
     local v = select(i, ...)
     if type(v) == "table" then
       for k in pairs(v) do if not OPERAND_FIELD[k] then return nil end end
-      local f = {}
-      for j, k in ipairs(OPERAND_FIELDS) do f[j] = tostring(v[k]) end
-      t[#t + 1] = "{" .. table.concat(f, ",") .. "}"
+      t[#t + 1] = OPERAND_KEY:format(v.reg, v.mask, v.zero, v.base, v.index, v.scale, v.disp, v.bcst)
     elseif type(v) == "number" then t[#t + 1] = "#" .. tostring(v)
     elseif type(v) == "string" then t[#t + 1] = v
     else return nil end
@@ -676,7 +688,7 @@ local line_memo, line_memo_n = {}, 0
 function M.line_text(mn, ...)
   local k = memo_key(mn, ...)
   local hit = k and line_memo[k]
-  if hit then return hit[1], hit[2] end
+  if hit and hit[2] then return hit[1], hit[2] end
   local m = match(mn, ...)
   local line, text = M.byte_line(emit(m)), text_of(m)
   if k then
@@ -684,6 +696,19 @@ function M.line_text(mn, ...)
     line_memo[k], line_memo_n = { line, text }, line_memo_n + 1
   end
   return line, text
+end
+
+-- x86.line of one instruction, memoized (for sources without comments).
+function M.line_cached(mn, ...)
+  local k = memo_key(mn, ...)
+  local hit = k and line_memo[k]
+  if hit then return hit[1] end
+  local line = M.byte_line(emit(match(mn, ...)))
+  if k then
+    if line_memo_n >= LINE_MEMO_MAX then line_memo, line_memo_n = {}, 0 end
+    line_memo[k], line_memo_n = { line }, line_memo_n + 1
+  end
+  return line
 end
 
 return M

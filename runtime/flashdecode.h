@@ -72,8 +72,8 @@ typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
    digit plus one, so that 0 (a zeroed struct) means "best available". */
 enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3 };
 /* fd_shape.features bits (docs/DESIGN.md "What serving engines need"). This
-   build serves none of them yet: a shape that sets one is refused with
-   FD_EUNSUPPORTED naming it. */
+   build serves FD_NEW_KV and FD_SHARED_KV; a shape that sets another is
+   refused with FD_EUNSUPPORTED naming it. */
 enum { FD_ALIBI = 1, FD_SINK_LOGITS = 2, FD_NEW_KV = 4, FD_SHARED_KV = 8, FD_K_PER_CHANNEL = 16, FD_BEAMS = 32 };
 
 typedef struct fd_config {
@@ -110,7 +110,7 @@ typedef struct fd_shape {
   fd_layout layout;
   int page_size;            /* FD_PAGED: keys per pool page, a power of two 16..1024; ignored otherwise */
   /* Appended fields (zero keeps the behaviour above); see docs/DESIGN.md. */
-  int q_len;                /* query tokens per row: 0 or 1 (several, 2..16, not served by this build yet) */
+  int q_len;                /* query tokens per row: 0 or 1, or 2..16 (q/out [B, q_len, Hq, D], causal among them) */
   int64_t pool_pages;       /* FD_PAGED: pages in each of the K and V pools, at least 1; ignored otherwise */
   int window;               /* sliding window (not served yet: must be 0) */
   int sink_tokens;          /* sink tokens kept visible with a window (not served yet: must be 0) */
@@ -119,7 +119,7 @@ typedef struct fd_shape {
 } fd_shape;
 
 typedef struct fd_args {
-  const void *q;            /* [B, Hq, D] q_dtype */
+  const void *q;            /* [B, Hq, D] q_dtype ([B, q_len, Hq, D] with q_len > 1) */
   const void *k, *v;        /* [B, Hkv, S, D] (BHSD) or [B, S, Hkv, D] (BSHD), kv_dtype; FD_PAGED: pools
                                [pool_pages, Hkv, page_size, D], key s of row b in page block_table[b][s / page_size]
                                at slot s % page_size */
@@ -130,9 +130,9 @@ typedef struct fd_args {
   const int32_t *block_table;      /* FD_PAGED: [B, ceil(kv_len / page_size)] pool page indices; the entries of
                                       pages that hold a row's valid keys must be 0..pool_pages - 1 (checked) */
   float scale;              /* 0 = 1/sqrt(head_dim) */
-  void *out;                /* [B, Hq, D] out_dtype */
-  float *lse;               /* [B, Hq] natural-log sum-exp, or NULL */
-  /* Appended fields for the shape's features (docs/DESIGN.md); not read by this build yet. */
+  void *out;                /* [B, Hq, D] out_dtype ([B, q_len, Hq, D] with q_len > 1) */
+  float *lse;               /* [B, Hq] ([B, q_len, Hq]) natural-log sum-exp, or NULL */
+  /* Appended fields for the shape's features (docs/DESIGN.md); this build reads k_new and v_new. */
   const float *alibi_slopes;       /* FD_ALIBI: [Hq] */
   const float *sink_logits;        /* FD_SINK_LOGITS: [Hq] */
   const void *k_new, *v_new;       /* FD_NEW_KV: [B, q_len, Hkv, D] kv_dtype */

@@ -51,12 +51,12 @@ static lua_State *embedded_state(void) {
 }
 
 /* Two generators over one set of modules: with #line directives back to the
-   templates (for people and error messages), and without (for the JIT: tcc
-   reads a fifth less text). */
+   templates and each instruction's text beside its bytes (for people and error
+   messages), and without either (for the JIT: tcc reads a third less text). */
 static const char *BOOT =
   "local generate = require('generate')\n"
   "local g = { [true] = generate.new { read = fd_read },\n"
-  "            [false] = generate.new { read = fd_read, line_directives = false } }\n"
+  "            [false] = generate.new { read = fd_read, line_directives = false, annotate = false } }\n"
   "return function(k, lines) return g[lines].source(k) end\n";
 
 /* Start a Lua state whose registry holds the generator's source function. */

@@ -27,6 +27,14 @@ T.ok(g.source("10064064020101110"):find("fd_k10064064020101110_merge", 1, true),
 T.eq(g.source(k), src, "generation is deterministic")
 T.ok(g.source("10064064022001110"):find(".byte 0x62", 1, true), "AVX-512 kernel carries EVEX .byte lines")
 T.ok(g.source("10064064021001110"):find(".byte 0xc", 1, true), "AVX2 kernel carries VEX .byte lines")
+do -- the JIT's form: no #line, no instruction text; the same code otherwise
+  local kv = "10064064022001110"
+  local full = generate.new { line_directives = false }.source(kv)
+  local plain = generate.new { line_directives = false, annotate = false }.source(kv)
+  T.ok(full:find('\\n\\t"  /%* v'), "annotated source has each instruction's text beside its bytes")
+  T.ok(not plain:find('\\n\\t"  /%*'), "annotate = false leaves the instruction text out")
+  T.eq(full:gsub('(\\n\\t")  /%*[^\n]-%*/\n', "%1\n"), plain, "and nothing else: the same source without the comments")
+end
 T.raises("field head_dim: 72 is not a multiple of the AVX%-512 vector", "AVX-512 refuses head_dim 72",
          g.source, "10064072022001110")
 T.raises("field group_tile: 16 exceeds", "AVX2 refuses group tile 16", g.source, "10064064161001110")

@@ -361,9 +361,9 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   fd_plan_info_get(plan, len, &info);
   *key_ms = info.kernels_compiled ? plan_ms / info.kernels_compiled : -1;
   size_t esz = t_dtype_size(s.kv_dtype);
-  size_t nq = (size_t)s.batch * s.n_q_heads * s.head_dim;
+  size_t nq = (size_t)s.batch * (s.q_len > 1 ? s.q_len : 1) * s.n_q_heads * s.head_dim;
   void *k = malloc(nkv * esz), *v = malloc(nkv * esz), *q = malloc(nq * 4), *out = malloc(nq * 4);
-  float *mask = s.mask_mode == FD_MASK ? calloc((size_t)s.batch * s.n_q_heads * len, 4) : NULL;
+  float *mask = s.mask_mode == FD_MASK ? calloc((size_t)s.batch * (s.q_len > 1 ? s.q_len : 1) * s.n_q_heads * len, 4) : NULL;
   float *scales = s.kv_dtype >= FD_I8 ? malloc(nkv / s.head_dim * 4) : NULL;
   int32_t *pos = malloc(sizeof(int32_t) * s.batch);
   memset(k, 0x3c, nkv * esz); memset(v, 0x3c, nkv * esz); memset(q, 0x3c, nq * 4);
