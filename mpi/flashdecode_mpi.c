@@ -126,6 +126,9 @@ static int check_shape(call *c) {
   if (s->mask_mode > FD_FULL) return local_fail(c, FD_EINVAL, "shard.shape.mask_mode is %d", (int)s->mask_mode);
   if (s->q_len > 1)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.q_len is %d; fdmpi_run serves one query token per row", s->q_len);
+  if (s->window)
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.window is %d; fdmpi_run does not serve sliding windows yet",
+                      s->window);
   if (s->q_dtype > FD_BF16) return local_fail(c, FD_EINVAL, "shard.shape.q_dtype is %d", (int)s->q_dtype);
   if ((int64_t)s->batch * s->n_q_heads * (s->head_dim + 1) > INT32_MAX)
     return local_fail(c, FD_EINVAL, "shard.shape: batch x n_q_heads x (head_dim + 1) is above INT32_MAX, the largest "

@@ -27,7 +27,7 @@ static int check_block_table(const fd_plan *p, const fd_args *a) {
   int b;
   int64_t i;
   if (!fd_bad_page(a->block_table, s->batch, s->mask_mode == FD_CAUSAL, a->cur_pos, s->kv_len, p->new_kv ? p->q_len : 0,
-                   s->page_size, s->pool_pages, &b, &i))
+                   p->q_len, p->window, s->sink_tokens, s->page_size, s->pool_pages, &b, &i))
     return FD_OK;
   return fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1)", b,
                  (long long)i, (int)a->block_table[b * fd_table_pages(s->kv_len, s->page_size) + i],
@@ -61,13 +61,19 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   return s->layout == FD_PAGED ? check_block_table(p, a) : FD_OK;
 }
 
-/* Row lengths, rows by descending length and the bucket of the longest
-   (the rules of templates/items.h.tpl, shared with the exported header). */
+/* Row lengths, the keys each row visits (its window's), rows by descending
+   keys and the bucket of the longest (the rules of templates/items.h.tpl,
+   shared with the exported header). */
 static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
   const fd_shape *s = &p->shape;
-  for (int b = 0; b < s->batch; b++)   /* FD_NEW_KV: the cached keys, before the q_len new ones */
+  for (int b = 0; b < s->batch; b++) {  /* FD_NEW_KV: the cached keys, before the q_len new ones */
     p->row_len[b] = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len) - (p->new_kv ? p->q_len : 0);
-  int64_t longest = fd_order_rows(s->batch, p->row_len, p->row_order);
+    fd_window wd = fd_window_of(p->row_len[b], p->q_len, p->window, s->sink_tokens);
+    p->row_first[b] = wd.first;
+    p->row_sink[b] = wd.sink;
+    p->row_keys[b] = p->row_len[b] - wd.first;
+  }
+  int64_t longest = fd_order_rows(s->batch, p->row_keys, p->row_order);
   const fd_bucket *bk = &p->buckets[0];
   while (bk->max_len < longest) bk++;
   return bk;
@@ -78,8 +84,9 @@ static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
    and count each (b, kv head)'s splits to merge. */
 static int layout_items(fd_plan *p, const fd_bucket *bk) {
   const fd_shape *s = &p->shape;
-  int n = fd_layout_items(s->batch, s->n_kv_heads, p->row_len, p->row_order, bk->splits, p->forced_splits,
-                          p->split_keys, bk->threads, p->new_kv ? p->q_len : 0, p->row_splits, p->items);
+  int n = fd_layout_items(s->batch, s->n_kv_heads, p->row_keys, p->row_first, p->window ? p->row_sink : NULL,
+                          p->row_order, bk->splits, p->forced_splits, p->split_keys, bk->threads,
+                          p->new_kv ? p->q_len : 0, p->row_splits, p->items);
   for (int b = 0; b < s->batch; b++)
     for (int j = 0; j < s->n_kv_heads; j++)
       atomic_store_explicit(&p->remaining[(size_t)b * s->n_kv_heads + j], p->row_splits[b], memory_order_relaxed);
@@ -100,6 +107,11 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->out = (char *)a->out + h0 * D * fd_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : NULL;
   if (p->new_kv) w->tok_end0 = p->row_len[b];   /* every token sees every cached key */
+  if (p->window) {                               /* the keys below a later token's window start */
+    fd_window wd = fd_window_of(p->row_len[b], p->q_len, p->window, s->sink_tokens);
+    w->win_lo = wd.cut_lo;
+    w->win_hi0 = wd.cut_hi0;
+  }
 }
 
 /* Point w at the new keys of (b, j) (FD_NEW_KV: k_new/v_new [B, q_len, Hkv, D],

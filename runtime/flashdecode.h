@@ -112,8 +112,8 @@ typedef struct fd_shape {
   /* Appended fields (zero keeps the behaviour above); see docs/DESIGN.md. */
   int q_len;                /* query tokens per row: 0 or 1, or 2..16 (q/out [B, q_len, Hq, D], causal among them) */
   int64_t pool_pages;       /* FD_PAGED: pages in each of the K and V pools, at least 1; ignored otherwise */
-  int window;               /* sliding window (not served yet: must be 0) */
-  int sink_tokens;          /* sink tokens kept visible with a window (not served yet: must be 0) */
+  int window;               /* causal: a query at position p sees keys p-window+1..p; 0 = none */
+  int sink_tokens;          /* with a window, keys 0..sink_tokens-1 stay visible */
   float softcap;            /* logit softcap (not served yet: must be 0) */
   unsigned features;        /* FD_ALIBI, FD_SINK_LOGITS, ... bits (not served yet: must be 0) */
 } fd_shape;

@@ -51,6 +51,7 @@ struct fd_plan {
   int q_len;                       /* query tokens per row (shape.q_len, at least 1) */
   int heads;                       /* query rows per kernel call: G x q_len */
   int new_kv;                      /* FD_NEW_KV: each (row, kv head) gets one more split, its new keys */
+  int window;                      /* shape.window: rows visit their window and sinks (items.h.tpl fd_window_of) */
   int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */
   int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];
@@ -63,7 +64,8 @@ struct fd_plan {
   atomic_int *remaining;           /* [B*Hkv] splits still running */
   int *row_splits;                 /* [B] */
   int *row_order;                  /* [B] rows by descending length */
-  int64_t *row_len;                /* [B] */
+  int64_t *row_len;                /* [B] keys below the last token's limit (causal: cur_pos + 1) */
+  int64_t *row_keys, *row_first, *row_sink; /* [B] the main range's keys and first key, the sink split's keys */
   fd_item *items;                  /* [B*Hkv*max_splits] */
 };
 

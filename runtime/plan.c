@@ -134,8 +134,17 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if (s->features >> FD_FEATURE_COUNT)
     return fd_fail(ctx, FD_EINVAL, "shape.features 0x%x has unknown bits (known: 0x%x)", s->features,
                    (1u << FD_FEATURE_COUNT) - 1);
-  if (s->window) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.window %d: sliding windows are not supported by this build yet", s->window);
-  if (s->sink_tokens) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.sink_tokens %d: sink tokens are not supported by this build yet", s->sink_tokens);
+  if (s->sink_tokens && !s->window)
+    return fd_fail(ctx, FD_EINVAL, "shape.sink_tokens is %d without a window; sink tokens stay visible beside a "
+                   "sliding window (set shape.window)", s->sink_tokens);
+  if (s->window && s->mask_mode != FD_CAUSAL)
+    return fd_fail(ctx, FD_EINVAL, "shape.window %d with mask_mode %s; a sliding window needs positions (FD_CAUSAL)",
+                   s->window, fd_mask_mode_names[s->mask_mode]);
+  if (s->window && (s->features & FD_NEW_KV))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.window %d with FD_NEW_KV is not supported by this build yet", s->window);
+  if (s->window && ctx && ctx->check_inputs)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.window %d with config.check_inputs is not supported by this build yet "
+                   "(the scan reads every key, not the window's)", s->window);
   if (s->softcap) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.softcap %g: softcap is not supported by this build yet", (double)s->softcap);
   for (int i = 0; i < FD_FEATURE_COUNT; i++)
     if (s->features & ~FD_FEATURES_SERVED & (1u << i))
@@ -373,8 +382,11 @@ static int alloc_scratch(fd_plan *p) {
   p->row_splits = malloc(sizeof(int) * s->batch);
   p->row_order = malloc(sizeof(int) * s->batch);
   p->row_len = malloc(sizeof(int64_t) * s->batch);
+  p->row_keys = malloc(sizeof(int64_t) * s->batch * 3);
+  p->row_first = p->row_keys + s->batch;
+  p->row_sink = p->row_first + s->batch;
   p->items = malloc(sizeof(fd_item) * rows * p->max_splits);
-  if (!p->partials || !p->thread_scratch || !p->remaining || !p->row_splits || !p->row_order || !p->row_len || !p->items)
+  if (!p->partials || !p->thread_scratch || !p->remaining || !p->row_splits || !p->row_order || !p->row_len || !p->row_keys || !p->items)
     return fd_fail(p->ctx, FD_ENOMEM, "out of memory for the plan's scratch (%zu split rows)", rows * p->max_splits);
   return FD_OK;
 }
@@ -383,7 +395,7 @@ static int alloc_scratch(fd_plan *p) {
 static void free_plan(fd_plan *p) {
   fd_ctx_put_kernels(p->ctx, p->buckets, p->n_buckets);
   free(p->partials); free(p->thread_scratch); free(p->remaining);
-  free(p->row_splits); free(p->row_order); free(p->row_len); free(p->items);
+  free(p->row_splits); free(p->row_order); free(p->row_len); free(p->row_keys); free(p->items);
   free(p);
 }
 
@@ -410,6 +422,7 @@ static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
   else if (p->max_threads > p->max_splits)     /* a row cut for balance: at most one split per thread (items.h.tpl) */
     p->max_splits = p->max_threads;
   p->max_splits += p->new_kv;                   /* the new keys' split */
+  p->max_splits += p->shape.window > 0 && p->shape.sink_tokens > 0;   /* the sink split */
   p->rec = p->buckets[0].plain->state_floats;
   return FD_OK;
 }
@@ -431,6 +444,7 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->q_len = p->shape.q_len > 1 ? p->shape.q_len : 1;
   p->heads = p->G * p->q_len;
   p->new_kv = (p->shape.features & FD_NEW_KV) != 0;
+  p->window = p->shape.window;
   p->forced_splits = opts->splits;
   p->split_keys = ctx->deterministic ? det_split_keys(&p->shape) : 0;
   const char *merge = getenv("FD_MERGE");

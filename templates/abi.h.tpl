@@ -38,9 +38,12 @@ typedef struct fd_work {
      rows are q_len tokens of tok_heads rows each, token-major; token t's
      rows of q and out start t * tok_stride elements after token 0's, its
      lse t * lse_tok_stride, its mask rows t * mask_tok_stride. Causal:
-     token t sees the keys below tok_end0 + t. */
+     token t sees the keys below tok_end0 + t. A sliding window (causal,
+     q_len > 1): token t does not see the keys [win_lo, win_hi0 + t), empty
+     for every token when win_hi0 + q_len - 1 <= win_lo (no window). */
   int q_len, tok_heads;
   fd_i64 tok_stride, lse_tok_stride, mask_tok_stride, tok_end0;
+  fd_i64 win_lo, win_hi0;
 } fd_work;
 
 /* Merge of split partials: split s, head g is the record at

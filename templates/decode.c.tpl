@@ -181,10 +181,16 @@ $(simd_scores())
 @     end
 @   end
 @   if MASK_MODE == 0 then
-        /* several tokens: the tile's token sees the keys below tok_end0 + its index */
+        /* several tokens: the tile's token sees the keys below tok_end0 + its
+           index, and with a window not those in [win_lo, win_hi0 + its index) */
         if (w->q_len > 1) {
-          fd_i64 lim = w->tok_end0 + tp / th - c;
+          fd_i64 lim = w->tok_end0 + tp / th - c, lo = w->win_lo - c, hi = w->win_hi0 + tp / th - c;
           for (i = lim < 0 ? 0 : lim; i < n; i++) {
+@     for t = 0, T - 1 do
+            sc[$(HL and ("i * " .. T .. " + " .. t) or (t * SCW .. " + i"))] = ninf;
+@     end
+          }
+          for (i = lo < 0 ? 0 : lo; i < hi && i < n; i++) {
 @     for t = 0, T - 1 do
             sc[$(HL and ("i * " .. T .. " + " .. t) or (t * SCW .. " + i"))] = ninf;
 @     end
@@ -304,10 +310,16 @@ $(lane_reduce("          "))
 @ end
       }
 @ if MASK_MODE == 0 then
-      /* several tokens: the tile's token sees the keys below tok_end0 + its index */
+      /* several tokens: the tile's token sees the keys below tok_end0 + its
+         index, and with a window not those in [win_lo, win_hi0 + its index) */
       if (w->q_len > 1) {
-        fd_i64 lim = w->tok_end0 + tp / th - c;
+        fd_i64 lim = w->tok_end0 + tp / th - c, lo = w->win_lo - c, hi = w->win_hi0 + tp / th - c;
         for (i = lim < 0 ? 0 : lim; i < n; i++) {
+@   for t = 0, T - 1 do
+          sc[$(t * CHUNK) + i] = ninf;
+@   end
+        }
+        for (i = lo < 0 ? 0 : lo; i < hi && i < n; i++) {
 @   for t = 0, T - 1 do
           sc[$(t * CHUNK) + i] = ninf;
 @   end

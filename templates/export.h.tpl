@@ -397,7 +397,7 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
   if (!a->block_table) return fdt_refuse(why, FDT_EINVAL, "args.block_table is NULL but the shape's layout is FDT_PAGED");
   int bad_b;
   int64_t bad_page;
-  if (fd_bad_page(a->block_table, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len, 0, s->page_size,
+  if (fd_bad_page(a->block_table, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len, 0, 1, 0, 0, s->page_size,
                   s->pool_pages, &bad_b, &bad_page))
     return fdt_refuse(why, FDT_EINVAL, "args.block_table[b, page] is outside 0..shape.pool_pages - 1 for a page of valid keys");
   return FDT_OK;
@@ -444,7 +444,7 @@ static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scrat
   for (int b = 0; b < s->batch; b++) J->len[b] = fdt_row_len(s, a, b);
   fd_order_rows(s->batch, J->len, J->order);
   /* no forced splits; split_keys 0: this header has no deterministic mode (its rows are per length bucket) */
-  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, J->order, J->S, 0, 0, r->threads, 0, J->row_splits,
+  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, NULL, NULL, J->order, J->S, 0, 0, r->threads, 0, J->row_splits,
                                J->items);
   return FDT_OK;
 }

@@ -23,20 +23,47 @@ static inline int64_t fd_valid_len(int causal, const int32_t *cur_pos, int b, in
   return causal ? (int64_t)cur_pos[b] + 1 : kv_len;
 }
 
+/* The keys a causal row visits under a sliding window (fd_shape.window > 0,
+   docs/DESIGN.md): token t of q_len sits at len - q_len + t and sees keys
+   ws0 + t .. its position, ws0 = len - q_len - window + 1, plus the sink
+   tokens 0..sink_tokens - 1. The row's main range is [first, len) and its
+   sink split [0, sink) (sink 0: none; sinks that reach the window join it
+   in one range from 0); token t also hides the keys [cut_lo, cut_hi0 + t)
+   of the main range, which only q_len > 1 leaves (empty for token 0, and for
+   every token without a window). */
+typedef struct fd_window { int64_t first, sink, cut_lo, cut_hi0; } fd_window;
+
+/* The window ranges of a row whose last token sees the keys below len. */
+static inline fd_window fd_window_of(int64_t len, int q_len, int window, int sink_tokens) {
+  fd_window r = { 0, 0, 0, -(int64_t)q_len };
+  if (window <= 0) return r;
+  int64_t ws0 = len - q_len - window + 1, f = ws0 > 0 ? ws0 : 0;
+  r.cut_lo = sink_tokens > f ? sink_tokens : f;
+  r.cut_hi0 = ws0;
+  if (sink_tokens < f) { r.first = f; r.sink = sink_tokens; }
+  return r;
+}
+
 /* Pages per block-table row of the paged layout: ceil(kv_len / page_size). */
 static inline int64_t fd_table_pages(int64_t kv_len, int page_size) { return (kv_len + page_size - 1) / page_size; }
 
 /* The paged layout's block table [batch][fd_table_pages] checked where it
-   holds valid keys (causal: 0..cur_pos[b], else all kv_len; the last
-   not_cached of them are not in the cache: FD_NEW_KV's new tokens): 1 with
-   the row and page of the first entry outside 0..pool_pages - 1, else 0. */
+   holds keys the run visits (causal: 0..cur_pos[b], else all kv_len; the
+   last not_cached of them are not in the cache: FD_NEW_KV's new tokens;
+   with a window, its ranges: the pages engines free outside it are not
+   read): 1 with the row and page of the first entry outside
+   0..pool_pages - 1, else 0. */
 static inline int fd_bad_page(const int32_t *table, int batch, int causal, const int32_t *cur_pos, int64_t kv_len,
-                              int64_t not_cached, int page_size, int64_t pool_pages, int *bad_b, int64_t *bad_page) {
+                              int64_t not_cached, int q_len, int window, int sink_tokens, int page_size,
+                              int64_t pool_pages, int *bad_b, int64_t *bad_page) {
   int64_t per_row = fd_table_pages(kv_len, page_size);
   for (int b = 0; b < batch; b++) {
-    int64_t pages = fd_table_pages(fd_valid_len(causal, cur_pos, b, kv_len) - not_cached, page_size);
+    int64_t len = fd_valid_len(causal, cur_pos, b, kv_len) - not_cached;
+    fd_window wd = fd_window_of(len, q_len, window, sink_tokens);
+    int64_t sink_pages = fd_table_pages(wd.sink, page_size), pages = fd_table_pages(len, page_size);
     for (int64_t i = 0; i < pages; i++) {
       int32_t e = table[b * per_row + i];
+      if (i >= sink_pages && i < wd.first / page_size) continue;
       if (e < 0 || e >= pool_pages) { *bad_b = b; *bad_page = i; return 1; }
     }
   }
@@ -93,6 +120,8 @@ static inline size_t fd_token_rows(int n_q_heads, int G, int q_len, int head_dim
   w->lse_tok_stride = n_q_heads;
   w->mask_tok_stride = (int64_t)n_q_heads * kv_len;
   w->tok_end0 = len - q_len + 1;
+  w->win_lo = 0;
+  w->win_hi0 = -(fd_i64)q_len;
   return ((size_t)b * (size_t)q_len * (size_t)n_q_heads) + (size_t)j * (size_t)G;
 }
 
@@ -148,25 +177,30 @@ static inline int64_t fd_split_begin(int64_t len, int S, int64_t split_keys, int
 }
 
 /* Lay out the items: rows in order (longest first), then kv heads, then
-   splits (fd_row_splits with fd_item_keys for the bucket's threads,
-   fd_split_begin; split_keys 0 outside deterministic mode); with new_keys > 0
-   (FD_NEW_KV: the q_len new tokens' keys) one more split last, keys
-   [0, new_keys) of the new rows. Sets row_splits[b] (all splits); returns
-   the number of items. */
-static inline int fd_layout_items(int batch, int n_kv_heads, const int64_t *len, const int *order, int splits,
-                                  int forced, int64_t split_keys, int threads, int new_keys, int *row_splits,
-                                  fd_item *items) {
+   splits: with a window (sink non-NULL) and sink[b] > 0 first the sink
+   split, keys [0, sink[b]); then the row's len[b] keys from first[b] (NULL:
+   0), cut by fd_row_splits with fd_item_keys for the bucket's threads and
+   fd_split_begin (split_keys 0 outside deterministic mode); with
+   new_keys > 0 (FD_NEW_KV: the q_len new tokens' keys) one more split last,
+   keys [0, new_keys) of the new rows. Sets row_splits[b] (all splits);
+   returns the number of items. */
+static inline int fd_layout_items(int batch, int n_kv_heads, const int64_t *len, const int64_t *first,
+                                  const int64_t *sink, const int *order, int splits, int forced, int64_t split_keys,
+                                  int threads, int new_keys, int *row_splits, fd_item *items) {
   int64_t longest = len[order[0]], item_keys = fd_item_keys(batch, n_kv_heads, len, threads);
   int n = 0;
   for (int r = 0; r < batch; r++) {
     int b = order[r], S = fd_row_splits(splits, forced, split_keys, len[b], longest, item_keys);
-    row_splits[b] = S + (new_keys > 0);
+    int lead = sink && sink[b] > 0;
+    int64_t f = first ? first[b] : 0;
+    row_splits[b] = lead + S + (new_keys > 0);
     for (int j = 0; j < n_kv_heads; j++)
       for (int sp = 0; sp < row_splits[b]; sp++) {
         fd_item *it = &items[n++];
+        int k = sp - lead;
         it->b = b; it->j = j; it->s = sp;
-        it->begin = sp < S ? fd_split_begin(len[b], S, split_keys, sp) : 0;
-        it->end = sp < S ? fd_split_begin(len[b], S, split_keys, sp + 1) : new_keys;
+        it->begin = k < 0 ? 0 : k < S ? f + fd_split_begin(len[b], S, split_keys, k) : 0;
+        it->end = k < 0 ? sink[b] : k < S ? f + fd_split_begin(len[b], S, split_keys, k + 1) : new_keys;
       }
   }
   return n;

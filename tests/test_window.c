@@ -1,0 +1,255 @@
+/* Sliding window and sink tokens (fd_shape.window, sink_tokens) through the
+   public API, against the double-precision reference run once per token with
+   an additive mask that leaves exactly the visible keys: token t at position
+   p sees keys p - window + 1 .. p and 0 .. sink_tokens - 1 (docs/DESIGN.md).
+   Every isa this CPU runs, KV dtypes rotated with the q and out dtypes,
+   q_len 1, 3 and 4, unsplit and 3 splits, windows of 1 key to wider than the
+   cache, sinks inside the window, beside it and none; rows whose first token
+   is at position 0, at the end of the cache and in between; the paged layout
+   with the block-table entries of pages outside the window set to -1 (an
+   engine frees them). Then: the work items of a 4096-key window over a 128k
+   cache visit 4096 + sinks keys per (row, kv head), each once; and the
+   refusals, out untouched. */
+#include "compare.h"
+#include "internal.h"
+#include "cpu.h"
+#include "tcheck.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B 3
+#define HKV 2
+#define S_CAP 300
+#define PAGE 16
+
+static const int Q_LENS[] = { 1, 3, 4 };
+#define N_Q_LENS (int)(sizeof Q_LENS / sizeof Q_LENS[0])
+/* (window, sink_tokens): one key, short with a sink beside it, sinks inside
+   the window (one range), medium with sinks, wider than the cache. */
+static const int WINDOWS[][2] = { { 1, 0 }, { 7, 2 }, { 20, 40 }, { 64, 5 }, { 1000, 3 }, { 100, 0 } };
+#define N_WINDOWS (int)(sizeof WINDOWS / sizeof WINDOWS[0])
+
+/* One case: K/V and positions from kp (causal), q [B, q_len, Hq, D] from qp. */
+typedef struct wcase { kproblem kp, qp; int q_len, window, sinks; } wcase;
+
+/* Build a case; positions: row 0 ends at S_CAP - 1, row 1 starts at 0, row 2 between. */
+static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int window, int sinks, uint64_t seed) {
+  c->q_len = q_len; c->window = window; c->sinks = sinks;
+  kp_init(&c->kp, B, Hq, HKV, D, S_CAP, qd, kd, od, FD_CAUSAL, FD_BHSD, seed);
+  kp_init(&c->qp, B * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
+  c->kp.cur_pos[0] = S_CAP - 1;
+  c->kp.cur_pos[1] = q_len - 1;
+  c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
+}
+
+static void unmake(wcase *c) { kp_free(&c->kp); kp_free(&c->qp); }
+
+/* Whether token position p sees key k. */
+static int visible(const wcase *c, int64_t p, int64_t k) {
+  return k <= p && (k > p - c->window || k < c->sinks);
+}
+
+/* The reference of token t: mask mode with 0 on the visible keys, -inf elsewhere. */
+static void reference(const wcase *c, int t, double *rout, double *rlse) {
+  const ref_problem *r = &c->kp.ref;
+  size_t qrow = (size_t)r->Hq * r->D, mrow = (size_t)r->Hq * S_CAP;
+  float *q = malloc(sizeof(float) * B * qrow), *mask = malloc(sizeof(float) * B * mrow);
+  for (int b = 0; b < B; b++) {
+    memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
+    int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
+    for (int h = 0; h < r->Hq; h++)
+      for (int64_t k = 0; k < S_CAP; k++) mask[b * mrow + (size_t)h * S_CAP + k] = visible(c, p, k) ? 0.0f : -INFINITY;
+  }
+  ref_problem rt = *r;
+  rt.q = q;
+  rt.mask = mask;
+  rt.mask_mode = FD_MASK;
+  ref_attention(&rt, rout, rlse);
+  free(q); free(mask);
+}
+
+/* The K/V (and scales) of c as a paged pool, row b's page i at pool page
+   b * per_row + i, and its block table with -1 for every page holding no
+   key a token of its row sees. */
+typedef struct pool { void *k, *v; float *ks, *vs; int32_t *table; int64_t pages; } pool;
+
+static void make_pool(const wcase *c, pool *pl) {
+  const ref_problem *r = &c->kp.ref;
+  int64_t per_row = (S_CAP + PAGE - 1) / PAGE;
+  size_t esz = t_dtype_size(c->kp.kv_dtype), rowb = (size_t)r->D * esz;
+  pl->pages = B * per_row;
+  size_t n = (size_t)pl->pages * HKV * PAGE;
+  pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
+  pl->ks = c->kp.k_scale ? calloc(n, sizeof(float)) : NULL;
+  pl->vs = c->kp.v_scale ? calloc(n, sizeof(float)) : NULL;
+  pl->table = malloc(sizeof(int32_t) * (size_t)pl->pages);
+  for (int b = 0; b < B; b++)
+    for (int64_t i = 0; i < per_row; i++) {
+      int64_t pg = b * per_row + i, first = c->kp.cur_pos[b] - c->q_len + 1, used = 0;
+      for (int64_t k = i * PAGE; k < (i + 1) * PAGE && k < S_CAP; k++)
+        for (int64_t p = first; p <= c->kp.cur_pos[b]; p++) used |= visible(c, p, k);
+      pl->table[pg] = used ? (int32_t)pg : -1;
+      for (int j = 0; j < HKV; j++)
+        for (int64_t s = 0; s < PAGE && i * PAGE + s < S_CAP; s++) {
+          size_t from = ((size_t)(b * HKV + j) * S_CAP + (size_t)(i * PAGE + s)), to = ((size_t)pg * HKV + j) * PAGE + s;
+          memcpy((char *)pl->k + to * rowb, (const char *)c->kp.k + from * rowb, rowb);
+          memcpy((char *)pl->v + to * rowb, (const char *)c->kp.v + from * rowb, rowb);
+          if (pl->ks) { pl->ks[to] = c->kp.k_scale[from]; pl->vs[to] = c->kp.v_scale[from]; }
+        }
+    }
+}
+
+static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }
+
+/* The case's shape. */
+static fd_shape shape_of(const wcase *c, int paged) {
+  const ref_problem *r = &c->kp.ref;
+  fd_shape s = { B, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, FD_CAUSAL,
+                 paged ? FD_PAGED : FD_BHSD, paged ? PAGE : 0 };
+  s.q_len = c->q_len;
+  s.window = c->window;
+  s.sink_tokens = c->sinks;
+  s.pool_pages = paged ? B * ((S_CAP + PAGE - 1) / PAGE) : 0;
+  return s;
+}
+
+/* Plan with opts and run case c (dense, or paged from pl) into out and lse; FD_OK or the code. */
+static int plan_run(fd_ctx *ctx, const wcase *c, const pool *pl, const fd_plan_opts *o, void *out, float *lse) {
+  fd_shape s = shape_of(c, pl != NULL);
+  fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, NULL,
+                pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create_opts(ctx, &s, o, &plan);
+  if (!rc) rc = fd_run(plan, &a);
+  fd_plan_destroy(plan);
+  return rc;
+}
+
+/* Check every token of a run against its reference. */
+static void compare_tokens(const wcase *c, const void *out, const float *lse, const char *name) {
+  const ref_problem *r = &c->kp.ref;
+  size_t n = (size_t)B * r->Hq * r->D, qrow = (size_t)r->Hq * r->D;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc(sizeof(double) * B * r->Hq);
+  float *got = malloc(n * sizeof(float)), *glse = malloc(sizeof(float) * B * r->Hq);
+  for (int t = 0; t < c->q_len; t++) {
+    reference(c, t, rout, rlse);
+    for (int b = 0; b < B; b++) {
+      size_t at = (size_t)(b * c->q_len + t);
+      for (size_t i = 0; i < qrow; i++) got[b * qrow + i] = t_load(c->kp.out_dtype, out, at * qrow + i);
+      memcpy(glse + (size_t)b * r->Hq, lse + at * r->Hq, sizeof(float) * r->Hq);
+    }
+    char tname[320];
+    snprintf(tname, sizeof tname, "%s token %d", name, t);
+    t_compare(&c->kp, got, glse, rout, rlse, 1, tname);
+  }
+  free(rout); free(rlse); free(got); free(glse);
+}
+
+/* One case against the reference, dense and (every third) paged. */
+static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits, int idx) {
+  int D = idx % 2 ? 128 : 64, chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
+  if (D % fd_isa_table[isa].width) return;
+  wcase c;
+  make(&c, HKV * 4, D, qd, kd, od, q_len, WINDOWS[wi][0], WINDOWS[wi][1], 900 + (uint64_t)idx);
+  size_t n = (size_t)B * q_len * HKV * 4 * D;
+  void *out = malloc(n * t_dtype_size(od));
+  float *lse = malloc(sizeof(float) * B * q_len * HKV * 4);
+  fd_plan_opts o = { chunk, 4, splits, 2, isa + 1 };
+  for (int paged = 0; paged <= (idx % 3 == 0); paged++) {
+    char name[256];
+    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s q_len %d window %d sinks %d splits%d chunk%d D%d", isa,
+             fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], paged ? "paged" : "bhsd", q_len, c.window,
+             c.sinks, splits, chunk, D);
+    pool pl;
+    if (paged) make_pool(&c, &pl);
+    int rc = plan_run(ctx, &c, paged ? &pl : NULL, &o, out, lse);
+    if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) compare_tokens(&c, out, lse, name);
+    if (paged) free_pool(&pl);
+  }
+  free(out); free(lse);
+  unmake(&c);
+}
+
+/* Every isa, KV dtype, token count, window and split setting. */
+static void sweep(void) {
+  int idx = 0;
+  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
+    for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
+      for (int qi = 0; qi < N_Q_LENS; qi++)
+        for (int wi = 0; wi < N_WINDOWS; wi++)
+          for (int sp = 0; sp < 2; sp++) run_case(ctx, isa, kd, Q_LENS[qi], wi, sp ? 3 : 1, idx++);
+    fd_destroy(ctx);
+  }
+}
+
+/* The items of a 4096-key window with 4 sinks over a 128k cache: per (row,
+   kv head) every visible key once, in order, and no other. */
+static void items_visit_the_window(void) {
+  const int64_t S = 131072;
+  const int W = 4096, SINKS = 4, HK = 8;
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  fd_shape s = { 2, 32, HK, 128, S, FD_BF16, FD_BF16, FD_BF16, FD_CAUSAL, FD_BHSD, 0 };
+  s.window = W;
+  s.sink_tokens = SINKS;
+  int32_t pos[2] = { (int32_t)(S - 1), 100000 };
+  float dummy[1];                  /* laid out only: no K, V, q or out element is read */
+  fd_args a = { dummy, dummy, dummy, pos, NULL, NULL, NULL, NULL, 0, dummy, NULL };
+  fd_plan *plan = NULL;
+  const fd_item *items = NULL;
+  int rc = fd_plan_create(ctx, &s, &plan), n = rc ? 0 : fd_exec_items(plan, &a, &items);
+  t_check(rc == 0 && n > 0, "window items: plan and layout: %s", fd_errmsg(ctx));
+  for (int b = 0; b < 2; b++)
+    for (int j = 0; j < HK; j++) {
+      int64_t next = 0, keys = 0, ws = pos[b] - W + 1;
+      int ok = 1;
+      for (int i = 0; i < n; i++) {
+        if (items[i].b != b || items[i].j != j) continue;
+        if (items[i].begin != next) ok = 0;
+        keys += items[i].end - items[i].begin;
+        next = items[i].end == SINKS ? ws : items[i].end;
+      }
+      t_check(ok && next == pos[b] + 1 && keys == W + SINKS,
+              "window items: row %d kv head %d visits %lld keys ending at %lld (want %d, the window and the sinks, "
+              "each once, ending at %d)", b, j, (long long)keys, (long long)next, W + SINKS, pos[b] + 1);
+    }
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+}
+
+/* A shape that must be refused with code rc and a message holding want; nothing written. */
+static void refused(fd_ctx *ctx, fd_shape s, int rc, const char *want, const char *name) {
+  fd_plan *plan = NULL;
+  int got = fd_plan_create(ctx, &s, &plan);
+  t_check(got == rc && strstr(fd_errmsg(ctx), want) != NULL, "refusal %s: rc %d (want %d), message '%s' (want '%s')",
+          name, got, rc, fd_errmsg(ctx), want);
+  fd_plan_destroy(plan);
+}
+
+/* Bad window settings, each named. */
+static void refusals(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  fd_shape base = { 1, 8, 2, 64, 256, FD_F32, FD_F32, FD_F32, FD_CAUSAL, FD_BHSD, 0 }, s;
+  s = base; s.window = -1;
+  refused(ctx, s, FD_EINVAL, "shape.window", "negative window");
+  s = base; s.sink_tokens = 4;
+  refused(ctx, s, FD_EINVAL, "shape.sink_tokens is 4 without a window", "sinks without a window");
+  s = base; s.window = 16; s.mask_mode = FD_FULL;
+  refused(ctx, s, FD_EINVAL, "needs positions (FD_CAUSAL)", "window in full mode");
+  s = base; s.window = 16; s.features = FD_NEW_KV;
+  refused(ctx, s, FD_EUNSUPPORTED, "with FD_NEW_KV", "window with FD_NEW_KV");
+  fd_destroy(ctx);
+  ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
+  s = base; s.window = 16;
+  refused(ctx, s, FD_EUNSUPPORTED, "config.check_inputs", "window with check_inputs");
+  fd_destroy(ctx);
+}
+
+int main(void) {
+  sweep();
+  items_visit_the_window();
+  refusals();
+  return t_done();
+}
