@@ -33,7 +33,7 @@ M.layouts = {
 -- bit value; served: the library serves the bit (else FD_EUNSUPPORTED).
 M.features = {
   { name = "alibi", enum = "FD_ALIBI", bit = 1 },
-  { name = "sink_logits", enum = "FD_SINK_LOGITS", bit = 2 },
+  { name = "sink_logits", enum = "FD_SINK_LOGITS", bit = 2, served = true },
   { name = "new_kv", enum = "FD_NEW_KV", bit = 4, served = true },
   { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8, served = true },
   { name = "k_per_channel", enum = "FD_K_PER_CHANNEL", bit = 16 },

@@ -56,6 +56,8 @@ static int check_args(const fd_plan *p, const fd_args *a) {
         return fd_fail(ctx, FD_EINVAL, "args.cur_pos[%d] is %d, outside %d..%lld (q_len - 1 .. kv_len - 1%s)", b,
                        (int)a->cur_pos[b], p->q_len - 1, (long long)last, p->new_kv ? " + q_len" : "");
   }
+  if (p->sink_logits && !a->sink_logits)
+    return fd_fail(ctx, FD_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
   if (p->new_kv && (!a->k_new || !a->v_new))
     return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but the shape's features set FD_NEW_KV", a->k_new ? "v_new" : "k_new");
   return s->layout == FD_PAGED ? check_block_table(p, a) : FD_OK;
@@ -127,11 +129,12 @@ static void new_rows(const fd_plan *p, const fd_args *a, int b, int j, fd_work *
   w->tok_end0 = 1;
 }
 
-/* Merge the partials of (b, j) into out and lse. */
-static void merge_row(const fd_plan *p, const fd_bucket *bk, int b, int j, const fd_work *w) {
+/* Merge the partials of (b, j) into out and lse (with the heads' learned sink logits). */
+static void merge_row(const fd_plan *p, const fd_args *a, const fd_bucket *bk, int b, int j, const fd_work *w) {
   size_t row = (size_t)b * p->shape.n_kv_heads + j;
+  const float *sink = p->sink_logits ? a->sink_logits + (size_t)j * p->G : NULL;
   fd_merge_partials(bk->split, fd_partial(p->partials, row, p->max_splits, 0, p->heads, p->rec), p->row_splits[b],
-                    p->rec, w);
+                    p->rec, w, sink);
 }
 
 /* Run one work item on thread tid. */
@@ -144,27 +147,27 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
   float *scratch = p->thread_scratch + (size_t)tid * p->thread_scratch_floats;
   w.qbuf = scratch;
   size_t row = (size_t)it->b * p->shape.n_kv_heads + it->j;
-  int S = p->row_splits[it->b];
-  w.state = S == 1 ? scratch + ((size_t)p->heads * p->shape.head_dim + 15) / 16 * 16
-                   : fd_partial(p->partials, row, p->max_splits, it->s, p->heads, p->rec);
-  const fd_kernel_desc *k = fd_item_kernel(bk->plain, bk->with_lse, bk->split, S, rs->a->lse != NULL);
+  int S = p->row_splits[it->b], merged = fd_row_merged(S, p->sink_logits);
+  w.state = !merged ? scratch + ((size_t)p->heads * p->shape.head_dim + 15) / 16 * 16
+                    : fd_partial(p->partials, row, p->max_splits, it->s, p->heads, p->rec);
+  const fd_kernel_desc *k = fd_item_kernel(bk->plain, bk->with_lse, bk->split, merged, rs->a->lse != NULL);
   if (p->new_kv && it->s == S - 1) {          /* the new tokens' keys: their own split, bshd strides */
     new_rows(p, rs->a, it->b, it->j, &w);
     k = bk->new_kv;
   }
   k->run(&w);
-  if (S > 1 && !p->merge_in_pass && atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
-    merge_row(p, bk, it->b, it->j, &w);
+  if (merged && !p->merge_in_pass && atomic_fetch_sub_explicit(&p->remaining[row], 1, memory_order_acq_rel) == 1)
+    merge_row(p, rs->a, bk, it->b, it->j, &w);
 }
 
 /* Merge the split row (b, j) numbered i, if it was split. */
 static void merge_item(run_state *rs, int i, int tid) {
   (void)tid;
   int b = i / rs->p->shape.n_kv_heads, j = i % rs->p->shape.n_kv_heads;
-  if (rs->p->row_splits[b] == 1) return;
+  if (!fd_row_merged(rs->p->row_splits[b], rs->p->sink_logits)) return;
   fd_work w;
   fill_work(rs->p, rs->a, b, j, &w);
-  merge_row(rs->p, rs->b, b, j, &w);
+  merge_row(rs->p, rs->a, rs->b, b, j, &w);
 }
 
 /* Run work item i. */

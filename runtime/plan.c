@@ -445,6 +445,7 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->heads = p->G * p->q_len;
   p->new_kv = (p->shape.features & FD_NEW_KV) != 0;
   p->window = p->shape.window;
+  p->sink_logits = (p->shape.features & FD_SINK_LOGITS) != 0;
   p->forced_splits = opts->splits;
   p->split_keys = ctx->deterministic ? det_split_keys(&p->shape) : 0;
   const char *merge = getenv("FD_MERGE");

@@ -56,6 +56,7 @@ typedef struct fd_merge_args {
   float *lse;               /* n_heads floats or 0 */
   int tok_heads;
   fd_i64 tok_stride, lse_tok_stride;
+  const float *sink;        /* FD_SINK_LOGITS: the learned logit of each of the tok_heads heads, or 0 */
 } fd_merge_args;
 
 /* What the generator knows about a kernel, so no consumer re-parses its key. */

@@ -349,7 +349,7 @@ static inline void fdt_item(void *ctx, int i) {
   w.end = it->end;
   w.qbuf = J->qbuf + (size_t)i * fdt_qbuf_floats(J->s);
   w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->stride, it->s, J->heads, J->rec);
-  fd_item_kernel(J->r->plain, J->r->lse, J->r->split, J->row_splits[it->b], J->a->lse != 0)->run(&w);
+  fd_item_kernel(J->r->plain, J->r->lse, J->r->split, J->row_splits[it->b] > 1, J->a->lse != 0)->run(&w);
 }
 
 /* Merge the split partials of (b, j) = i into out and lse, when its row was
@@ -360,7 +360,7 @@ static inline void fdt_merge(void *ctx, int i) {
   if (S == 1) return;
   fd_work w;
   fdt_fill_work(J, b, i % J->s->n_kv_heads, &w);
-  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->stride, 0, J->heads, J->rec), S, J->rec, &w);
+  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->stride, 0, J->heads, J->rec), S, J->rec, &w, NULL);
 }
 
 /* The default parallel-for: every item in order on the calling thread. */

@@ -206,11 +206,16 @@ static inline int fd_layout_items(int batch, int n_kv_heads, const int64_t *len,
   return n;
 }
 
-/* The kernel of an item of a row cut in S: the split kernel (its partials
-   merged after), else the lse kernel when lse is asked for, else the plain one. */
+/* Whether a row cut in S goes through the merge: when it was split, or when
+   learned sink logits (FD_SINK_LOGITS) join its denominator there, once. */
+static inline int fd_row_merged(int S, int sink_logits) { return S > 1 || sink_logits; }
+
+/* The kernel of an item of a row: the split kernel when the row is merged
+   (its partials merged after), else the lse kernel when lse is asked for,
+   else the plain one. */
 static inline const fd_kernel_desc *fd_item_kernel(const fd_kernel_desc *plain, const fd_kernel_desc *lse,
-                                                   const fd_kernel_desc *split, int S, int want_lse) {
-  return S > 1 ? split : want_lse ? lse : plain;
+                                                   const fd_kernel_desc *split, int merged, int want_lse) {
+  return merged ? split : want_lse ? lse : plain;
 }
 
 /* The partial record of split s of (batch row, kv head) number row, in
@@ -221,8 +226,10 @@ static inline float *fd_partial(float *partials, size_t row, int max_splits, int
 
 /* Merge the S partials of one (batch row, kv head) from part, splits in
    order 0..S-1, into the out and lse (NULL: none) of its kernel call w (its
-   heads and tokens) with the split kernel's merge. */
-static inline void fd_merge_partials(const fd_kernel_desc *split, const float *part, int S, int rec, const fd_work *w) {
+   heads and tokens) with the split kernel's merge; sink: the learned sink
+   logits of its tok_heads heads, or NULL. */
+static inline void fd_merge_partials(const fd_kernel_desc *split, const float *part, int S, int rec, const fd_work *w,
+                                     const float *sink) {
   fd_merge_args m;
   m.part = part;
   m.split_stride = (fd_i64)w->n_heads * rec;
@@ -233,6 +240,7 @@ static inline void fd_merge_partials(const fd_kernel_desc *split, const float *p
   m.tok_heads = w->tok_heads;
   m.tok_stride = w->tok_stride;
   m.lse_tok_stride = w->lse_tok_stride;
+  m.sink = sink;
   split->merge(&m);
 }
 

@@ -2,20 +2,24 @@
    no visible key (m = -inf, l = 0; empty or fully masked) weighs 0: its acc
    is 0, or NaN where a masked key's V held NaN, which stays NaN as in the
    unsplit kernel; a NaN l poisons the head; a head none of whose splits has a
-   visible key gives exactly 0 and lse -inf. */
+   visible key gives exactly 0 and lse -inf. A learned sink logit (a->sink)
+   joins the denominator here, once per head whatever the split count: one
+   more state with m = the logit, l = one weight, acc = 0. */
 void fd_k$(KEY)_merge(const fd_merge_args *a) {
   $(OUTT) *out = ($(OUTT) *)a->out;
   const float ninf = fd_ninf();
   float acc[$(D)];
   int h, s, d;
   for (h = 0; h < a->n_heads; h++) {
-    float m = ninf, base, l = 0.0f, inv;
+    float m = ninf, base, l = 0.0f, inv, sink = a->sink ? a->sink[h % a->tok_heads] : ninf;
     for (s = 0; s < a->n_splits; s++) {
       const float *r = a->part + s * a->split_stride + (fd_i64)h * $(REC);
       if (r[$(D)] > m) m = r[$(D)];
     }
+    if (sink > m) m = sink;
     base = m == ninf ? 0.0f : m;
     for (d = 0; d < $(D); d++) acc[d] = 0.0f;
+    if (a->sink) l = $(("%.9g"):format(2 ^ -P_SHIFT))f * fd_expf(sink - base);   /* e^(sink - m) 2^-$(P_SHIFT) */
     for (s = 0; s < a->n_splits; s++) {
       const float *r = a->part + s * a->split_stride + (fd_i64)h * $(REC);
       float wgt = fd_expf(r[$(D)] - base);

@@ -1,7 +1,11 @@
-/* Sliding window and sink tokens (fd_shape.window, sink_tokens) through the
-   public API, against the double-precision reference run once per token with
-   an additive mask that leaves exactly the visible keys: token t at position
-   p sees keys p - window + 1 .. p and 0 .. sink_tokens - 1 (docs/DESIGN.md).
+/* Sliding window and sink tokens (fd_shape.window, sink_tokens) and learned
+   sink logits (FD_SINK_LOGITS) through the public API, against the
+   double-precision reference run once per token with an additive mask that
+   leaves exactly the visible keys: token t at position p sees keys
+   p - window + 1 .. p and 0 .. sink_tokens - 1 (docs/DESIGN.md); a sink
+   logit joins each head's denominator once: out x e^lse / (e^lse + e^sink),
+   lse = log(e^lse + e^sink), with every split count. Every second case sets
+   sink logits (one of them -inf, one of them 12), with and without a window.
    Every isa this CPU runs, KV dtypes rotated with the q and out dtypes,
    q_len 1, 3 and 4, unsplit and 3 splits, windows of 1 key to wider than the
    cache, sinks inside the window, beside it and none; rows whose first token
@@ -28,15 +32,22 @@ static const int Q_LENS[] = { 1, 3, 4 };
 #define N_Q_LENS (int)(sizeof Q_LENS / sizeof Q_LENS[0])
 /* (window, sink_tokens): one key, short with a sink beside it, sinks inside
    the window (one range), medium with sinks, wider than the cache. */
-static const int WINDOWS[][2] = { { 1, 0 }, { 7, 2 }, { 20, 40 }, { 64, 5 }, { 1000, 3 }, { 100, 0 } };
+static const int WINDOWS[][2] = { { 1, 0 }, { 7, 2 }, { 20, 40 }, { 64, 5 }, { 1000, 3 }, { 100, 0 }, { 0, 0 } };
 #define N_WINDOWS (int)(sizeof WINDOWS / sizeof WINDOWS[0])
 
 /* One case: K/V and positions from kp (causal), q [B, q_len, Hq, D] from qp. */
-typedef struct wcase { kproblem kp, qp; int q_len, window, sinks; } wcase;
+typedef struct wcase { kproblem kp, qp; int q_len, window, sinks; float *logit; } wcase;
 
 /* Build a case; positions: row 0 ends at S_CAP - 1, row 1 starts at 0, row 2 between. */
-static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int window, int sinks, uint64_t seed) {
+static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int window, int sinks, int logits,
+                 uint64_t seed) {
   c->q_len = q_len; c->window = window; c->sinks = sinks;
+  c->logit = NULL;
+  if (logits) {                          /* [Hq]: -inf (no sink), 12 (it dominates), the rest in [-1, 4) */
+    uint64_t st = seed * 7 + 1;
+    c->logit = malloc(sizeof(float) * Hq);
+    for (int h = 0; h < Hq; h++) c->logit[h] = h == 1 ? -INFINITY : h == 2 ? 12.0f : t_rand(&st, -1.0f, 4.0f);
+  }
   kp_init(&c->kp, B, Hq, HKV, D, S_CAP, qd, kd, od, FD_CAUSAL, FD_BHSD, seed);
   kp_init(&c->qp, B * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
   c->kp.cur_pos[0] = S_CAP - 1;
@@ -44,11 +55,11 @@ static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int
   c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
 }
 
-static void unmake(wcase *c) { kp_free(&c->kp); kp_free(&c->qp); }
+static void unmake(wcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->logit); }
 
 /* Whether token position p sees key k. */
 static int visible(const wcase *c, int64_t p, int64_t k) {
-  return k <= p && (k > p - c->window || k < c->sinks);
+  return k <= p && (c->window == 0 || k > p - c->window || k < c->sinks);
 }
 
 /* The reference of token t: mask mode with 0 on the visible keys, -inf elsewhere. */
@@ -67,6 +78,13 @@ static void reference(const wcase *c, int t, double *rout, double *rlse) {
   rt.mask = mask;
   rt.mask_mode = FD_MASK;
   ref_attention(&rt, rout, rlse);
+  for (int b = 0; b < B && c->logit; b++)  /* the sink logit in the denominator */
+    for (int h = 0; h < r->Hq; h++) {
+      double l = rlse[b * r->Hq + h], s = c->logit[h], top = l > s ? l : s;
+      double all = top == -INFINITY ? -INFINITY : top + log(exp(l - top) + exp(s - top));
+      for (int d = 0; d < r->D; d++) rout[((size_t)b * r->Hq + h) * r->D + d] *= all == -INFINITY ? 0.0 : exp(l - all);
+      rlse[b * r->Hq + h] = all;
+    }
   free(q); free(mask);
 }
 
@@ -111,6 +129,7 @@ static fd_shape shape_of(const wcase *c, int paged) {
   s.q_len = c->q_len;
   s.window = c->window;
   s.sink_tokens = c->sinks;
+  s.features = c->logit ? FD_SINK_LOGITS : 0;
   s.pool_pages = paged ? B * ((S_CAP + PAGE - 1) / PAGE) : 0;
   return s;
 }
@@ -120,6 +139,7 @@ static int plan_run(fd_ctx *ctx, const wcase *c, const pool *pl, const fd_plan_o
   fd_shape s = shape_of(c, pl != NULL);
   fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, NULL,
                 pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
+  a.sink_logits = c->logit;
   fd_plan *plan = NULL;
   int rc = fd_plan_create_opts(ctx, &s, o, &plan);
   if (!rc) rc = fd_run(plan, &a);
@@ -152,16 +172,16 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits
   int D = idx % 2 ? 128 : 64, chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
   if (D % fd_isa_table[isa].width) return;
   wcase c;
-  make(&c, HKV * 4, D, qd, kd, od, q_len, WINDOWS[wi][0], WINDOWS[wi][1], 900 + (uint64_t)idx);
+  make(&c, HKV * 4, D, qd, kd, od, q_len, WINDOWS[wi][0], WINDOWS[wi][1], idx / 2 % 2, 900 + (uint64_t)idx);
   size_t n = (size_t)B * q_len * HKV * 4 * D;
   void *out = malloc(n * t_dtype_size(od));
   float *lse = malloc(sizeof(float) * B * q_len * HKV * 4);
   fd_plan_opts o = { chunk, 4, splits, 2, isa + 1 };
   for (int paged = 0; paged <= (idx % 3 == 0); paged++) {
     char name[256];
-    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s q_len %d window %d sinks %d splits%d chunk%d D%d", isa,
+    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s q_len %d window %d sinks %d%s splits%d chunk%d D%d", isa,
              fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], paged ? "paged" : "bhsd", q_len, c.window,
-             c.sinks, splits, chunk, D);
+             c.sinks, c.logit ? " sink logits" : "", splits, chunk, D);
     pool pl;
     if (paged) make_pool(&c, &pl);
     int rc = plan_run(ctx, &c, paged ? &pl : NULL, &o, out, lse);
@@ -240,6 +260,22 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "needs positions (FD_CAUSAL)", "window in full mode");
   s = base; s.window = 16; s.features = FD_NEW_KV;
   refused(ctx, s, FD_EUNSUPPORTED, "with FD_NEW_KV", "window with FD_NEW_KV");
+  {                                       /* FD_SINK_LOGITS without args.sink_logits: refused at run, out untouched */
+    fd_plan *plan = NULL;
+    float q[8 * 64] = { 0 }, kv[2 * 256 * 64] = { 0 }, out[8 * 64];
+    int32_t pos[1] = { 100 };
+    memset(out, 0x5a, sizeof out);
+    s = base; s.features = FD_SINK_LOGITS;
+    fd_args a = { q, kv, kv, pos, NULL, NULL, NULL, NULL, 0, out, NULL };
+    int rc = fd_plan_create(ctx, &s, &plan), run = rc ? rc : fd_run(plan, &a);
+    unsigned char *o = (unsigned char *)out;
+    size_t i = 0;
+    while (i < sizeof out && o[i] == 0x5a) i++;
+    t_check(rc == 0 && run == FD_EINVAL && strstr(fd_errmsg(ctx), "args.sink_logits is NULL") && i == sizeof out,
+            "refusal sink logits without args.sink_logits: plan %d, run %d, '%s', out untouched %d", rc, run,
+            fd_errmsg(ctx), i == sizeof out);
+    fd_plan_destroy(plan);
+  }
   fd_destroy(ctx);
   ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
   s = base; s.window = 16;
