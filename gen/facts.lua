@@ -32,7 +32,7 @@ M.layouts = {
 -- fd_shape.features bits (docs/DESIGN.md "What serving engines need"), by
 -- bit value; served: the library serves the bit (else FD_EUNSUPPORTED).
 M.features = {
-  { name = "alibi", enum = "FD_ALIBI", bit = 1 },
+  { name = "alibi", enum = "FD_ALIBI", bit = 1, served = true },
   { name = "sink_logits", enum = "FD_SINK_LOGITS", bit = 2, served = true },
   { name = "new_kv", enum = "FD_NEW_KV", bit = 4, served = true },
   { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8, served = true },

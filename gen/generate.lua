@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 6          -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 7          -- bump when templates/abi.h.tpl changes
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes

@@ -126,6 +126,8 @@ static int check_shape(call *c) {
   if (s->mask_mode > FD_FULL) return local_fail(c, FD_EINVAL, "shard.shape.mask_mode is %d", (int)s->mask_mode);
   if (s->q_len > 1)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.q_len is %d; fdmpi_run serves one query token per row", s->q_len);
+  if (s->features & FD_ALIBI)
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets FD_ALIBI; fdmpi_run does not serve ALiBi yet");
   if (s->features & FD_SINK_LOGITS)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets FD_SINK_LOGITS; fdmpi_run does not serve learned "
                       "sink logits yet (each rank's merge would count them)");

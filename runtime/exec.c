@@ -56,6 +56,8 @@ static int check_args(const fd_plan *p, const fd_args *a) {
         return fd_fail(ctx, FD_EINVAL, "args.cur_pos[%d] is %d, outside %d..%lld (q_len - 1 .. kv_len - 1%s)", b,
                        (int)a->cur_pos[b], p->q_len - 1, (long long)last, p->new_kv ? " + q_len" : "");
   }
+  if (p->alibi && !a->alibi_slopes)
+    return fd_fail(ctx, FD_EINVAL, "args.alibi_slopes is NULL but the shape's features set FD_ALIBI");
   if (p->sink_logits && !a->sink_logits)
     return fd_fail(ctx, FD_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
   if (p->new_kv && (!a->k_new || !a->v_new))
@@ -109,6 +111,7 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->out = (char *)a->out + h0 * D * fd_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : NULL;
   if (p->new_kv) w->tok_end0 = p->row_len[b];   /* every token sees every cached key */
+  if (p->alibi) w->alibi = a->alibi_slopes + (size_t)j * p->G;
   if (p->window) {                               /* the keys below a later token's window start */
     fd_window wd = fd_window_of(p->row_len[b], p->q_len, p->window, s->sink_tokens);
     w->win_lo = wd.cut_lo;

@@ -72,8 +72,8 @@ typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
    digit plus one, so that 0 (a zeroed struct) means "best available". */
 enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3 };
 /* fd_shape.features bits (docs/DESIGN.md "What serving engines need"). This
-   build serves FD_NEW_KV, FD_SHARED_KV and FD_SINK_LOGITS; a shape that
-   sets another is refused with FD_EUNSUPPORTED naming it. */
+   build serves FD_ALIBI, FD_SINK_LOGITS, FD_NEW_KV and FD_SHARED_KV; a
+   shape that sets another is refused with FD_EUNSUPPORTED naming it. */
 enum { FD_ALIBI = 1, FD_SINK_LOGITS = 2, FD_NEW_KV = 4, FD_SHARED_KV = 8, FD_K_PER_CHANNEL = 16, FD_BEAMS = 32 };
 
 typedef struct fd_config {
@@ -115,7 +115,7 @@ typedef struct fd_shape {
   int window;               /* causal: a query at position p sees keys p-window+1..p; 0 = none */
   int sink_tokens;          /* with a window, keys 0..sink_tokens-1 stay visible */
   float softcap;            /* logit softcap (not served yet: must be 0) */
-  unsigned features;        /* FD_ALIBI, FD_SINK_LOGITS, ... bits (not served yet: must be 0) */
+  unsigned features;        /* FD_ALIBI, FD_SINK_LOGITS, ... bits (the enum above says which are served) */
 } fd_shape;
 
 typedef struct fd_args {
@@ -132,7 +132,7 @@ typedef struct fd_args {
   float scale;              /* 0 = 1/sqrt(head_dim) */
   void *out;                /* [B, Hq, D] out_dtype ([B, q_len, Hq, D] with q_len > 1) */
   float *lse;               /* [B, Hq] ([B, q_len, Hq]) natural-log sum-exp, or NULL */
-  /* Appended fields for the shape's features (docs/DESIGN.md); this build reads k_new, v_new and sink_logits. */
+  /* Appended fields for the shape's features (docs/DESIGN.md); this build reads all but beam_src. */
   const float *alibi_slopes;       /* FD_ALIBI: [Hq] */
   const float *sink_logits;        /* FD_SINK_LOGITS: [Hq] */
   const void *k_new, *v_new;       /* FD_NEW_KV: [B, q_len, Hkv, D] kv_dtype */

@@ -149,6 +149,12 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   for (int i = 0; i < FD_FEATURE_COUNT; i++)
     if (s->features & ~FD_FEATURES_SERVED & (1u << i))
       return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets %s, which this build does not support yet", fd_feature_names[i]);
+  if ((s->features & FD_ALIBI) && s->mask_mode != FD_CAUSAL)
+    return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_ALIBI with mask_mode %s; ALiBi's bias needs positions "
+                   "(FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);
+  if ((s->features & FD_ALIBI) && (s->features & FD_NEW_KV))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_ALIBI with FD_NEW_KV, which this build does not "
+                   "support yet");
   if ((s->features & FD_NEW_KV) && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with mask_mode %s; the new tokens' keys need "
                    "positions (FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);
@@ -446,6 +452,7 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->new_kv = (p->shape.features & FD_NEW_KV) != 0;
   p->window = p->shape.window;
   p->sink_logits = (p->shape.features & FD_SINK_LOGITS) != 0;
+  p->alibi = (p->shape.features & FD_ALIBI) != 0;
   p->forced_splits = opts->splits;
   p->split_keys = ctx->deterministic ? det_split_keys(&p->shape) : 0;
   const char *merge = getenv("FD_MERGE");

@@ -44,6 +44,9 @@ typedef struct fd_work {
   int q_len, tok_heads;
   fd_i64 tok_stride, lse_tok_stride, mask_tok_stride, tok_end0;
   fd_i64 win_lo, win_hi0;
+  /* ALiBi (causal): the slopes of the tok_heads heads, or 0; a score of
+     token t gains slope x (key - the token's position, tok_end0 - 1 + t). */
+  const float *alibi;
 } fd_work;
 
 /* Merge of split partials: split s, head g is the record at

@@ -181,6 +181,14 @@ $(simd_scores())
 @     end
 @   end
 @   if MASK_MODE == 0 then
+        /* ALiBi: each score gains its head's slope x (key - the token's position) */
+        if (w->alibi) {
+          fd_i64 qp = w->tok_end0 - 1 + tp / th;
+@     for t = 0, T - 1 do
+          for (i = 0; i < n; i++)
+            sc[$(HL and ("i * " .. T .. " + " .. t) or (t * SCW .. " + i"))] += w->alibi[(tp + $(t)) % th] * (float)(c + i - qp);
+@     end
+        }
         /* several tokens: the tile's token sees the keys below tok_end0 + its
            index, and with a window not those in [win_lo, win_hi0 + its index) */
         if (w->q_len > 1) {
@@ -310,6 +318,13 @@ $(lane_reduce("          "))
 @ end
       }
 @ if MASK_MODE == 0 then
+      /* ALiBi: each score gains its head's slope x (key - the token's position) */
+      if (w->alibi) {
+        fd_i64 qp = w->tok_end0 - 1 + tp / th;
+@   for t = 0, T - 1 do
+        for (i = 0; i < n; i++) sc[$(t * CHUNK) + i] += w->alibi[(tp + $(t)) % th] * (float)(c + i - qp);
+@   end
+      }
       /* several tokens: the tile's token sees the keys below tok_end0 + its
          index, and with a window not those in [win_lo, win_hi0 + its index) */
       if (w->q_len > 1) {

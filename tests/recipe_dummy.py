@@ -15,7 +15,7 @@ EDITS = [
     ("gen/facts.lua", '  { "", "mask_mode", "mask_modes" }, { "", "layout", "layouts" },',
      '  { "x", "dummy" },'),
     # 2. the public field, last in fd_shape
-    ("runtime/flashdecode.h", "  unsigned features;        /* FD_ALIBI, FD_SINK_LOGITS, ... bits (not served yet: must be 0) */",
+    ("runtime/flashdecode.h", "  unsigned features;        /* FD_ALIBI, FD_SINK_LOGITS, ... bits (the enum above says which are served) */",
      "  int dummy;                /* the recipe's dummy feature: 0 or 1 */"),
     # 3. the code the key digit selects
     ("templates/decode.c.tpl", "void fd_k$(KEY)(const fd_work *w) {",

@@ -42,7 +42,7 @@ suite "paged KV vs double reference and vs dense bit for bit (each ISA, dtype, m
 suite "several query tokens (q_len 1-16) and FD_NEW_KV vs double reference per token (each ISA, dtype, mode, splits), refusals" "$B/test_tokens"
 suite "shared KV: cascade (shared prefix + suffixes + fd_merge_states) vs the concatenation; mask mode; refusal" "$B/test_shared"
 suite "work items on uneven batches (one 64k row + seven 1k, mirror, uniform; 1-4 threads): each key once, long rows cut for balance" "$B/test_schedule"
-suite "sliding window, sink tokens and learned sink logits vs double reference per token (each ISA, dtype, q_len 1/3/4, splits, paged with freed pages); a 4k window over 128k visits 4k keys; refusals" "$B/test_window"
+suite "sliding window, sink tokens, learned sink logits and ALiBi vs double reference per token (each ISA, dtype, q_len 1/3/4, splits, paged with freed pages); a 4k window over 128k visits 4k keys; refusals" "$B/test_window"
 suite "the per-key feature recipe: a dummy feature in a scratch tree reaches key, generator, planner, tuner, exporter" bash tests/test_recipe.sh
 suite "context-parallel decode over MPI, np 1-4" env B="$B" bash tests/test_mpi.sh
 suite "NaN/Inf in q, K, V, mask vs double reference (each ISA, splits 1/4/64, tcc and cc), check_inputs" "$B/test_nonfinite"

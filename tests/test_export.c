@@ -364,7 +364,7 @@ static const refusal REFUSALS[] = {
   { "layout paged, page_size 48", BASE_MASK, 0, { SHAPE_INT(layout, FDT_PAGED), SHAPE_INT(page_size, 48) } },
   { "q_len 17", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 17) } },
   { "FD_SHARED_KV with causal positions", BASE_CAUSAL, 0, { SHAPE_INT(features, 8) } },
-  { "features FD_ALIBI (not served)", BASE_MASK, 0, { SHAPE_INT(features, 1) } },
+  { "features FD_BEAMS (not served)", BASE_MASK, 0, { SHAPE_INT(features, 32) } },
   { "q_len 4 with cur_pos[0] 2 (token 0 before position 0)", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 4), POS(0, 2) } },
   { "causal kv_len 2^31 + 1", BASE_CAUSAL, 0, { KV_LEN(((int64_t)1 << 31) + 1) } },
   { "kv_len 2^60", BASE_FULL_FP8, 0, { KV_LEN((int64_t)1 << 60) } },

@@ -6,6 +6,9 @@
    logit joins each head's denominator once: out x e^lse / (e^lse + e^sink),
    lse = log(e^lse + e^sink), with every split count. Every second case sets
    sink logits (one of them -inf, one of them 12), with and without a window.
+   Every other pair of cases sets ALiBi (FD_ALIBI, the standard slopes
+   2^(-8(h+1)/Hq)): the reference's mask then holds slope x (key - position),
+   rounded to float as the kernels round it, on the visible keys.
    Every isa this CPU runs, KV dtypes rotated with the q and out dtypes,
    q_len 1, 3 and 4, unsplit and 3 splits, windows of 1 key to wider than the
    cache, sinks inside the window, beside it and none; rows whose first token
@@ -36,13 +39,17 @@ static const int WINDOWS[][2] = { { 1, 0 }, { 7, 2 }, { 20, 40 }, { 64, 5 }, { 1
 #define N_WINDOWS (int)(sizeof WINDOWS / sizeof WINDOWS[0])
 
 /* One case: K/V and positions from kp (causal), q [B, q_len, Hq, D] from qp. */
-typedef struct wcase { kproblem kp, qp; int q_len, window, sinks; float *logit; } wcase;
+typedef struct wcase { kproblem kp, qp; int q_len, window, sinks; float *logit, *slope; } wcase;
 
 /* Build a case; positions: row 0 ends at S_CAP - 1, row 1 starts at 0, row 2 between. */
 static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int window, int sinks, int logits,
-                 uint64_t seed) {
+                 int alibi, uint64_t seed) {
   c->q_len = q_len; c->window = window; c->sinks = sinks;
-  c->logit = NULL;
+  c->logit = c->slope = NULL;
+  if (alibi) {
+    c->slope = malloc(sizeof(float) * Hq);
+    for (int h = 0; h < Hq; h++) c->slope[h] = (float)exp2(-8.0 * (h + 1) / Hq);
+  }
   if (logits) {                          /* [Hq]: -inf (no sink), 12 (it dominates), the rest in [-1, 4) */
     uint64_t st = seed * 7 + 1;
     c->logit = malloc(sizeof(float) * Hq);
@@ -55,7 +62,7 @@ static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int
   c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
 }
 
-static void unmake(wcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->logit); }
+static void unmake(wcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->logit); free(c->slope); }
 
 /* Whether token position p sees key k. */
 static int visible(const wcase *c, int64_t p, int64_t k) {
@@ -71,7 +78,9 @@ static void reference(const wcase *c, int t, double *rout, double *rlse) {
     memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
     int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
     for (int h = 0; h < r->Hq; h++)
-      for (int64_t k = 0; k < S_CAP; k++) mask[b * mrow + (size_t)h * S_CAP + k] = visible(c, p, k) ? 0.0f : -INFINITY;
+      for (int64_t k = 0; k < S_CAP; k++)
+        mask[b * mrow + (size_t)h * S_CAP + k] = !visible(c, p, k) ? -INFINITY
+                                                 : c->slope ? (float)((double)c->slope[h] * (double)(k - p)) : 0.0f;
   }
   ref_problem rt = *r;
   rt.q = q;
@@ -129,7 +138,7 @@ static fd_shape shape_of(const wcase *c, int paged) {
   s.q_len = c->q_len;
   s.window = c->window;
   s.sink_tokens = c->sinks;
-  s.features = c->logit ? FD_SINK_LOGITS : 0;
+  s.features = (c->logit ? FD_SINK_LOGITS : 0) | (c->slope ? FD_ALIBI : 0);
   s.pool_pages = paged ? B * ((S_CAP + PAGE - 1) / PAGE) : 0;
   return s;
 }
@@ -140,6 +149,7 @@ static int plan_run(fd_ctx *ctx, const wcase *c, const pool *pl, const fd_plan_o
   fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, NULL,
                 pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
   a.sink_logits = c->logit;
+  a.alibi_slopes = c->slope;
   fd_plan *plan = NULL;
   int rc = fd_plan_create_opts(ctx, &s, o, &plan);
   if (!rc) rc = fd_run(plan, &a);
@@ -172,7 +182,8 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits
   int D = idx % 2 ? 128 : 64, chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
   if (D % fd_isa_table[isa].width) return;
   wcase c;
-  make(&c, HKV * 4, D, qd, kd, od, q_len, WINDOWS[wi][0], WINDOWS[wi][1], idx / 2 % 2, 900 + (uint64_t)idx);
+  make(&c, HKV * 4, D, qd, kd, od, q_len, WINDOWS[wi][0], WINDOWS[wi][1], idx / 2 % 2, idx / 4 % 2,
+       900 + (uint64_t)idx);
   size_t n = (size_t)B * q_len * HKV * 4 * D;
   void *out = malloc(n * t_dtype_size(od));
   float *lse = malloc(sizeof(float) * B * q_len * HKV * 4);
@@ -182,6 +193,7 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits
     snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s q_len %d window %d sinks %d%s splits%d chunk%d D%d", isa,
              fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], paged ? "paged" : "bhsd", q_len, c.window,
              c.sinks, c.logit ? " sink logits" : "", splits, chunk, D);
+    if (c.slope) strncat(name, " alibi", sizeof name - strlen(name) - 1);
     pool pl;
     if (paged) make_pool(&c, &pl);
     int rc = plan_run(ctx, &c, paged ? &pl : NULL, &o, out, lse);
@@ -260,6 +272,10 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "needs positions (FD_CAUSAL)", "window in full mode");
   s = base; s.window = 16; s.features = FD_NEW_KV;
   refused(ctx, s, FD_EUNSUPPORTED, "with FD_NEW_KV", "window with FD_NEW_KV");
+  s = base; s.features = FD_ALIBI; s.mask_mode = FD_FULL;
+  refused(ctx, s, FD_EINVAL, "FD_ALIBI with mask_mode", "ALiBi in full mode");
+  s = base; s.features = FD_ALIBI | FD_NEW_KV;
+  refused(ctx, s, FD_EUNSUPPORTED, "FD_ALIBI with FD_NEW_KV", "ALiBi with FD_NEW_KV");
   {                                       /* FD_SINK_LOGITS without args.sink_logits: refused at run, out untouched */
     fd_plan *plan = NULL;
     float q[8 * 64] = { 0 }, kv[2 * 256 * 64] = { 0 }, out[8 * 64];
