@@ -24,9 +24,10 @@ local stats = require("tuner.stats")
 local report = require("bench.report")
 local plot = require("bench.plot")
 local M = require("bench.measure")
+local side = require("bench.side")
 pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 
-local env = function(k, d) local v = os.getenv(k) return (v and v ~= "") and v or d end
+local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
 local K = 1024
 local CFG = {
@@ -40,6 +41,14 @@ local CFG = {
   page_sizes = { 16, 64, 256, 1024 },
   limit = 1.05,                            -- the issue's bound on paged/dense at page_size >= 64
 }
+
+-- The pieces shared with the other side benchmark (bench/side.lua), bound to this one.
+local function run_info() return side.run_info("paged", root, QUICK) end
+local function sample_bw(info, bw, when, reps) side.sample_bw(info, bw, when, reps, CFG.bw_bytes) end
+local function context(info) return side.context(info, CFG.backend) end
+local function alloc(list, bytes) return side.alloc("paged", list, bytes) end
+local function relative(path) return side.relative(root, path) end
+local esize, num, bw_line, md_table = side.esize, side.num, side.bw_line, report.md_table
 
 -- Llama-3.1-8B decode in bf16 (B=1, Hq=32, Hkv=8, D=128).
 local LLAMA = { batch = 1, n_q_heads = 32, n_kv_heads = 8, head_dim = 128, q_dtype = "bf16",
@@ -61,21 +70,6 @@ local function rows_of_run()
   return out
 end
 
--- The run's identity: machine, commit, date, library build, load.
-local function run_info()
-  local m = machine.info()
-  return { machine = m, commit = machine.commit(root), date = os.date("!%Y-%m-%d %H:%M UTC"),
-           build = fd.build_info(), threads = m.cores, name = "paged-" .. m.slug .. (QUICK and "-quick" or ""),
-           load_start = machine.sh("cat /proc/loadavg"), flush = tonumber(fdb.fdb_flush_bytes()),
-           bw_kernel = ffi.string(fdb.fdb_bw_kernel()), hugepages = fdb.fdb_hugepages() ~= 0,
-           cmd = env("FDB_CMD", (QUICK and "QUICK=1 " or "") .. "luajit bench/paged.lua") }
-end
-
--- One all-threads read bandwidth sample of a DRAM-sized buffer, appended to bw.
-local function sample_bw(info, bw, when, reps)
-  bw[#bw + 1] = { when = when, gbs = fdb.fdb_read_bw_gbs(CFG.bw_bytes, info.threads, reps) }
-end
-
 -- The best and the median of the run's bandwidth samples (load only lowers them).
 local function bw_summary(bw)
   local t = {}
@@ -83,34 +77,6 @@ local function bw_summary(bw)
   table.sort(t)
   return t[#t], stats.median(t)
 end
-
--- The context every plan comes from: the tuned table when it loads, else the heuristic.
-local function context(info)
-  local tbl = env("FDB_TABLE", nil) or machine.tuned_table(info.machine.slug)
-  local ok, ctx = pcall(fd.create, { threads = info.threads, backend = CFG.backend, table = tbl })
-  info.table = ok and tbl or nil
-  if ok and tbl and fd.errmsg(ctx) ~= "" then
-    info.table_note = fd.errmsg(ctx)
-    info.table = nil
-  end
-  if not ok then
-    info.table_note = tbl and tostring(ctx)
-    ctx = fd.create { threads = info.threads, backend = CFG.backend }
-  end
-  info.backend = fd.ctx_info(ctx).backend == 1 and "cc" or "tcc"
-  return ctx
-end
-
--- A buffer of bytes (64-byte aligned, huge pages as the bench asks), kept in list.
-local function alloc(list, bytes)
-  local p = fdb.fdb_alloc(math.max(bytes, 64))
-  if p == nil then error(("bench-paged: out of memory allocating %.0f MiB"):format(bytes / 2 ^ 20), 0) end
-  list[#list + 1] = p
-  return p
-end
-
--- Bytes of one element of dtype name.
-local function esize(name) return fd.DTYPE_SIZE[fd.enum("dtype", name)] end
 
 -- The dense BHSD problem of row r: q, K, V (random, fixed seeds), cur_pos = len - 1.
 local function dense_buffers(r, keep)
@@ -267,12 +233,6 @@ local function bench_row(ctx, r, info, progress)
   return { row = r, variants = vs, plan = dense.info }
 end
 
--- A number with d decimals, or "-".
-local function num(x, d)
-  if x == nil or x ~= x or x == math.huge then return "-" end
-  return ("%." .. (d or 2) .. "f"):format(x)
-end
-
 -- The verdict of a paged variant: within the limit at page_size >= 64, or by how much it is slower.
 local function verdict(v)
   if not v.ps or not v.ratio then return "" end
@@ -290,13 +250,6 @@ local function cells(v, bw_best, bw_med)
            v.ratio and num(v.ratio, 3) or "1", v.ratio and ("%s [%s, %s]"):format(num(v.ratio_paired, 3),
              num(v.ratio_lo, 3), num(v.ratio_hi, 3)) or "",
            v.ps and (v.equal and "yes" or "**NO**") or "(reference)", tostring(c.n), verdict(v) }
-end
-
--- A Markdown table from a header list and rows of cells.
-local function md_table(head, rows)
-  local L = { "| " .. table.concat(head, " | ") .. " |", "|" .. ("---|"):rep(#head) }
-  for _, r in ipairs(rows) do L[#L + 1] = "| " .. table.concat(r, " | ") .. " |" end
-  return table.concat(L, "\n")
 end
 
 -- The section of one measured row: its shape, forced plan and table.
@@ -344,18 +297,6 @@ local function summary(res)
   end
   return "## Summary\n\nCold median time of paged over dense, same plan (the issue's bound: at most 1.05 at page_size >= 64).\n\n"
     .. md_table(head, rows) .. "\n"
-end
-
--- The bandwidth samples as one line.
-local function bw_line(res)
-  local t = {}
-  for _, s in ipairs(res.bw) do t[#t + 1] = ("%s %.1f"):format(s.when, s.gbs) end
-  return table.concat(t, ", ")
-end
-
--- A path relative to the repository root when under it.
-local function relative(path)
-  return path:sub(1, #root + 1) == root .. "/" and path:sub(#root + 2) or path
 end
 
 -- The Markdown report.

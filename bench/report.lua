@@ -104,6 +104,7 @@ local function md_table(head, rows)
   for _, r in ipairs(rows) do L[#L + 1] = "| " .. table.concat(r, " | ") .. " |" end
   return table.concat(L, "\n")
 end
+M.md_table = md_table
 
 -- A shape's one-line description.
 local function describe(s)

@@ -26,8 +26,9 @@ local stats = require("tuner.stats")
 local report = require("bench.report")
 local plot = require("bench.plot")
 local M = require("bench.measure")
+local side = require("bench.side")
 
-local env = function(k, d) local v = os.getenv(k) return (v and v ~= "") and v or d end
+local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
 local K = 1024
 local CFG = {
@@ -40,6 +41,14 @@ local CFG = {
   cap = 64 * K,                             -- kv_len capacity of every plan
   limit = 1.10,                             -- the issue's bound: within 10% of the prediction
 }
+
+-- The pieces shared with the other side benchmark (bench/side.lua), bound to this one.
+local function run_info() return side.run_info("uneven", root, QUICK) end
+local function sample_bw(info, bw, when, reps) side.sample_bw(info, bw, when, reps, CFG.bw_bytes) end
+local function context(info) return side.context(info, CFG.backend) end
+local function alloc(list, bytes) return side.alloc("uneven", list, bytes) end
+local function relative(path) return side.relative(root, path) end
+local esize, num, bw_line, md_table = side.esize, side.num, side.bw_line, report.md_table
 
 -- The shapes (8 rows each, causal, capacity CFG.cap).
 local SHAPES = {
@@ -67,46 +76,6 @@ local function pattern_lens(p, batch)
   for b = 1, batch do even[b] = math.floor(total / batch + 0.5) end
   return lens, even, total
 end
-
--- The run's identity: machine, commit, date, library build, load.
-local function run_info()
-  local m = machine.info()
-  return { machine = m, commit = machine.commit(root), date = os.date("!%Y-%m-%d %H:%M UTC"),
-           build = fd.build_info(), threads = m.cores, name = "uneven-" .. m.slug .. (QUICK and "-quick" or ""),
-           load_start = machine.sh("cat /proc/loadavg"), flush = tonumber(fdb.fdb_flush_bytes()),
-           bw_kernel = ffi.string(fdb.fdb_bw_kernel()), hugepages = fdb.fdb_hugepages() ~= 0,
-           cmd = env("FDB_CMD", (QUICK and "QUICK=1 " or "") .. "luajit bench/uneven.lua") }
-end
-
--- One all-threads read bandwidth sample of a DRAM-sized buffer, appended to bw.
-local function sample_bw(info, bw, when, reps)
-  bw[#bw + 1] = { when = when, gbs = fdb.fdb_read_bw_gbs(CFG.bw_bytes, info.threads, reps) }
-end
-
--- The context every plan comes from: the tuned table when it loads, else the heuristic.
-local function context(info)
-  local tbl = env("FDB_TABLE", nil) or machine.tuned_table(info.machine.slug)
-  local ok, ctx = pcall(fd.create, { threads = info.threads, backend = CFG.backend, table = tbl })
-  info.table = ok and tbl or nil
-  if ok and tbl and fd.errmsg(ctx) ~= "" then info.table_note, info.table = fd.errmsg(ctx), nil end
-  if not ok then
-    info.table_note = tbl and tostring(ctx)
-    ctx = fd.create { threads = info.threads, backend = CFG.backend }
-  end
-  info.backend = fd.ctx_info(ctx).backend == 1 and "cc" or "tcc"
-  return ctx
-end
-
--- A buffer of bytes (64-byte aligned, huge pages as the bench asks), kept in list.
-local function alloc(list, bytes)
-  local p = fdb.fdb_alloc(math.max(bytes, 64))
-  if p == nil then error(("bench-uneven: out of memory allocating %.0f MiB"):format(bytes / 2 ^ 20), 0) end
-  list[#list + 1] = p
-  return p
-end
-
--- Bytes of one element of dtype name.
-local function esize(name) return fd.DTYPE_SIZE[fd.enum("dtype", name)] end
 
 -- KV bytes of the valid keys: sum over rows of len x Hkv x D x 2 (K and V) x element size.
 local function kv_bytes(s, lens)
@@ -223,12 +192,6 @@ local function bench_shape(ctx, s, progress)
   return { shape = s, variants = vs, plan = pi }
 end
 
--- A number with d decimals, or "-".
-local function num(x, d)
-  if x == nil or x ~= x or x == math.huge then return "-" end
-  return ("%." .. (d or 2) .. "f"):format(x)
-end
-
 -- The verdict of an uneven variant: its paired median ratio within 10% of 1.
 local function within(v)
   if not v.ratio_paired then return "-" end
@@ -269,13 +232,6 @@ local function cells(v, bw_best, bw_med)
   return { v.name, lens, splits, num(c.median, 3), ("%s–%s"):format(num(c.q1, 3), num(c.q3, 3)), num(g, 1),
            ("%s%% / %s%%"):format(num(g / bw_best * 100, 0), num(g / bw_med * 100, 0)),
            v.ref and num(v.ratio, 3) or "1", v.ref and ci(v) or "(reference)", verdict_cell(v), tostring(c.n) }
-end
-
--- A Markdown table from a header list and rows of cells.
-local function md_table(head, rows)
-  local L = { "| " .. table.concat(head, " | ") .. " |", "|" .. ("---|"):rep(#head) }
-  for _, r in ipairs(rows) do L[#L + 1] = "| " .. table.concat(r, " | ") .. " |" end
-  return table.concat(L, "\n")
 end
 
 -- The section of one shape: its shape, plan and table.
@@ -319,18 +275,6 @@ local function summary(res)
     .. "bandwidth, or one loaded by other work) cannot show an imbalance, and a ratio near 1 then says little.\n\n"
     .. md_table({ "shape", "pattern", "uniform reference", "uneven / uniform", "within 10%",
                   "control: 1 thread / all" }, rows) .. "\n"
-end
-
--- The bandwidth samples as one line.
-local function bw_line(res)
-  local t = {}
-  for _, s in ipairs(res.bw) do t[#t + 1] = ("%s %.1f"):format(s.when, s.gbs) end
-  return table.concat(t, ", ")
-end
-
--- A path relative to the repository root when under it.
-local function relative(path)
-  return path:sub(1, #root + 1) == root .. "/" and path:sub(#root + 2) or path
 end
 
 -- The Markdown report.
