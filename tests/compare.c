@@ -1,6 +1,9 @@
 /* Output checks shared by the C tests: kernel or API output against the reference. */
 #include "compare.h"
 #include "tcheck.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Compare kernel output with the reference (kp_errors): out within tolerance, lse within
    KP_LSE_TOL relative, identical -inf for rows with no valid key, never NaN. Returns the
@@ -14,4 +17,28 @@ double t_compare(const kproblem *p, const float *out, const float *lse, const do
     t_check(!e.lse_inf && e.lse <= KP_LSE_TOL, "%s: lse error %.3g%s", name, e.lse,
             e.lse_inf ? " (-inf mismatch)" : "");
   return e.out;
+}
+
+/* Check a run of q_len tokens per row (out [B, q_len, Hq, D] in p's out
+   dtype, lse [B, q_len, Hq]) token by token against reference(c, t, ...):
+   p's reference for token t, out [B, Hq, D] and lse [B, Hq] in double. */
+void t_compare_tokens(const kproblem *p, int q_len, const void *out, const float *lse,
+                      void (*reference)(const void *c, int t, double *rout, double *rlse), const void *c,
+                      const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D, qrow = (size_t)r->Hq * r->D;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc(sizeof(double) * r->B * r->Hq);
+  float *got = malloc(n * sizeof(float)), *glse = malloc(sizeof(float) * r->B * r->Hq);
+  for (int t = 0; t < q_len; t++) {
+    reference(c, t, rout, rlse);
+    for (int b = 0; b < r->B; b++) {
+      size_t at = (size_t)(b * q_len + t);
+      for (size_t i = 0; i < qrow; i++) got[b * qrow + i] = t_load(p->out_dtype, out, at * qrow + i);
+      memcpy(glse + (size_t)b * r->Hq, lse + at * r->Hq, sizeof(float) * r->Hq);
+    }
+    char tname[320];
+    snprintf(tname, sizeof tname, "%s token %d", name, t);
+    t_compare(p, got, glse, rout, rlse, 1, tname);
+  }
+  free(rout); free(rlse); free(got); free(glse);
 }

@@ -7,4 +7,9 @@
 /* Check out/lse against the reference (records checks); returns the max relative error. */
 double t_compare(const kproblem *p, const float *out, const float *lse, const double *rout,
                  const double *rlse, int check_lse, const char *name);
+/* Check a run of q_len tokens per row (out [B, q_len, Hq, D], lse [B, q_len, Hq])
+   token by token against reference(c, t, rout, rlse), p's reference of token t. */
+void t_compare_tokens(const kproblem *p, int q_len, const void *out, const float *lse,
+                      void (*reference)(const void *c, int t, double *rout, double *rlse), const void *c,
+                      const char *name);
 #endif

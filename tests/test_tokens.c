@@ -50,7 +50,8 @@ static void make(tokens *c, int Hq, int D, int qd, int kd, int od, int mode, int
 static void unmake(tokens *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->mask); }
 
 /* The reference of token t: out [B, Hq, D] and lse [B, Hq] in double. */
-static void reference(const tokens *c, int t, double *rout, double *rlse) {
+static void reference(const void *cv, int t, double *rout, double *rlse) {
+  const tokens *c = cv;
   const ref_problem *r = &c->kp.ref;
   size_t qrow = (size_t)r->Hq * r->D, mrow = (size_t)r->Hq * S_CAP;
   float *q = malloc(sizeof(float) * B * qrow), *mask = c->mask ? malloc(sizeof(float) * B * mrow) : NULL;
@@ -81,24 +82,9 @@ static int plan_run(fd_ctx *ctx, const tokens *c, const fd_plan_opts *o, void *o
   return rc;
 }
 
-/* Check every token of a run against its reference. */
+/* Check every token of a run against its reference (tests/compare.c). */
 static void compare_tokens(const tokens *c, const void *out, const float *lse, const char *name) {
-  const ref_problem *r = &c->kp.ref;
-  size_t n = (size_t)B * r->Hq * r->D, qrow = (size_t)r->Hq * r->D;
-  double *rout = malloc(n * sizeof(double)), *rlse = malloc(sizeof(double) * B * r->Hq);
-  float *got = malloc(n * sizeof(float)), *glse = malloc(sizeof(float) * B * r->Hq);
-  for (int t = 0; t < c->q_len; t++) {
-    reference(c, t, rout, rlse);
-    for (int b = 0; b < B; b++) {
-      size_t at = (size_t)(b * c->q_len + t);
-      for (size_t i = 0; i < qrow; i++) got[b * qrow + i] = t_load(c->kp.out_dtype, out, at * qrow + i);
-      memcpy(glse + (size_t)b * r->Hq, lse + at * r->Hq, sizeof(float) * r->Hq);
-    }
-    char tname[320];
-    snprintf(tname, sizeof tname, "%s token %d", name, t);
-    t_compare(&c->kp, got, glse, rout, rlse, 1, tname);
-  }
-  free(rout); free(rlse); free(got); free(glse);
+  t_compare_tokens(&c->kp, c->q_len, out, lse, reference, c, name);
 }
 
 /* One case against the reference. */
