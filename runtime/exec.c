@@ -27,7 +27,7 @@ static int check_block_table(const fd_plan *p, const fd_args *a) {
   int b;
   int64_t i;
   if (!fd_bad_page(a->block_table, s->batch, s->mask_mode == FD_CAUSAL, a->cur_pos, s->kv_len, p->new_kv ? p->q_len : 0,
-                   p->q_len, p->window, s->sink_tokens, s->page_size, s->pool_pages, &b, &i))
+                   p->q_len, s->window, s->sink_tokens, s->page_size, s->pool_pages, &b, &i))
     return FD_OK;
   return fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1)", b,
                  (long long)i, (int)a->block_table[b * fd_table_pages(s->kv_len, s->page_size) + i],
@@ -72,7 +72,7 @@ static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
   const fd_shape *s = &p->shape;
   for (int b = 0; b < s->batch; b++) {  /* FD_NEW_KV: the cached keys, before the q_len new ones */
     p->row_len[b] = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len) - (p->new_kv ? p->q_len : 0);
-    fd_window wd = fd_window_of(p->row_len[b], p->q_len, p->window, s->sink_tokens);
+    fd_window wd = fd_window_of(p->row_len[b], p->q_len, s->window, s->sink_tokens);
     p->row_first[b] = wd.first;
     p->row_sink[b] = wd.sink;
     p->row_keys[b] = p->row_len[b] - wd.first;
@@ -88,7 +88,7 @@ static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
    and count each (b, kv head)'s splits to merge. */
 static int layout_items(fd_plan *p, const fd_bucket *bk) {
   const fd_shape *s = &p->shape;
-  int n = fd_layout_items(s->batch, s->n_kv_heads, p->row_keys, p->row_first, p->window ? p->row_sink : NULL,
+  int n = fd_layout_items(s->batch, s->n_kv_heads, p->row_keys, p->row_first, s->window ? p->row_sink : NULL,
                           p->row_order, bk->splits, p->forced_splits, p->split_keys, bk->threads,
                           p->new_kv ? p->q_len : 0, p->row_splits, p->items);
   for (int b = 0; b < s->batch; b++)
@@ -112,8 +112,8 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->lse = a->lse ? a->lse + h0 : NULL;
   if (p->new_kv) w->tok_end0 = p->row_len[b];   /* every token sees every cached key */
   if (p->alibi) w->alibi = a->alibi_slopes + (size_t)j * p->G;
-  if (p->window) {                               /* the keys below a later token's window start */
-    fd_window wd = fd_window_of(p->row_len[b], p->q_len, p->window, s->sink_tokens);
+  if (s->window) {                               /* the keys below a later token's window start */
+    fd_window wd = fd_window_of(p->row_len[b], p->q_len, s->window, s->sink_tokens);
     w->win_lo = wd.cut_lo;
     w->win_hi0 = wd.cut_hi0;
   }

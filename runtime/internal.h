@@ -51,7 +51,6 @@ struct fd_plan {
   int q_len;                       /* query tokens per row (shape.q_len, at least 1) */
   int heads;                       /* query rows per kernel call: G x q_len */
   int new_kv;                      /* FD_NEW_KV: each (row, kv head) gets one more split, its new keys */
-  int window;                      /* shape.window: rows visit their window and sinks (items.h.tpl fd_window_of) */
   int sink_logits;                 /* FD_SINK_LOGITS: every row goes through the merge, which adds them once */
   int alibi;                       /* FD_ALIBI: kernels add slope x (key - position) to the scores */
   int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */

@@ -450,7 +450,6 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->q_len = p->shape.q_len > 1 ? p->shape.q_len : 1;
   p->heads = p->G * p->q_len;
   p->new_kv = (p->shape.features & FD_NEW_KV) != 0;
-  p->window = p->shape.window;
   p->sink_logits = (p->shape.features & FD_SINK_LOGITS) != 0;
   p->alibi = (p->shape.features & FD_ALIBI) != 0;
   p->forced_splits = opts->splits;
