@@ -344,14 +344,7 @@ local function chart_script(res)
     ("set title 'paged / dense cold time, same plan (%s, %s)'"):format(res.info.machine.slug, res.info.commit),
     "set xlabel 'page size (keys)'", "set ylabel 'time ratio paged / dense (bars: 95% CI of paired ratio)'",
     "plot " .. table.concat(clauses, ", \\\n  ") }, "\n")
-  local text = {}
-  for _, t in ipairs { { "svg size 900,480 dynamic enhanced font 'sans,11' background rgb 'white'", "svg" },
-                       { "pngcairo size 900,480 enhanced font 'sans,10' background rgb 'white'", "png" } } do
-    text[#text + 1] = ("set terminal %s\nset output '%s/%s.%s'\n%s\n"):format(t[1], CFG.out, name, t[2], body)
-  end
-  local gp = dir .. "/ratio.gp"
-  report.write_file(gp, table.concat(text) .. "set output\n")
-  return gp, name .. ".svg"
+  return side.chart_script(dir, CFG.out, name, body)
 end
 
 -- Main: bandwidth, every row, bandwidth again, report and chart.

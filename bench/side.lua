@@ -6,6 +6,7 @@ local ffi = require("ffi")
 local fd = require("flashdecode")
 local fdb = require("bench.lib")
 local machine = require("tuner.machine")
+local report = require("bench.report")
 
 local M = {}
 
@@ -68,6 +69,19 @@ function M.bw_line(res)
   local t = {}
   for _, s in ipairs(res.bw) do t[#t + 1] = ("%s %.1f"):format(s.when, s.gbs) end
   return table.concat(t, ", ")
+end
+
+-- The gnuplot script dir/ratio.gp drawing body as out/name.svg and .png;
+-- returns its path and the svg's name.
+function M.chart_script(dir, out, name, body)
+  local text = {}
+  for _, t in ipairs { { "svg size 900,480 dynamic enhanced font 'sans,11' background rgb 'white'", "svg" },
+                       { "pngcairo size 900,480 enhanced font 'sans,10' background rgb 'white'", "png" } } do
+    text[#text + 1] = ("set terminal %s\nset output '%s/%s.%s'\n%s\n"):format(t[1], out, name, t[2], body)
+  end
+  local gp = dir .. "/ratio.gp"
+  report.write_file(gp, table.concat(text) .. "set output\n")
+  return gp, name .. ".svg"
 end
 
 -- path relative to the repository root when under it.
