@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 7          -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 8          -- bump when templates/abi.h.tpl changes
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes
@@ -32,10 +32,11 @@ end
 -- the caller's cutoff (-87 for bias 127, so that 2^n stays a normal float),
 -- using locals eb (fd_bits), et, er (float), en (int) of the enclosing block.
 -- Softmax weights take bias 127 - simd.P_SHIFT (see there): exact and free.
-local function exp_body(x, p, ind, bias)
+-- positive: for 0 <= x <= 40 instead (n rounded up from et + 0.5).
+local function exp_body(x, p, ind, bias, positive)
   local lines = {
     ("et = %s * 1.44269504088896341f;"):format(x),
-    "en = (int)(et - 0.5f);",
+    positive and "en = (int)(et + 0.5f);" or "en = (int)(et - 0.5f);",
     ("er = %s - (float)en * 0.693359375f;"):format(x),
     "er = er + (float)en * 2.12194440e-4f;",
     ("%s = 1.0f + er * (1.0f + er * (0.5f + er * (0.166666667f + er * (0.0416666667f"
@@ -68,8 +69,10 @@ local function check_supported(f)
   end
 end
 
--- Lanes of a constant: a float literal or an unsigned integer, 16 times.
+-- Lanes of a constant: a float literal or an unsigned integer, 16 times (or a
+-- table of 16 literals).
 local function lanes(v)
+  if type(v) == "table" then return table.concat(v, ", ") end   -- a row of distinct lanes
   local one = type(v) == "string" and v or ("%uu"):format(v)
   local t = {}
   for i = 1, 16 do t[i] = one end
@@ -109,6 +112,8 @@ local function add_simd(p)
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end
   p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end
+  p.simd_softcap = function() return simd.softcap(p.ISA, p) end
+  p.simd_alibi = function() return simd.alibi(p.ISA, p) end
 end
 
 -- The template parameters of a key: sizes, types and code-emitting helpers.

@@ -48,12 +48,20 @@ M.CONST_FLOATS = {
   { "c7", coef("1.98412698e-4f") }, { "c6", coef("1.38888889e-3f") }, { "c5", coef("8.33333333e-3f") },
   { "c4", coef("4.16666667e-2f") }, { "c3", coef("0.166666667f") }, { "c2", coef("0.5f") }, { "c1", coef("1.0f") },
   { "c0", coef("1.0f") }, { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
+  -- softcap's tanh: the odd polynomial below tanh_small, the exponent limit above it
+  { "t4", "-5.70498872745e-3f" }, { "t3", "2.06390887954e-2f" }, { "t2", "-5.37397155531e-2f" },
+  { "t1", "1.33314422036e-1f" }, { "t0", "-3.33332819422e-1f" }, { "tanh_small", "0.625f" },
+  { "tanh_zmax", "40.0f" }, { "p_shift", ("%d.0f"):format(M.P_SHIFT) }, { "one_f", "1.0f" }, { "two_f", "2.0f" },
+  -- ALiBi's key offsets: lane i holds i (a row of distinct lanes); the two vector widths
+  { "iota", (function() local t = {} for i = 0, 15 do t[#t + 1] = i .. ".0f" end return t end)() },
+  { "eight_f", "8.0f" }, { "sixteen_f", "16.0f" },
 }
 M.CONST_INTS = {
   { "i127", 127 }, { "qnan", 0x7fc00000 },
   { "fp8_bits", 0x87f00000 }, { "fp8_nan", 0xfe000000 },             -- fp8 e4m3 sign and magnitude, NaN
   { "one", 1 }, { "bf16_half", 0x7fff }, { "bf16_quiet", 0x40 },   -- f32 -> bf16 rounding
   { "hi16", 0xffff0000 },                                           -- odd bf16 of a pair
+  { "abs", 0x7fffffff }, { "sign", 0x80000000 },                    -- f32 magnitude, sign
 }
 local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
@@ -623,6 +631,98 @@ function M.exp(isa, p)
     function(b, hl, t) head_result(b, hl, 2, t, 3, "vaddps") end)
 end
 
+-- softcap x tanh(x / softcap) in place for the vector at r9 (register 10:
+-- 1 / softcap, 11: softcap): for |y| < tanh_small the odd polynomial
+-- y + y^3 P(y^2), else 1 - 2 / (e^(2|y|) + 1) with 2|y| at most tanh_zmax
+-- (tanh is 1 in float long before), the sign of y put back; ~1e-7 relative.
+-- NaN stays NaN (vminps passes its second operand; the compare is false).
+-- e^z is the softmax's polynomial (scaled by 2^-P_SHIFT) times 2^(n + P_SHIFT).
+local function softcap_step(b)
+  local r, x = b.r, b.x
+  local pand, por = x and "vpandd" or "vandps", x and "vpord" or "vorps"
+  b.v("vmovups", r(0), mem("r9", 0))
+  b.v("vmulps", r(0), r(0), r(10))                          -- 0: y
+  b.v(pand, r(1), r(0), mem("r11", C.abs))                  -- 1: a = |y|
+  b.v("vaddps", r(2), r(1), r(1))
+  b.v("vmovups", r(3), mem("r11", C.tanh_zmax))
+  b.v("vminps", r(2), r(3), r(2))                           -- 2: z = min(2a, zmax), NaN kept
+  b.v("vmulps", r(3), r(2), mem("r11", C.log2e))
+  if x then b.v("vrndscaleps", r(3), r(3), 8) else b.v("vroundps", r(3), r(3), 8) end   -- 3: n
+  b.v("vfnmadd231ps", r(2), r(3), mem("r11", C.ln2_hi))
+  b.v("vfnmadd231ps", r(2), r(3), mem("r11", C.ln2_lo))
+  b.v("vmovups", r(4), mem("r11", C.c7))                    -- 4: e^z
+  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
+    b.v("vfmadd213ps", r(4), r(2), mem("r11", C[c]))
+  end
+  b.v("vaddps", r(3), r(3), mem("r11", C.p_shift))
+  if x then
+    b.v("vscalefps", r(4), r(4), r(3))
+  else
+    b.v("vcvtps2dq", r(5), r(3))
+    b.v("vpaddd", r(5), r(5), mem("r11", C.i127))
+    b.v("vpslld", r(5), r(5), 23)
+    b.v("vmulps", r(4), r(4), r(5))
+  end
+  b.v("vaddps", r(4), r(4), mem("r11", C.one_f))
+  b.v("vmovups", r(5), mem("r11", C.two_f))
+  b.v("vdivps", r(5), r(5), r(4))
+  b.v("vmovups", r(4), mem("r11", C.one_f))
+  b.v("vsubps", r(4), r(4), r(5))                           -- 4: 1 - 2 / (e^z + 1)
+  b.v("vmulps", r(5), r(1), r(1))                           -- 5: a^2
+  b.v("vmovups", r(6), mem("r11", C.t4))
+  for _, c in ipairs { "t3", "t2", "t1", "t0" } do b.v("vfmadd213ps", r(6), r(5), mem("r11", C[c])) end
+  b.v("vmulps", r(6), r(6), r(5))
+  b.v("vfmadd213ps", r(6), r(1), r(1))                      -- 6: a + a^3 P(a^2)
+  if x then
+    b.v("vcmpps", "k1", r(1), mem("r11", C.tanh_small), 1)  -- a < tanh_small: the polynomial
+    b.v("vmovaps", r(4) .. "{k1}", r(6))
+  else
+    b.v("vcmpps", r(7), r(1), mem("r11", C.tanh_small), 1)
+    b.v("vandps", r(6), r(6), r(7))
+    b.v("vandnps", r(7), r(7), r(4))
+    b.v("vorps", r(4), r(6), r(7))
+  end
+  b.v(pand, r(0), r(0), mem("r11", C.sign))
+  b.v(por, r(4), r(4), r(0))
+  b.v("vmulps", r(4), r(4), r(11))
+  b.v("vmovups", mem("r9", 0), r(4))
+end
+
+-- The logit softcap in place over each head's padded score row (n floats, a
+-- multiple of W; head-lane tiles: one key-major row); in[0] = 1 / softcap,
+-- in[1] = softcap.
+function M.softcap(isa, p)
+  return softmax_statement(isa, p, { "ptr", "n", "consts" },
+    function(b)
+      b.v("vbroadcastss", b.r(10), mem("rsi", 0))
+      b.v("vbroadcastss", b.r(11), mem("rsi", 4))
+    end,
+    softcap_step,
+    function() end)
+end
+
+-- ALiBi in place over each head's padded score row (n floats, a multiple of
+-- W): score of key i += in[t] x (out[0] + i), out[0] the first key's offset
+-- from the token's position (exact integers in float), the product rounded
+-- before the sum as the reference rounds it. Head-lane tiles: one key-major
+-- row, in the T slopes, one key (offset) per vector.
+function M.alibi(isa, p)
+  local hl = M.head_lanes(isa, p)
+  return softmax_statement(isa, p, { "ptr", "n", "consts" },
+    function(b, _, t)
+      if hl then b.v("vmovups", b.r(1), mem("rsi", 0)) else b.v("vbroadcastss", b.r(1), mem("rsi", t * 4)) end
+      b.v("vbroadcastss", b.r(2), mem("rdx", 0))
+      if not hl then b.v("vaddps", b.r(2), b.r(2), mem("r11", C.iota)) end
+    end,
+    function(b)
+      b.v("vmulps", b.r(3), b.r(1), b.r(2))
+      b.v("vaddps", b.r(3), b.r(3), mem("r9", 0))
+      b.v("vmovups", mem("r9", 0), b.r(3))
+      b.v("vaddps", b.r(2), b.r(2), mem("r11", hl and C.one_f or b.g.W == 16 and C.sixteen_f or C.eight_f))
+    end,
+    function() end)
+end
+
 -- q times the softmax scale as f32: n elements (a multiple of W) of the q
 -- dtype at src into ptr, the scale at *in.
 function M.qload(isa, p)
@@ -813,7 +913,7 @@ end
 -- process that generates many kernels does not grow without bound.
 local MEMO_MAX = 256
 local memo, memo_n = {}, 0
-for _, name in ipairs { "scores", "max", "exp", "pv", "qload", "store_out", "scale_records" } do
+for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "qload", "store_out", "scale_records" } do
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,

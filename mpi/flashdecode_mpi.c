@@ -134,6 +134,9 @@ static int check_shape(call *c) {
   if (s->window)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.window is %d; fdmpi_run does not serve sliding windows yet",
                       s->window);
+  if (s->softcap != 0)
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.softcap is %g; fdmpi_run does not serve the logit softcap yet",
+                      (double)s->softcap);
   if (s->q_dtype > FD_BF16) return local_fail(c, FD_EINVAL, "shard.shape.q_dtype is %d", (int)s->q_dtype);
   if ((int64_t)s->batch * s->n_q_heads * (s->head_dim + 1) > INT32_MAX)
     return local_fail(c, FD_EINVAL, "shard.shape: batch x n_q_heads x (head_dim + 1) is above INT32_MAX, the largest "

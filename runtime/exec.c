@@ -112,6 +112,7 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->lse = a->lse ? a->lse + h0 : NULL;
   if (p->new_kv) w->tok_end0 = p->row_len[b];   /* every token sees every cached key */
   if (p->alibi) w->alibi = a->alibi_slopes + (size_t)j * p->G;
+  w->softcap = s->softcap;
   if (s->window) {                               /* the keys below a later token's window start */
     fd_window wd = fd_window_of(p->row_len[b], p->q_len, s->window, s->sink_tokens);
     w->win_lo = wd.cut_lo;

@@ -114,7 +114,7 @@ typedef struct fd_shape {
   int64_t pool_pages;       /* FD_PAGED: pages in each of the K and V pools, at least 1; ignored otherwise */
   int window;               /* causal: a query at position p sees keys p-window+1..p; 0 = none */
   int sink_tokens;          /* with a window, keys 0..sink_tokens-1 stay visible */
-  float softcap;            /* logit softcap (not served yet: must be 0) */
+  float softcap;            /* logit softcap: 0 none, else s = softcap x tanh(s / softcap) after the scale */
   unsigned features;        /* FD_ALIBI, FD_SINK_LOGITS, ... bits (the enum above says which are served) */
 } fd_shape;
 

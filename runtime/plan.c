@@ -145,7 +145,6 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if (s->window && ctx && ctx->check_inputs)
     return fd_fail(ctx, FD_EUNSUPPORTED, "shape.window %d with config.check_inputs is not supported by this build yet "
                    "(the scan reads every key, not the window's)", s->window);
-  if (s->softcap) return fd_fail(ctx, FD_EUNSUPPORTED, "shape.softcap %g: softcap is not supported by this build yet", (double)s->softcap);
   for (int i = 0; i < FD_FEATURE_COUNT; i++)
     if (s->features & ~FD_FEATURES_SERVED & (1u << i))
       return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets %s, which this build does not support yet", fd_feature_names[i]);

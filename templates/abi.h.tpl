@@ -47,6 +47,9 @@ typedef struct fd_work {
   /* ALiBi (causal): the slopes of the tok_heads heads, or 0; a score of
      token t gains slope x (key - the token's position, tok_end0 - 1 + t). */
   const float *alibi;
+  /* Logit softcap: a score s becomes softcap x tanh(s / softcap) after the
+     scale, before the mask and the ALiBi bias; 0: none. */
+  float softcap;
 } fd_work;
 
 /* Merge of split partials: split s, head g is the record at

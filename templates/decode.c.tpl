@@ -171,6 +171,16 @@ $(simd_scores())
 @     end
 $(simd_scores())
 @   end
+        /* the logit softcap, after the scale and before the mask and bias */
+        if (w->softcap > 0) {
+          float cap[2];
+          cap[0] = 1.0f / w->softcap;
+          cap[1] = w->softcap;
+          aa.ptr = sc;
+          aa.n = $(HL and "n * " .. T or "npad");
+          aa.in = cap;
+$(simd_softcap())
+        }
 @   if MASK then
 @     for t = 0, T - 1 do
 @       if HL then
@@ -183,11 +193,15 @@ $(simd_scores())
 @   if MASK_MODE == 0 then
         /* ALiBi: each score gains its head's slope x (key - the token's position) */
         if (w->alibi) {
-          fd_i64 qp = w->tok_end0 - 1 + tp / th;
+          float slope[$(T)], k0 = (float)(c - (w->tok_end0 - 1 + tp / th));
 @     for t = 0, T - 1 do
-          for (i = 0; i < n; i++)
-            sc[$(HL and ("i * " .. T .. " + " .. t) or (t * SCW .. " + i"))] += w->alibi[(tp + $(t)) % th] * (float)(c + i - qp);
+          slope[$(t)] = w->alibi[(tp + $(t)) % th];
 @     end
+          aa.ptr = sc;
+          aa.n = $(HL and "n * " .. T or "npad");
+          aa.in = slope;
+          aa.out = &k0;
+$(simd_alibi())
         }
         /* several tokens: the tile's token sees the keys below tok_end0 + its
            index, and with a window not those in [win_lo, win_hi0 + its index) */
@@ -314,7 +328,18 @@ $(lane_reduce("          "))
         x = $(srow("w->k_scale", "c + i"));
 @ end
 @ for t = 0, T - 1 do
-        sc[$(t * CHUNK) + i] = ($(acc_sum(t)))$(QUANT and " * x" or "")$(MASK and (" + mrow" .. t .. "[i]") or "");
+        sc[$(t * CHUNK) + i] = ($(acc_sum(t)))$(QUANT and " * x" or "");
+@ end
+        /* the logit softcap, after the scale and before the mask and bias */
+        if (w->softcap > 0) {
+@ for t = 0, T - 1 do
+          sc[$(t * CHUNK) + i] = fd_softcap(sc[$(t * CHUNK) + i], w->softcap);
+@ end
+        }
+@ if MASK then
+@   for t = 0, T - 1 do
+        sc[$(t * CHUNK) + i] += mrow$(t)[i];
+@   end
 @ end
       }
 @ if MASK_MODE == 0 then

@@ -21,6 +21,26 @@ $(exp_body("x", "p", "    "))
   return p;
 }
 
+/* The logit softcap: cap x tanh(x / cap) for cap > 0, ~1e-7 relative: for
+   |y| < 0.625 the odd polynomial y + y^3 P(y^2), else 1 - 2 / (e^(2|y|) + 1)
+   with 2|y| at most 40 (tanh is 1 in float long before); NaN stays NaN. The
+   SIMD kernels use the same formulas (gen/simd.lua softcap_step). */
+static inline float fd_softcap(float x, float cap) {
+  fd_bits eb; float et, er, p, t, z, y = x / cap, a = y < 0.0f ? -y : y;
+  int en;
+  if (a != a) return x;
+  if (a < 0.625f) {
+    z = a * a;
+    t = a + a * z * ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                      + 1.33314422036e-1f) * z - 3.33332819422e-1f);
+  } else {
+    z = 2.0f * a < 40.0f ? 2.0f * a : 40.0f;
+$(exp_body("z", "p", "    ", nil, true))
+    t = 1.0f - 2.0f / (p + 1.0f);
+  }
+  return (y < 0.0f ? -t : t) * cap;
+}
+
 /* Online softmax: move a head's state record (acc[0..D), max, sum) to the larger running max mx. */
 static inline void fd_rescale(float *st, int D, float mx) {
   float corr = fd_expf(st[D] - mx);

@@ -9,6 +9,13 @@
    Every other pair of cases sets ALiBi (FD_ALIBI, the standard slopes
    2^(-8(h+1)/Hq)): the reference's mask then holds slope x (key - position),
    rounded to float as the kernels round it, on the visible keys.
+   Every eighth of the cases rotates the logit softcap through 0, 30 and 50
+   (the reference applies softcap x tanh(s / softcap) after the scale and
+   before that mask), half of the capped ones with a softmax scale of 10, so
+   that capped logits reach both of the kernels' tanh formulas. Capped cases
+   put q and K on a grid of 1/16 (on_grid): every float dot product is then
+   exact, so the error measured is the softcap's and the softmax's. Then
+   softcap in every mask mode with scales up to 900 (logits up to about 1e4).
    Every isa this CPU runs, KV dtypes rotated with the q and out dtypes,
    q_len 1, 3 and 4, unsplit and 3 splits, windows of 1 key to wider than the
    cache, sinks inside the window, beside it and none; rows whose first token
@@ -26,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define B 3
+#define NB 3
 #define HKV 2
 #define S_CAP 300
 #define PAGE 16
@@ -38,14 +45,16 @@ static const int Q_LENS[] = { 1, 3, 4 };
 static const int WINDOWS[][2] = { { 1, 0 }, { 7, 2 }, { 20, 40 }, { 64, 5 }, { 1000, 3 }, { 100, 0 }, { 0, 0 } };
 #define N_WINDOWS (int)(sizeof WINDOWS / sizeof WINDOWS[0])
 
-/* One case: K/V and positions from kp (causal), q [B, q_len, Hq, D] from qp. */
-typedef struct wcase { kproblem kp, qp; int q_len, window, sinks; float *logit, *slope; } wcase;
+/* One case: K/V and positions from kp (causal), q [NB, q_len, Hq, D] from qp. */
+typedef struct wcase { kproblem kp, qp; int q_len, window, sinks; float *logit, *slope, softcap; double scale; } wcase;
 
 /* Build a case; positions: row 0 ends at S_CAP - 1, row 1 starts at 0, row 2 between. */
 static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int window, int sinks, int logits,
                  int alibi, uint64_t seed) {
   c->q_len = q_len; c->window = window; c->sinks = sinks;
   c->logit = c->slope = NULL;
+  c->softcap = 0;
+  c->scale = 0;
   if (alibi) {
     c->slope = malloc(sizeof(float) * Hq);
     for (int h = 0; h < Hq; h++) c->slope[h] = (float)exp2(-8.0 * (h + 1) / Hq);
@@ -55,11 +64,21 @@ static void make(wcase *c, int Hq, int D, int qd, int kd, int od, int q_len, int
     c->logit = malloc(sizeof(float) * Hq);
     for (int h = 0; h < Hq; h++) c->logit[h] = h == 1 ? -INFINITY : h == 2 ? 12.0f : t_rand(&st, -1.0f, 4.0f);
   }
-  kp_init(&c->kp, B, Hq, HKV, D, S_CAP, qd, kd, od, FD_CAUSAL, FD_BHSD, seed);
-  kp_init(&c->qp, B * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
+  kp_init(&c->kp, NB, Hq, HKV, D, S_CAP, qd, kd, od, FD_CAUSAL, FD_BHSD, seed);
+  kp_init(&c->qp, NB * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
   c->kp.cur_pos[0] = S_CAP - 1;
   c->kp.cur_pos[1] = q_len - 1;
   c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
+}
+
+/* Round q and K values to multiples of 1/16 and store them again: products
+   and sums of up to 128 terms, also times a scale of few bits, stay exact. */
+static void on_grid(kproblem *p) {
+  const ref_problem *r = &p->ref;
+  size_t nq = (size_t)r->B * r->Hq * r->D, nk = (size_t)r->B * r->Hkv * r->S * r->D;
+  for (size_t i = 0; i < nq; i++) p->qf[i] = roundf(p->qf[i] * 16) / 16;
+  for (size_t i = 0; i < nk; i++) p->kf[i] = roundf(p->kf[i] * 16) / 16;
+  kp_sync(p);
 }
 
 static void unmake(wcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->logit); free(c->slope); }
@@ -74,8 +93,8 @@ static void reference(const void *cv, int t, double *rout, double *rlse) {
   const wcase *c = cv;
   const ref_problem *r = &c->kp.ref;
   size_t qrow = (size_t)r->Hq * r->D, mrow = (size_t)r->Hq * S_CAP;
-  float *q = malloc(sizeof(float) * B * qrow), *mask = malloc(sizeof(float) * B * mrow);
-  for (int b = 0; b < B; b++) {
+  float *q = malloc(sizeof(float) * NB * qrow), *mask = malloc(sizeof(float) * NB * mrow);
+  for (int b = 0; b < NB; b++) {
     memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
     int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
     for (int h = 0; h < r->Hq; h++)
@@ -87,8 +106,10 @@ static void reference(const void *cv, int t, double *rout, double *rlse) {
   rt.q = q;
   rt.mask = mask;
   rt.mask_mode = FD_MASK;
+  rt.softcap = c->softcap;
+  if (c->scale) rt.scale = c->scale;
   ref_attention(&rt, rout, rlse);
-  for (int b = 0; b < B && c->logit; b++)  /* the sink logit in the denominator */
+  for (int b = 0; b < NB && c->logit; b++)  /* the sink logit in the denominator */
     for (int h = 0; h < r->Hq; h++) {
       double l = rlse[b * r->Hq + h], s = c->logit[h], top = l > s ? l : s;
       double all = top == -INFINITY ? -INFINITY : top + log(exp(l - top) + exp(s - top));
@@ -107,13 +128,13 @@ static void make_pool(const wcase *c, pool *pl) {
   const ref_problem *r = &c->kp.ref;
   int64_t per_row = (S_CAP + PAGE - 1) / PAGE;
   size_t esz = t_dtype_size(c->kp.kv_dtype), rowb = (size_t)r->D * esz;
-  pl->pages = B * per_row;
+  pl->pages = NB * per_row;
   size_t n = (size_t)pl->pages * HKV * PAGE;
   pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
   pl->ks = c->kp.k_scale ? calloc(n, sizeof(float)) : NULL;
   pl->vs = c->kp.v_scale ? calloc(n, sizeof(float)) : NULL;
   pl->table = malloc(sizeof(int32_t) * (size_t)pl->pages);
-  for (int b = 0; b < B; b++)
+  for (int b = 0; b < NB; b++)
     for (int64_t i = 0; i < per_row; i++) {
       int64_t pg = b * per_row + i, first = c->kp.cur_pos[b] - c->q_len + 1, used = 0;
       for (int64_t k = i * PAGE; k < (i + 1) * PAGE && k < S_CAP; k++)
@@ -134,13 +155,14 @@ static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(p
 /* The case's shape. */
 static fd_shape shape_of(const wcase *c, int paged) {
   const ref_problem *r = &c->kp.ref;
-  fd_shape s = { B, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, FD_CAUSAL,
+  fd_shape s = { NB, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, FD_CAUSAL,
                  paged ? FD_PAGED : FD_BHSD, paged ? PAGE : 0 };
   s.q_len = c->q_len;
   s.window = c->window;
   s.sink_tokens = c->sinks;
+  s.softcap = c->softcap;
   s.features = (c->logit ? FD_SINK_LOGITS : 0) | (c->slope ? FD_ALIBI : 0);
-  s.pool_pages = paged ? B * ((S_CAP + PAGE - 1) / PAGE) : 0;
+  s.pool_pages = paged ? NB * ((S_CAP + PAGE - 1) / PAGE) : 0;
   return s;
 }
 
@@ -151,6 +173,7 @@ static int plan_run(fd_ctx *ctx, const wcase *c, const pool *pl, const fd_plan_o
                 pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
   a.sink_logits = c->logit;
   a.alibi_slopes = c->slope;
+  a.scale = (float)c->scale;
   fd_plan *plan = NULL;
   int rc = fd_plan_create_opts(ctx, &s, o, &plan);
   if (!rc) rc = fd_run(plan, &a);
@@ -170,9 +193,13 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits
   wcase c;
   make(&c, HKV * 4, D, qd, kd, od, q_len, WINDOWS[wi][0], WINDOWS[wi][1], idx / 2 % 2, idx / 4 % 2,
        900 + (uint64_t)idx);
-  size_t n = (size_t)B * q_len * HKV * 4 * D;
+  static const float CAPS[3] = { 0, 30, 50 };
+  c.softcap = CAPS[idx / 8 % 3];
+  c.scale = c.softcap && idx / 24 % 2 ? 10.0 : 0.0;
+  if (c.softcap) { on_grid(&c.kp); on_grid(&c.qp); }
+  size_t n = (size_t)NB * q_len * HKV * 4 * D;
   void *out = malloc(n * t_dtype_size(od));
-  float *lse = malloc(sizeof(float) * B * q_len * HKV * 4);
+  float *lse = malloc(sizeof(float) * NB * q_len * HKV * 4);
   fd_plan_opts o = { chunk, 4, splits, 2, isa + 1 };
   for (int paged = 0; paged <= (idx % 3 == 0); paged++) {
     char name[256];
@@ -180,6 +207,8 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits
              fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], paged ? "paged" : "bhsd", q_len, c.window,
              c.sinks, c.logit ? " sink logits" : "", splits, chunk, D);
     if (c.slope) strncat(name, " alibi", sizeof name - strlen(name) - 1);
+    if (c.softcap)
+      snprintf(name + strlen(name), sizeof name - strlen(name), " softcap %g scale %g", (double)c.softcap, c.scale);
     pool pl;
     if (paged) make_pool(&c, &pl);
     int rc = plan_run(ctx, &c, paged ? &pl : NULL, &o, out, lse);
@@ -201,6 +230,96 @@ static void sweep(void) {
           for (int sp = 0; sp < 2; sp++) run_case(ctx, isa, kd, Q_LENS[qi], wi, sp ? 3 : 1, idx++);
     fd_destroy(ctx);
   }
+}
+
+/* Softcap 30 and 50 in every mask mode (q_len 1) with the default scale, 10
+   and 900 (logits up to about 1e4, capped to the softcap without NaN or
+   inf), every isa and KV dtype, unsplit and 3 splits, q and K on the grid of
+   on_grid, against the reference with the same softcap. */
+static void softcap_modes(void) {
+  static const double SCALES[3] = { 0, 10, 900 };
+  int idx = 0;
+  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
+    for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
+      for (int mode = FD_CAUSAL; mode <= FD_FULL; mode++)
+        for (int v = 0; v < 12; v++, idx++) {
+          int D = idx % 2 ? 128 : 64, qd = idx % 3, od = idx / 3 % 3, splits = v % 2 ? 3 : 1;
+          float cap = v / 2 % 2 ? 50.0f : 30.0f;
+          double scale = SCALES[v / 4];
+          if (D % fd_isa_table[isa].width) continue;
+          kproblem kp;
+          kp_init(&kp, NB, HKV * 4, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, 4000 + (uint64_t)idx);
+          on_grid(&kp);
+          fd_shape s = { NB, HKV * 4, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, 0 };
+          s.softcap = cap;
+          size_t n = (size_t)NB * HKV * 4 * D;
+          void *out = malloc(n * t_dtype_size(od));
+          float *lse = malloc(sizeof(float) * NB * HKV * 4);
+          double *rout = malloc(sizeof(double) * n), *rlse = malloc(sizeof(double) * NB * HKV * 4);
+          fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, kp.mask, kp.k_scale, kp.v_scale, NULL, (float)scale, out, lse };
+          fd_plan_opts o = { 64, 4, splits, 2, isa + 1 };
+          fd_plan *plan = NULL;
+          char name[200];
+          snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s softcap %g scale %g splits%d D%d", isa,
+                   fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], (double)cap,
+                   scale, splits, D);
+          int rc = fd_plan_create_opts(ctx, &s, &o, &plan);
+          if (!rc) rc = fd_run(plan, &a);
+          fd_plan_destroy(plan);
+          if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
+            ref_problem rt = kp.ref;
+            rt.softcap = cap;
+            if (scale) rt.scale = scale;
+            ref_attention(&rt, rout, rlse);
+            float *got = malloc(sizeof(float) * n);
+            for (size_t i = 0; i < n; i++) got[i] = t_load(od, out, i);
+            t_compare(&kp, got, lse, rout, rlse, 1, name);
+            free(got);
+          }
+          free(out); free(lse); free(rout); free(rlse);
+          kp_free(&kp);
+        }
+    fd_destroy(ctx);
+  }
+}
+
+/* The softcap's own accuracy: one key (kv_len 1, K = e_0, f32) and 1024 query
+   heads whose q[0] sweeps -200..200 on a grid of 1/64 plus 0, +-1e4, +-1e30
+   and +-inf, scale 1: each head's lse is then softcap(q[0]) alone (the one
+   weight is exact), checked against cap x tanh(q[0] / cap) in double to 1e-6
+   relative, for softcap 30 and 50 and every isa. */
+static void softcap_accuracy(void) {
+  enum { NQ = 1024, D = 64 };
+  static const float EXTREMES[7] = { 0.0f, 1e4f, -1e4f, 1e30f, -1e30f, INFINITY, -INFINITY };
+  float *q = calloc((size_t)NQ * D, sizeof(float)), k[D] = { 1.0f }, v[D] = { 0 }, *out = malloc(sizeof(float) * NQ * D);
+  float lse[NQ];
+  int32_t pos[1] = { 0 };
+  for (int h = 0; h < NQ; h++)
+    q[(size_t)h * D] = h < 7 ? EXTREMES[h] : roundf((-200.0f + 400.0f * (float)(h - 7) / (NQ - 8)) * 64) / 64;
+  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++)
+    for (int ci = 0; ci < 2; ci++) {
+      float cap = ci ? 50.0f : 30.0f;
+      fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
+      fd_shape s = { 1, NQ, 1, D, 1, FD_F32, FD_F32, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+      s.softcap = cap;
+      fd_args a = { q, k, v, pos, NULL, NULL, NULL, NULL, 1.0f, out, lse };
+      fd_plan *plan = NULL;
+      int rc = fd_plan_create(ctx, &s, &plan);
+      if (!rc) rc = fd_run(plan, &a);
+      double worst = 0;
+      int at = 0;
+      for (int h = 0; rc == 0 && h < NQ; h++) {
+        double x = q[(size_t)h * D], want = cap * tanh(x / cap), err = fabs(lse[h] - want) / fmax(fabs(want), 1e-30);
+        if (!(err <= worst)) { worst = err; at = h; }
+      }
+      t_check(rc == 0 && worst <= 1e-6, "softcap %g accuracy, isa%d: worst relative error %.3g at q %g (lse %.9g, want "
+              "%.9g): %s", (double)cap, isa, worst, (double)q[(size_t)at * D], (double)lse[at],
+              cap * tanh(q[(size_t)at * D] / cap), rc ? fd_errmsg(ctx) : "ran");
+      fd_plan_destroy(plan);
+      fd_destroy(ctx);
+    }
+  free(q); free(out);
 }
 
 /* The items of a 4096-key window with 4 sinks over a 128k cache: per (row,
@@ -258,6 +377,12 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "needs positions (FD_CAUSAL)", "window in full mode");
   s = base; s.window = 16; s.features = FD_NEW_KV;
   refused(ctx, s, FD_EUNSUPPORTED, "with FD_NEW_KV", "window with FD_NEW_KV");
+  s = base; s.softcap = -1;
+  refused(ctx, s, FD_EINVAL, "shape.softcap is -1", "negative softcap");
+  s = base; s.softcap = NAN;
+  refused(ctx, s, FD_EINVAL, "shape.softcap is nan", "NaN softcap");
+  s = base; s.softcap = INFINITY;
+  refused(ctx, s, FD_EINVAL, "shape.softcap is inf", "infinite softcap");
   s = base; s.features = FD_ALIBI; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "FD_ALIBI with mask_mode", "ALiBi in full mode");
   s = base; s.features = FD_ALIBI | FD_NEW_KV;
@@ -287,6 +412,8 @@ static void refusals(void) {
 
 int main(void) {
   sweep();
+  softcap_modes();
+  softcap_accuracy();
   items_visit_the_window();
   refusals();
   return t_done();

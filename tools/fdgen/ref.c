@@ -22,6 +22,7 @@ static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, 
     double dot = 0;
     for (int d = 0; d < p->D; d++) dot += (double)q[d] * k[d];
     s[i] = p->scale * dot;
+    if (p->softcap > 0) s[i] = p->softcap * tanh(s[i] / p->softcap);
     if (p->mask_mode == 1) s[i] += p->mask[((int64_t)b * p->Hq + h) * p->S + i];
     if (s[i] > m || isnan(s[i])) m = s[i];   /* a NaN score makes m NaN, and so out and lse (IEEE) */
   }

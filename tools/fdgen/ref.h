@@ -15,6 +15,7 @@ typedef struct ref_problem {
   const int32_t *cur_pos;     /* [B] (causal) */
   const float *mask;          /* [B, Hq, S] (mask mode) */
   double scale;
+  double softcap;             /* 0: none; else s = softcap tanh(s / softcap) after the scale, before the mask */
 } ref_problem;
 
 /* out [B, Hq, D] and lse [B, Hq] in double; a row with no valid key gives 0 and -inf. */
