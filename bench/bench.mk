@@ -7,13 +7,16 @@
 # `make bench-uneven`: uneven batches (one 64k + seven 1k rows, and the mirror) against the
 # uniform batch with the same total keys, one plan per shape (bench/uneven.lua, about 35 s);
 # `QUICK=1 make bench-uneven`: fewer rounds (about 5 s), writing results/bench/uneven-<machine>-quick.md.
+# `make bench-features`: window, sinks, ALiBi, softcap and sink logits against plain decode on
+# Llama-3.1-8B at 64k, each variant its own plan (bench/features.lua, about 10 s);
+# `QUICK=1 make bench-features`: fewer rounds (about 3 s), writing results/bench/features-<machine>-quick.md.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
 FDB_SRC    := bench/bw.c bench/vanilla.c bench/util.c
 FDB_HDR    := bench/bw.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven
+.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -37,6 +40,7 @@ bench: lib $(B)/libfdbench.so
 	@$(FDB_PLOT_CMD)
 	@$(MAKE) --no-print-directory B=$(B) bench-paged
 	@$(MAKE) --no-print-directory B=$(B) bench-uneven
+	@$(MAKE) --no-print-directory B=$(B) bench-features
 
 # Paged vs dense at the same length and plan: results/bench/paged-<machine>[-quick].{md,svg,png}.
 bench-paged: lib $(B)/libfdbench.so
@@ -47,6 +51,11 @@ bench-paged: lib $(B)/libfdbench.so
 bench-uneven: lib $(B)/libfdbench.so
 	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
 	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-uneven" $(LUAJIT) bench/uneven.lua
+
+# Shape features against plain decode: results/bench/features-<machine>[-quick].{md,svg,png}.
+bench-features: lib $(B)/libfdbench.so
+	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
+	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-features" $(LUAJIT) bench/features.lua
 
 # Re-render the charts of the last run.
 bench-plot:

@@ -20,7 +20,6 @@ local ffi = require("ffi")
 local fd = require("flashdecode")
 local fdb = require("bench.lib")
 local machine = require("tuner.machine")
-local stats = require("tuner.stats")
 local report = require("bench.report")
 local plot = require("bench.plot")
 local M = require("bench.measure")
@@ -47,7 +46,6 @@ local function run_info() return side.run_info("paged", root, QUICK) end
 local function sample_bw(info, bw, when, reps) side.sample_bw(info, bw, when, reps, CFG.bw_bytes) end
 local function context(info) return side.context(info, CFG.backend) end
 local function alloc(list, bytes) return side.alloc("paged", list, bytes) end
-local function relative(path) return side.relative(root, path) end
 local esize, num, bw_line, md_table = side.esize, side.num, side.bw_line, report.md_table
 
 -- Llama-3.1-8B decode in bf16 (B=1, Hq=32, Hkv=8, D=128).
@@ -70,27 +68,8 @@ local function rows_of_run()
   return out
 end
 
--- The best and the median of the run's bandwidth samples (load only lowers them).
-local function bw_summary(bw)
-  local t = {}
-  for i, s in ipairs(bw) do t[i] = s.gbs end
-  table.sort(t)
-  return t[#t], stats.median(t)
-end
-
 -- The dense BHSD problem of row r: q, K, V (random, fixed seeds), cur_pos = len - 1.
-local function dense_buffers(r, keep)
-  local s, n = r.shape, r.len
-  local b = { nq = s.batch * s.n_q_heads * s.head_dim, nkv = s.batch * s.n_kv_heads * n * s.head_dim }
-  b.q, b.k, b.v = alloc(keep, b.nq * esize(s.q_dtype)), alloc(keep, b.nkv * esize(s.kv_dtype)),
-                  alloc(keep, b.nkv * esize(s.kv_dtype))
-  fdb.fdb_fill(b.q, b.nq, fd.enum("dtype", s.q_dtype), 1, -1, 1)
-  fdb.fdb_fill(b.k, b.nkv, fd.enum("dtype", s.kv_dtype), 2, -1, 1)
-  fdb.fdb_fill(b.v, b.nkv, fd.enum("dtype", s.kv_dtype), 3, -1, 1)
-  b.cur_pos = ffi.cast("int32_t *", alloc(keep, 4 * s.batch))
-  for i = 0, s.batch - 1 do b.cur_pos[i] = n - 1 end
-  return b
-end
+local function dense_buffers(r, keep) return side.buffers("paged", r.shape, r.len, keep) end
 
 -- The greatest common divisor of a and b.
 local function gcd(a, b)
@@ -159,13 +138,7 @@ local function variant(ctx, r, b, g, opts, keep)
   v.info = fd.plan_info(v.plan, r.len, ctx)
   v.args = fd.args { q = b.q, k = g and g.k or b.k, v = g and g.v or b.v, cur_pos = b.cur_pos, out = v.out,
                      block_table = g and g.table or nil }
-  local lib, plan, args, now = fd.load(), v.plan, v.args, fdb.fdb_now
-  v.fn = function()
-    local t0 = now()
-    local rc = lib.fd_run(plan, args)
-    v.times[#v.times + 1] = now() - t0
-    if rc ~= 0 then error(("fd_run: %s (code %d)"):format(fd.errmsg(ctx), rc), 0) end
-  end
+  v.fn = side.timed_runner(ctx, v.plan, v.args, v)
   return v
 end
 
@@ -181,30 +154,9 @@ end
 -- First call of every variant (timed: it sets the repetitions), then each
 -- paged out against dense out, bit for bit.
 local function first_calls(vs)
-  local first = 0
-  for _, v in ipairs(vs) do
-    if v.fn then
-      local t0 = fdb.fdb_now()
-      local ok, err = pcall(v.fn)
-      first = math.max(first, fdb.fdb_now() - t0)
-      if not ok then v.status = tostring(err) end
-    end
-  end
-  for _, v in ipairs(vs) do
-    v.first_s = first                                   -- the same repetitions for all: paired rounds
-    v.times = {}
+  side.first_calls(vs, function(v)
     if v.g and v.status == "ok" and vs[1].status == "ok" then v.equal = ffi.C.memcmp(v.out, vs[1].out, v.out_bytes) == 0 end
-  end
-end
-
--- Paired figures of variant v against dense d: the median of per-round ratios
--- with its 95% sign-test interval, and the ratio of the medians.
-local function paired(v, d)
-  local ratios = {}
-  for i = 1, math.min(#v.times, #d.times) do ratios[i] = v.times[i] / d.times[i] end
-  local lo, med, hi = stats.interval(ratios)
-  v.ratio_lo, v.ratio_paired, v.ratio_hi = lo, med, hi
-  v.ratio = v.cold.median / d.cold.median
+  end)
 end
 
 -- Measure one row: buffers, plans, first calls, interleaved cold timing.
@@ -225,7 +177,7 @@ local function bench_row(ctx, r, info, progress)
   M.time_interleaved(vs, CFG, true)
   for _, v in ipairs(vs) do
     v.bytes = M.kv_bytes(r.shape, r.len)
-    if v.cold and dense.cold and v ~= dense then paired(v, dense) end
+    if v ~= dense then side.paired(v, dense) end
     v.plan, v.args, v.g = nil, nil, v.g and { ps = v.g.ps, pool_pages = v.g.pool_pages, step = v.g.step }
   end
   for _, p in ipairs(keep) do ffi.C.free(p) end
@@ -243,13 +195,10 @@ end
 -- The table cells of one variant.
 local function cells(v, bw_best, bw_med)
   if not v.cold then return { v.ps and tostring(v.ps) or "dense", "failed: " .. tostring(v.status):gsub("|", "/"), "", "", "", "", "", "", "", "" } end
-  local g = v.bytes / (v.cold.median * 1e-3) * 1e-9
-  local c = v.cold
-  return { v.ps and tostring(v.ps) or "dense", num(c.median, 3), ("%s–%s"):format(num(c.q1, 3), num(c.q3, 3)),
-           num(g, 1), ("%s%% / %s%%"):format(num(g / bw_best * 100, 0), num(g / bw_med * 100, 0)),
-           v.ratio and num(v.ratio, 3) or "1", v.ratio and ("%s [%s, %s]"):format(num(v.ratio_paired, 3),
-             num(v.ratio_lo, 3), num(v.ratio_hi, 3)) or "",
-           v.ps and (v.equal and "yes" or "**NO**") or "(reference)", tostring(c.n), verdict(v) }
+  local t = side.time_cells(v.cold, v.bytes, bw_best, bw_med)
+  return { v.ps and tostring(v.ps) or "dense", t[1], t[2], t[3], t[4], v.ratio and num(v.ratio, 3) or "1",
+           v.ratio and side.ci(v) or "", v.ps and (v.equal and "yes" or "**NO**") or "(reference)", tostring(v.cold.n),
+           verdict(v) }
 end
 
 -- The section of one measured row: its shape, forced plan and table.
@@ -304,20 +253,16 @@ local function markdown(res, chart)
   local i = res.info
   local L = {
     ("# flashdecode paged KV benchmark: %s%s"):format(i.machine.slug, QUICK and " (QUICK)" or ""), "",
-    ("- Made by `%s`; commit `%s`; %s; run time %.0f s"):format(i.cmd, i.commit, i.date, i.seconds),
-    ("- CPU: %s, %d online cores; %d threads; flashdecode %s (%s backend), templates `%s`"):format(i.machine.model,
-      i.threads, i.threads, i.build.version, i.backend, i.build.templates_hash),
+    side.run_lines(i),
     ("- Dense plans from %s; each paged plan forced (fd_plan_opts) to the dense plan's chunk, group tile, splits, threads and ISA (read back with fd_plan_info), so dense and paged run the same tiling")
-      :format(i.table and ("the tuned table `" .. relative(i.table) .. "`") or "the heuristic"
-        .. (i.table_note and (" (tuned table refused: " .. i.table_note .. ")") or "")),
+      :format(side.plans_from(root, i)),
     ("- Read bandwidth (%s sum, %d MiB, all threads), sampled at the start, after each row and at the end: best **%.1f GB/s**, median %.1f GB/s (%s)")
       :format(i.bw_kernel, CFG.bw_bytes / 2 ^ 20, res.bw_best, res.bw_median, bw_line(res)),
     ("- Cold cache: before every timed call all threads read and write a %d MiB buffer; the variants of a row are timed round-robin (dense, 16, 64, 256, 1024, dense, ...), %d to %d rounds, so load from elsewhere hits them alike; buffers of 4 MiB and more ask for huge pages: %s")
       :format(i.flush / 2 ^ 20, CFG.rmin, CFG.rmax, i.hugepages and "yes" or "no"),
     "- Pages scattered: sequence page i of batch row b sits at pool page (b·per_row + i)·stride mod pool_pages, the stride coprime to the pool size and neither 1 nor pool_pages − 1, so no two neighbouring pages are adjacent",
     "- Columns: median and quartiles of the cold fd_run times; GB/s of the K and V bytes read once; that as a share of the best and of the median bandwidth sample; ratio to dense = paged median / dense median; paired ratio = median over rounds of paged/dense of the same round, with its 95% sign-test interval; bits equal = paged out memcmp dense out after the first call; n = rounds",
-    ("- Load average at start `%s`, at end `%s` (other processes on the machine make timings noisy)"):format(i.load_start, i.load_end),
-    "", summary(res) }
+    side.load_line(i), "", summary(res) }
   for _, x in ipairs(res.rows) do L[#L + 1] = row_section(res, x) .. "\n" end
   if chart then L[#L + 1] = ("## Chart\n\n![paged/dense time ratio against page size](%s)\n"):format(chart) end
   return table.concat(L, "\n")
@@ -364,7 +309,7 @@ local function main()
   progress:step("bandwidth")
   sample_bw(info, res.bw, "end", CFG.bw_reps)
   progress:done()
-  res.bw_best, res.bw_median = bw_summary(res.bw)
+  res.bw_best, res.bw_median = side.bw_summary(res.bw)
   info.seconds, info.load_end = fdb.fdb_now() - t0, machine.sh("cat /proc/loadavg")
   local gp, chart = chart_script(res)
   local md = report.write_file(("%s/%s.md"):format(CFG.out, info.name), markdown(res, chart))

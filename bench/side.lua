@@ -1,12 +1,15 @@
--- What the side benchmarks (bench/paged.lua, bench/uneven.lua) share: the
--- run's identity, the context their plans come from, aligned buffers,
--- bandwidth samples and the report's small formatters. Each takes the
--- benchmark's name ("paged", "uneven") where it shows in a file or message.
+-- What the side benchmarks (bench/paged.lua, bench/uneven.lua,
+-- bench/features.lua) share: the run's identity, the context their plans come
+-- from, aligned buffers and the q/K/V problem, bandwidth samples, timed
+-- runners, first calls, paired ratios and the report's small formatters. Each
+-- takes the benchmark's name ("paged", "uneven", "features") where it shows in
+-- a file or message.
 local ffi = require("ffi")
 local fd = require("flashdecode")
 local fdb = require("bench.lib")
 local machine = require("tuner.machine")
 local report = require("bench.report")
+local stats = require("tuner.stats")
 
 local M = {}
 
@@ -32,6 +35,14 @@ function M.sample_bw(info, bw, when, reps, bytes)
   bw[#bw + 1] = { when = when, gbs = fdb.fdb_read_bw_gbs(bytes, info.threads, reps) }
 end
 
+-- The best and the median of the bandwidth samples bw (load only lowers them).
+function M.bw_summary(bw)
+  local t = {}
+  for i, s in ipairs(bw) do t[i] = s.gbs end
+  table.sort(t)
+  return t[#t], stats.median(t)
+end
+
 -- The context every plan comes from: the tuned table ($FDB_TABLE or the
 -- machine's) when it loads, else the heuristic; info records which.
 function M.context(info, backend)
@@ -53,6 +64,80 @@ function M.alloc(name, list, bytes)
   if p == nil then error(("bench-%s: out of memory allocating %.0f MiB"):format(name, bytes / 2 ^ 20), 0) end
   list[#list + 1] = p
   return p
+end
+
+-- A runner of fd_run(plan, args) that appends each call's seconds to
+-- v.times; a failure is an error with the context's message.
+function M.timed_runner(ctx, plan, args, v)
+  local lib, now = fd.load(), fdb.fdb_now
+  return function()
+    local t0 = now()
+    local rc = lib.fd_run(plan, args)
+    v.times[#v.times + 1] = now() - t0
+    if rc ~= 0 then error(("fd_run: %s (code %d)"):format(fd.errmsg(ctx), rc), 0) end
+  end
+end
+
+-- The first call of every variant with a runner v.fn, timed: the slowest
+-- sets every v.first_s (the same repetitions for all: paired rounds); a
+-- failure sets v.status. Then after(v) for each (if given), and v.times emptied.
+function M.first_calls(vs, after)
+  local first = 0
+  for _, v in ipairs(vs) do
+    if v.fn then
+      local t0 = fdb.fdb_now()
+      local ok, err = pcall(v.fn)
+      first = math.max(first, fdb.fdb_now() - t0)
+      if not ok then v.status = tostring(err) end
+    end
+  end
+  for _, v in ipairs(vs) do
+    v.first_s = first
+    if after then after(v) end
+    v.times = {}
+  end
+end
+
+-- Paired figures of v against ref from their per-round times v[field] and
+-- ref[field] (default "times"): the median of per-round ratios with its 95%
+-- sign-test interval (v.ratio_paired, v.ratio_lo, v.ratio_hi), and the ratio
+-- of the cold medians (v.ratio). Nothing when either lacks times or stats.
+function M.paired(v, ref, field)
+  local a, b = v[field or "times"], ref[field or "times"]
+  if not (a and b and v.cold and ref.cold) then return end
+  local ratios = {}
+  for i = 1, math.min(#a, #b) do ratios[i] = a[i] / b[i] end
+  v.ratio_lo, v.ratio_paired, v.ratio_hi = stats.interval(ratios)
+  v.ratio = v.cold.median / ref.cold.median
+end
+
+-- A paired ratio with its interval: "1.004 [0.936, 1.104]", or "failed".
+function M.ci(v)
+  if not v.ratio_paired then return "failed" end
+  return ("%s [%s, %s]"):format(M.num(v.ratio_paired, 3), M.num(v.ratio_lo, 3), M.num(v.ratio_hi, 3))
+end
+
+-- The cells median ms, q1–q3 ms, GB/s and "% of bw (best / median)" of a
+-- variant's cold stats c reading bytes; and the GB/s.
+function M.time_cells(c, bytes, bw_best, bw_med)
+  local g = bytes / (c.median * 1e-3) * 1e-9
+  return { M.num(c.median, 3), ("%s–%s"):format(M.num(c.q1, 3), M.num(c.q3, 3)), M.num(g, 1),
+           ("%s%% / %s%%"):format(M.num(g / bw_best * 100, 0), M.num(g / bw_med * 100, 0)) }, g
+end
+
+-- The problem of shape s (a table of fd_shape fields) at kv_len len in
+-- buffers kept in list: q, K, V (BHSD, random in [-1, 1], seeds 1, 2, 3)
+-- and cur_pos = len - 1 for every row; nq, nkv their element counts.
+function M.buffers(name, s, len, list)
+  local b = { nq = s.batch * s.n_q_heads * s.head_dim, nkv = s.batch * s.n_kv_heads * len * s.head_dim }
+  b.q = M.alloc(name, list, b.nq * M.esize(s.q_dtype))
+  b.k, b.v = M.alloc(name, list, b.nkv * M.esize(s.kv_dtype)), M.alloc(name, list, b.nkv * M.esize(s.kv_dtype))
+  fdb.fdb_fill(b.q, b.nq, fd.enum("dtype", s.q_dtype), 1, -1, 1)
+  fdb.fdb_fill(b.k, b.nkv, fd.enum("dtype", s.kv_dtype), 2, -1, 1)
+  fdb.fdb_fill(b.v, b.nkv, fd.enum("dtype", s.kv_dtype), 3, -1, 1)
+  b.cur_pos = ffi.cast("int32_t *", M.alloc(name, list, 4 * s.batch))
+  for i = 0, s.batch - 1 do b.cur_pos[i] = len - 1 end
+  return b
 end
 
 -- Bytes of one element of dtype name.
@@ -87,6 +172,26 @@ end
 -- path relative to the repository root when under it.
 function M.relative(root, path)
   return path:sub(1, #root + 1) == root .. "/" and path:sub(#root + 2) or path
+end
+
+-- Where the plans came from, in words: the tuned table, or the heuristic (and why).
+function M.plans_from(root, i)
+  return i.table and ("the tuned table `" .. M.relative(root, i.table) .. "`")
+    or ("the heuristic" .. (i.table_note and (" (tuned table refused: " .. i.table_note .. ")") or ""))
+end
+
+-- The report's first two lines (one string) of run info i: command, commit,
+-- date, run time; CPU and build.
+function M.run_lines(i)
+  return ("- Made by `%s`; commit `%s`; %s; run time %.0f s\n"):format(i.cmd, i.commit, i.date, i.seconds)
+    .. ("- CPU: %s, %d online cores; %d threads; flashdecode %s (%s backend), templates `%s`"):format(i.machine.model,
+      i.threads, i.threads, i.build.version, i.backend, i.build.templates_hash)
+end
+
+-- The report's load-average line of run info i.
+function M.load_line(i)
+  return ("- Load average at start `%s`, at end `%s` (other processes on the machine make timings noisy)"):format(
+    i.load_start, i.load_end)
 end
 
 return M

@@ -22,7 +22,6 @@ local ffi = require("ffi")
 local fd = require("flashdecode")
 local fdb = require("bench.lib")
 local machine = require("tuner.machine")
-local stats = require("tuner.stats")
 local report = require("bench.report")
 local plot = require("bench.plot")
 local M = require("bench.measure")
@@ -47,7 +46,6 @@ local function run_info() return side.run_info("uneven", root, QUICK) end
 local function sample_bw(info, bw, when, reps) side.sample_bw(info, bw, when, reps, CFG.bw_bytes) end
 local function context(info) return side.context(info, CFG.backend) end
 local function alloc(list, bytes) return side.alloc("uneven", list, bytes) end
-local function relative(path) return side.relative(root, path) end
 local esize, num, bw_line, md_table = side.esize, side.num, side.bw_line, report.md_table
 
 -- The shapes (8 rows each, causal, capacity CFG.cap).
@@ -85,15 +83,7 @@ local function kv_bytes(s, lens)
 end
 
 -- q, K, V of shape s at capacity CFG.cap (random, fixed seeds), shared by every pattern.
-local function buffers(s, keep)
-  local b = { nq = s.batch * s.n_q_heads * s.head_dim, nkv = s.batch * s.n_kv_heads * CFG.cap * s.head_dim }
-  b.q, b.k, b.v = alloc(keep, b.nq * esize(s.q_dtype)), alloc(keep, b.nkv * esize(s.kv_dtype)),
-                  alloc(keep, b.nkv * esize(s.kv_dtype))
-  fdb.fdb_fill(b.q, b.nq, fd.enum("dtype", s.q_dtype), 1, -1, 1)
-  fdb.fdb_fill(b.k, b.nkv, fd.enum("dtype", s.kv_dtype), 2, -1, 1)
-  fdb.fdb_fill(b.v, b.nkv, fd.enum("dtype", s.kv_dtype), 3, -1, 1)
-  return b
-end
+local function buffers(s, keep) return side.buffers("uneven", s, CFG.cap, keep) end
 
 -- A variant: the plan run with rows of lens (cur_pos = len - 1), its own out
 -- buffer and a runner; ref is the variant it is compared with (nil: a reference).
@@ -132,27 +122,10 @@ end
 -- First call of every variant (timed: the same repetitions for all, paired
 -- rounds) and the NaN check of its output.
 local function first_calls(s, vs, nq)
-  local first = 0
-  for _, v in ipairs(vs) do
-    local t0 = fdb.fdb_now()
-    local ok, err = pcall(v.fn)
-    first = math.max(first, fdb.fdb_now() - t0)
-    if not ok then v.status = tostring(err) end
-    v.max_abs = ok and fdb.fdb_max_abs(v.out, fd.enum("dtype", s.out_dtype), nq) or nil
+  side.first_calls(vs, function(v)
+    v.max_abs = v.status == "ok" and fdb.fdb_max_abs(v.out, fd.enum("dtype", s.out_dtype), nq) or nil
     if v.max_abs and v.max_abs ~= v.max_abs then v.status = "NaN in out" end
-  end
-  for _, v in ipairs(vs) do v.first_s = first end
-end
-
--- Paired figures of v against its reference: the ratio of the medians, and the
--- median of per-round ratios with its 95% sign-test interval.
-local function paired(v)
-  local r = v.ref
-  if not (v.t_cold_kept and r.t_cold_kept and v.cold and r.cold) then return end
-  local ratios = {}
-  for i = 1, math.min(#v.t_cold_kept, #r.t_cold_kept) do ratios[i] = v.t_cold_kept[i] / r.t_cold_kept[i] end
-  v.ratio_lo, v.ratio_paired, v.ratio_hi = stats.interval(ratios)
-  v.ratio = v.cold.median / r.cold.median
+  end)
 end
 
 -- Wrap each runner so the per-round times stay after time_interleaved (which drops its own).
@@ -183,7 +156,7 @@ local function bench_shape(ctx, s, progress)
   keep_times(vs)
   progress:step(("%s: timing %d variants"):format(s.name, #vs))
   M.time_interleaved(vs, CFG, true)
-  for _, v in ipairs(vs) do if v.ref then paired(v) end end
+  for _, v in ipairs(vs) do if v.ref then side.paired(v, v.ref, "t_cold_kept") end end
   for _, v in ipairs(vs) do v.t_cold_kept, v.out = nil, nil end
   for _, p in ipairs(keep) do ffi.C.free(p) end
   fd.plan_destroy(plan)
@@ -211,12 +184,6 @@ local function lens_text(lens)
   return table.concat(out, " + ")
 end
 
--- A paired ratio with its interval: "1.004 [0.936, 1.104]", or "failed".
-local function ci(v)
-  if not v.ratio_paired then return "failed" end
-  return ("%s [%s, %s]"):format(num(v.ratio_paired, 3), num(v.ratio_lo, 3), num(v.ratio_hi, 3))
-end
-
 -- The verdict cell of a variant: the bound for uneven ones, nothing for references and the control.
 local function verdict_cell(v)
   if not v.ref then return "" end
@@ -227,11 +194,9 @@ end
 local function cells(v, bw_best, bw_med)
   local lens, splits = lens_text(v.lens), tostring(v.info.splits)
   if not v.cold then return { v.name, lens, splits, "failed: " .. tostring(v.status):gsub("|", "/"), "", "", "", "", "", "", "" } end
-  local g = v.bytes / (v.cold.median * 1e-3) * 1e-9
-  local c = v.cold
-  return { v.name, lens, splits, num(c.median, 3), ("%s–%s"):format(num(c.q1, 3), num(c.q3, 3)), num(g, 1),
-           ("%s%% / %s%%"):format(num(g / bw_best * 100, 0), num(g / bw_med * 100, 0)),
-           v.ref and num(v.ratio, 3) or "1", v.ref and ci(v) or "(reference)", verdict_cell(v), tostring(c.n) }
+  local t = side.time_cells(v.cold, v.bytes, bw_best, bw_med)
+  return { v.name, lens, splits, t[1], t[2], t[3], t[4], v.ref and num(v.ratio, 3) or "1",
+           v.ref and side.ci(v) or "(reference)", verdict_cell(v), tostring(v.cold.n) }
 end
 
 -- The section of one shape: its shape, plan and table.
@@ -263,8 +228,8 @@ local function summary(res)
     local c = control_of(x.variants)
     for _, v in ipairs(x.variants) do
       if v.ref and not v.control then
-        rows[#rows + 1] = { x.shape.name, v.name, ("%s (%s keys)"):format(lens_text(v.ref.lens), v.total), ci(v),
-          within(v), c and ci(c) or "-" }
+        rows[#rows + 1] = { x.shape.name, v.name, ("%s (%s keys)"):format(lens_text(v.ref.lens), v.total), side.ci(v),
+          within(v), c and side.ci(c) or "-" }
       end
     end
   end
@@ -282,20 +247,16 @@ local function markdown(res, chart)
   local i = res.info
   local L = {
     ("# flashdecode uneven-batch benchmark: %s%s"):format(i.machine.slug, QUICK and " (QUICK)" or ""), "",
-    ("- Made by `%s`; commit `%s`; %s; run time %.0f s"):format(i.cmd, i.commit, i.date, i.seconds),
-    ("- CPU: %s, %d online cores; %d threads; flashdecode %s (%s backend), templates `%s`"):format(i.machine.model,
-      i.threads, i.threads, i.build.version, i.backend, i.build.templates_hash),
+    side.run_lines(i),
     ("- One plan per shape (fd_plan_create, default planner, kv_len capacity %s) from %s; every pattern runs through it, rows set by cur_pos (valid length = cur_pos[b] + 1)")
-      :format(report.klen(CFG.cap), i.table and ("the tuned table `" .. relative(i.table) .. "`") or ("the heuristic"
-        .. (i.table_note and (" (tuned table refused: " .. i.table_note .. ")") or ""))),
+      :format(report.klen(CFG.cap), side.plans_from(root, i)),
     "- **The prediction.** Decode attention is bound by reading K and V: each valid key is read once, so a batch's time should follow its total key count, however the keys are spread over the rows. The uniform batch with the same total keys (every row total / 8) measures that prediction on the same plan in the same run; *ratio to uniform* = uneven time / uniform time, and the issue asks for at most 10% off. Before key-sized work items, one 64k row and seven 1k rows took 1.73x: the longest row kept its bucket's split count while the short rows finished early and left cores idle",
     ("- Read bandwidth (%s sum, %d MiB, all threads), sampled at the start, after each shape and at the end: best **%.1f GB/s**, median %.1f GB/s (%s)")
       :format(i.bw_kernel, CFG.bw_bytes / 2 ^ 20, res.bw_best, res.bw_median, bw_line(res)),
     ("- Cold cache: before every timed call all threads read and write a %d MiB buffer; the variants of a shape are timed round-robin (uneven, uniform, uneven, uniform, then again), %d to %d rounds, so load from elsewhere hits them alike; buffers of 4 MiB and more ask for huge pages: %s")
       :format(i.flush / 2 ^ 20, CFG.rmin, CFG.rmax, i.hugepages and "yes" or "no"),
     "- Columns: splits = fd_plan_info's split count for the bucket of the pattern's longest row (the executor may cut a row longer than the batch's keys per thread into more items: fd_plan_info does not see a call's row lengths); median and quartiles of the cold fd_run times; KV GB/s of the valid keys (sum over rows of len × Hkv × D × 2 × element size) read once; that as a share of the best and of the median bandwidth sample; ratio to uniform = median / the uniform median; paired ratio = median over rounds of uneven/uniform of the same round, with its 95% sign-test interval; within 10% = the paired ratio in [0.90, 1.10] (\"CI crosses\": its interval reaches past the bound); n = rounds. Every output checked for NaN after its first call",
-    ("- Load average at start `%s`, at end `%s` (other processes on the machine make timings noisy)"):format(i.load_start, i.load_end),
-    "", summary(res) }
+    side.load_line(i), "", summary(res) }
   for _, x in ipairs(res.shapes) do L[#L + 1] = shape_section(res, x) .. "\n" end
   if chart then L[#L + 1] = ("## Chart\n\n![uneven/uniform time ratio per pattern and shape](%s)\n"):format(chart) end
   return table.concat(L, "\n")
@@ -361,10 +322,7 @@ local function main()
   progress:step("bandwidth")
   sample_bw(info, res.bw, "end", CFG.bw_reps)
   progress:done()
-  local t = {}
-  for k, s in ipairs(res.bw) do t[k] = s.gbs end
-  table.sort(t)
-  res.bw_best, res.bw_median = t[#t], stats.median(t)
+  res.bw_best, res.bw_median = side.bw_summary(res.bw)
   info.seconds, info.load_end = fdb.fdb_now() - t0, machine.sh("cat /proc/loadavg")
   local gp, chart = chart_script(res)
   local md = report.write_file(("%s/%s.md"):format(CFG.out, info.name), markdown(res, chart))

@@ -8,6 +8,8 @@
 --   local k, v = fd.array("bf16", 2 * 300 * 64), fd.array("bf16", 2 * 300 * 64)
 --   plan:run { q = q, k = k, v = v, cur_pos = { 299 }, out = out }
 --   print(fd.totable(out)[1], plan:info().key)
+-- Shape features by name (fd.FEATURES): ctx:plan { ..., features = { "alibi", "sink_logits" } },
+-- then plan:run { ..., alibi_slopes = slopes, sink_logits = logits } ([n_q_heads] f32 arrays or Lua lists).
 --
 -- Every failure is a Lua error (a string): the library's fd_errmsg sentence with
 -- the call and the code, e.g. "flashdecode: fd_run: args.cur_pos[0] is 300,
@@ -30,6 +32,7 @@ local INSTALLED_INCLUDEDIR = "@INCLUDEDIR@"
 local INSTALLED_LIBDIR = "@LIBDIR@"
 
 local ffi = require("ffi")
+local bit = require("bit")
 local M = {}
 
 -- ---------------------------------------------------------------------------
@@ -376,15 +379,41 @@ for _, f in ipairs(facts.SHAPE_FIELDS) do
   shape_names[#shape_names + 1] = f[1]
 end
 M.SHAPE_FIELDS = set(shape_names)
+-- fd_shape.features bits by name (gen/facts.lua features: "alibi" = FD_ALIBI, ...).
+M.FEATURES = {}
+for _, f in ipairs(facts.features or {}) do M.FEATURES[f.name] = f.bit end
+
+-- The fd_shape.features bits of v: a number, a feature name (any case) or a
+-- list of names and numbers; or nil and a message naming the field.
+local function feature_bits(v)
+  if type(v) ~= "table" then v = { v } end
+  local bits = 0
+  for _, x in ipairs(v) do
+    local b = type(x) == "string" and M.FEATURES[x:lower()] or x
+    if type(b) ~= "number" or b < 0 or b ~= math.floor(b) then
+      local names = {}
+      for n in pairs(M.FEATURES) do names[#names + 1] = n end
+      table.sort(names)
+      return nil, ("flashdecode: features: unknown feature %s (one of: %s, or the FD_* bits as a number)"):format(
+        type(x) == "string" and ("'" .. x .. "'") or tostring(x), table.concat(names, ", "))
+    end
+    bits = bit.bor(bits, b)
+  end
+  return bits
+end
 
 -- An fd_shape from a table with fd_shape's field names (other keys ignored),
 -- or nil and why. Defaults: batch 1, n_kv_heads = n_q_heads, q_dtype f32,
--- kv_dtype and out_dtype = q_dtype, causal, bhsd.
+-- kv_dtype and out_dtype = q_dtype, causal, bhsd. features: see feature_bits.
 local function make_shape(t)
   local s = ffi.new("fd_shape")
   local d = { n_kv_heads = t.n_q_heads, kv_dtype = t.q_dtype or "f32", out_dtype = t.q_dtype or "f32" }
   for _, f in ipairs(SHAPE_INTS) do
-    local x, err = integer(t[f[1]], f[1], f[2] or d[f[1]])
+    local v, err = t[f[1]], nil
+    if f[1] == "features" and v ~= nil then v, err = feature_bits(v) end
+    if err then return nil, err end
+    local x
+    x, err = integer(v, f[1], f[2] or d[f[1]])
     if not x then return nil, err end
     s[f[1]] = x
   end
@@ -714,8 +743,10 @@ local PLAN_FIELDS = set { "opts" }
 for k in pairs(M.SHAPE_FIELDS) do PLAN_FIELDS[k] = true end
 
 -- A plan: ctx:plan { batch, n_q_heads, n_kv_heads, head_dim, kv_len, q_dtype,
--- kv_dtype, out_dtype, mask_mode, layout, page_size, opts = { chunk, group_tile,
--- splits, threads, isa } } (defaults: see make_shape). Validated, planned and JIT-compiled now.
+-- kv_dtype, out_dtype, mask_mode, layout, page_size, q_len, pool_pages, window,
+-- sink_tokens, softcap, features = { "alibi", "sink_logits", ... } or the FD_*
+-- bits, opts = { chunk, group_tile, splits, threads, isa } } (defaults: see
+-- make_shape). Validated, planned and JIT-compiled now.
 function Context:plan(spec)
   local h = live(self, "ctx:plan")
   if type(spec) ~= "table" then error("flashdecode: plan: expected a table of shape fields", 2) end
@@ -732,18 +763,22 @@ function Context:plan(spec)
 end
 
 -- Per fd_args pointer field: the element type it holds (a shape field or a
--- fixed name) and its element count for numeric shape s.
+-- fixed name), its element count for numeric shape s, [3] the shape field that
+-- count follows (named in messages) and pool = true where the paged layout's
+-- pools replace the dense shape; list = true: a Lua list of numbers is taken too.
 local function q_count(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads * s.head_dim end
 local function kv_count(s) return s.batch * s.n_kv_heads * s.kv_len * s.head_dim end
 local ARG_FIELDS = {
   q = { "q_dtype", q_count }, out = { "out_dtype", q_count },
-  k = { "kv_dtype", kv_count }, v = { "kv_dtype", kv_count },
+  k = { "kv_dtype", kv_count, pool = true }, v = { "kv_dtype", kv_count, pool = true },
   mask = { "f32", function(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads * s.kv_len end },
-  k_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end },
-  v_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end },
+  k_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end, pool = true },
+  v_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end, pool = true },
   lse = { "f32", function(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads end },
   cur_pos = { "i32", function(s) return s.batch end },
   block_table = { "i32", nil },
+  alibi_slopes = { "f32", function(s) return s.n_q_heads end, "n_q_heads", list = true },
+  sink_logits = { "f32", function(s) return s.n_q_heads end, "n_q_heads", list = true },
 }
 local RUN_FIELDS = set { "scale" }
 for k in pairs(ARG_FIELDS) do RUN_FIELDS[k] = true end
@@ -768,14 +803,32 @@ end
 local function check_pointer(k, x, s)
   if type(x) ~= "cdata" then return ("flashdecode: run: %s: expected an array (cdata), got %s"):format(k, type(x)) end
   local i, f = arrays[x], ARG_FIELDS[k]
-  if not i or s.layout == 2 then return nil end
+  if not i or (f.pool and s.layout == 2) then return nil end
   local want = f[1]:match("_dtype$") and M.DTYPE_NAMES[s[f[1]]] or f[1]
   if i.dtype ~= want then
     return ("flashdecode: run: %s: a %s array, the plan needs %s%s"):format(k, i.dtype, want,
             f[1] ~= want and (" (" .. f[1] .. ")") or "")
   end
   local need = f[2] and f[2](s)
-  if need and i.n < need then return ("flashdecode: run: %s: %d elements, the shape needs %d"):format(k, i.n, need) end
+  if need and i.n < need then
+    return ("flashdecode: run: %s: %d elements, the shape needs %d%s"):format(k, i.n, need, f[3] and (" (" .. f[3] .. ")") or "")
+  end
+end
+
+-- A per-head list (alibi_slopes, sink_logits) as float cdata: exactly the
+-- element count of field k for shape s, numbers only; or nil and why.
+local function float_list(k, v, s)
+  local f = ARG_FIELDS[k]
+  local need = f[2](s)
+  if #v ~= need then
+    return nil, ("flashdecode: run: %s: %d values, the shape needs %d (%s)"):format(k, #v, need, f[3])
+  end
+  local a = ffi.new("float[?]", need)
+  for i = 1, need do
+    if type(v[i]) ~= "number" then return nil, ("flashdecode: run: %s[%d]: expected a number, got %s"):format(k, i - 1, type(v[i])) end
+    a[i - 1] = v[i]
+  end
+  return a
 end
 
 -- fd_args from a run table for shape s, with the cdata it made (kept alive by
@@ -792,6 +845,11 @@ local function make_args(t, s)
       x, err = positions(type(x) == "table" and x or { x }, s.batch)
       if not x then return nil, err end
       keep[#keep + 1] = x
+    elseif ARG_FIELDS[k].list and type(x) == "table" then
+      local err
+      x, err = float_list(k, x, s)
+      if not x then return nil, err end
+      keep[#keep + 1] = x
     else
       local why = check_pointer(k, x, s)
       if why then return nil, why end
@@ -802,8 +860,9 @@ local function make_args(t, s)
 end
 
 -- Run the plan once: plan:run { q, k, v, cur_pos, out, lse, mask, k_scale,
--- v_scale, block_table, scale } with arrays as cdata (cur_pos may be a Lua list
--- or a number). Returns the plan.
+-- v_scale, block_table, scale, alibi_slopes, sink_logits } with arrays as cdata
+-- (cur_pos may be a Lua list or a number; alibi_slopes (FD_ALIBI) and
+-- sink_logits (FD_SINK_LOGITS), [n_q_heads] f32, a Lua list). Returns the plan.
 function Plan:run(t)
   if not self.handle then error("flashdecode: run: the plan is closed", 2) end
   if type(t) ~= "table" then error("flashdecode: run: expected a table of argument fields", 2) end

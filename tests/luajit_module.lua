@@ -1,7 +1,8 @@
 -- The LuaJIT module lua/flashdecode.lua (`require "flashdecode"`) as a user
 -- sees it, run from outside the source tree: a GQA bf16 causal decode and an
 -- f32 mask-mode decode against a double-precision reference computed here,
--- forced plan options, bad arguments (errors naming the field, out untouched),
+-- ALiBi slopes and learned sink logits (features by name) against the same
+-- reference, forced plan options, bad arguments (errors naming the field, out untouched),
 -- arrays and conversions, the installed layout (the module copied by the
 -- install sed, found with no FD_LIB/FD_HEADER), and examples/luajit_decode.lua.
 --   luajit tests/luajit_module.lua     (LuaJIT only: it needs the FFI)
@@ -80,8 +81,8 @@ local function rng(seed)
   end
 end
 
--- Arrays of problem p = { B, Hq, Hkv, D, S, dtype (q, k, v), cur_pos (list) or mask = true }
--- filled from rnd; keys at or past a row's valid length hold 1000s (a read past cur_pos shows).
+-- Arrays of problem p = { B, Hq, Hkv, D, S, dtype (q, k, v), cur_pos (list) or mask = true,
+-- slopes / sinks (lists [Hq]: ALiBi slopes, sink logits) } filled from rnd; keys at or past a row's valid length hold 1000s (a read past cur_pos shows).
 local function make_problem(p, rnd)
   local S, D = p.S, p.D
   p.q = fd.array(p.dtype, p.B * p.Hq * D, function() return rnd() end)
@@ -101,7 +102,9 @@ local function make_problem(p, rnd)
   return p
 end
 
--- Reference out[B*Hq*D] and lse[B*Hq] in doubles from the arrays' decoded values.
+-- Reference out[B*Hq*D] and lse[B*Hq] in doubles from the arrays' decoded values:
+-- with p.slopes the ALiBi bias slope[h] * (key - cur_pos[b]) joins each score;
+-- with p.sinks the head's sink logit joins the softmax denominator (and lse) once.
 local function reference(p)
   local qv, kv, vv = fd.totable(p.q), fd.totable(p.k), fd.totable(p.v)
   local mv = p.mask and fd.totable(p.mask_arr)
@@ -117,6 +120,7 @@ local function reference(p)
         local ko, x = ((b * p.Hkv + j) * S + i) * D, 0
         for d = 1, D do x = x + qv[qo + d] * kv[ko + d] end
         x = x * scale + (mv and mv[(b * p.Hq + h) * S + i + 1] or 0)
+        if p.slopes then x = x + p.slopes[h + 1] * (i - p.cur_pos[b + 1]) end
         s[i], m = x, math.max(m, x)
       end
       local sum, acc = 0, {}
@@ -126,8 +130,11 @@ local function reference(p)
         sum = sum + w
         for d = 1, D do acc[d] = acc[d] + w * vv[vo + d] end
       end
-      for d = 1, D do out[qo + d] = acc[d] / sum end
-      lse[b * p.Hq + h + 1] = m + math.log(sum)
+      local sink = p.sinks and p.sinks[h + 1] or -math.huge
+      local top = math.max(m, sink)
+      local total = sum * math.exp(m - top) + math.exp(sink - top)   -- in units of e^top
+      for d = 1, D do out[qo + d] = acc[d] * math.exp(m - top) / total end
+      lse[b * p.Hq + h + 1] = top + math.log(total)
     end
   end
   return out, lse
@@ -156,7 +163,8 @@ local function lse_err(got, ref)
   return err
 end
 
--- Plan p on ctx (extra plan fields in extra), run it, compare with the reference:
+-- Plan p on ctx (extra plan fields in extra), run it (with p.slopes_arg and
+-- p.sinks_arg as alibi_slopes and sink_logits), compare with the reference:
 -- out within tol, lse within 1e-5. Returns the plan.
 local function run_and_compare(name, ctx, p, tol, extra)
   local spec = { batch = p.B, n_q_heads = p.Hq, n_kv_heads = p.Hkv, head_dim = p.D, kv_len = p.S,
@@ -165,7 +173,8 @@ local function run_and_compare(name, ctx, p, tol, extra)
   local plan = ctx:plan(spec)
   local out, lse = fd.array(p.dtype, p.B * p.Hq * p.D), fd.array("f32", p.B * p.Hq)
   local ok, err = pcall(plan.run, plan, { q = p.q, k = p.k, v = p.v, cur_pos = not p.mask and p.cur_pos or nil,
-                                          mask = p.mask_arr, out = out, lse = lse })
+                                          mask = p.mask_arr, out = out, lse = lse,
+                                          alibi_slopes = p.slopes_arg, sink_logits = p.sinks_arg })
   if not check(name .. ": runs", ok, err) then return plan end
   local rout, rlse = reference(p)
   local e, le = max_rel_err(fd.totable(out), rout), lse_err(fd.totable(lse), rlse)
@@ -206,6 +215,71 @@ end
 local function test_mask_f32(ctx)
   local p = make_problem({ B = 2, Hq = 4, Hkv = 1, D = 32, S = 100, dtype = "f32", mask = true }, rng(11))
   run_and_compare("f32 mask mode (B=2 Hq=4 Hkv=1 D=32 kv_len=100)", ctx, p, 1e-5)
+end
+
+-- The f32 causal problem of the feature tests (B=2 Hq=8 Hkv=2 D=32 kv_len=200).
+local function feature_problem(seed)
+  return make_problem({ B = 2, Hq = 8, Hkv = 2, D = 32, S = 200, dtype = "f32", cur_pos = { 199, 120 } }, rng(seed))
+end
+
+-- The ALiBi slopes 2^(-8(h+1)/Hq) as a list.
+local function alibi_slopes(Hq)
+  local t = {}
+  for h = 0, Hq - 1 do t[h + 1] = 2 ^ (-8 * (h + 1) / Hq) end
+  return t
+end
+
+-- FD_ALIBI (features by name): slopes as an fd.array and as a Lua list, against
+-- the reference with the bias; one run without the slopes' effect must differ.
+local function test_alibi(ctx)
+  local p = feature_problem(13)
+  p.slopes = alibi_slopes(p.Hq)
+  p.slopes_arg = fd.array("f32", p.Hq, p.slopes)
+  local plan = run_and_compare("ALiBi slopes, f32 (B=2 Hq=8 Hkv=2 D=32 kv_len=200)", ctx, p, 1e-5, { features = { "alibi" } })
+  check("features { 'alibi' } sets FD_ALIBI", plan.shape.features == fd.FEATURES.alibi, tostring(plan.shape.features))
+  p.slopes_arg = p.slopes
+  run_and_compare("ALiBi slopes as a Lua list", ctx, p, 1e-5, { features = "alibi" })
+  local rout = reference(p)
+  p.slopes = nil
+  check("the ALiBi reference differs from the plain one", max_rel_err(reference(p), rout) > 1e-2, "the bias changes nothing")
+end
+
+-- FD_SINK_LOGITS (features as the bit): per-head sink logits (one -inf: no
+-- sink, one 8: it dominates) against the reference.
+local function test_sink_logits(ctx)
+  local p = feature_problem(17)
+  local rnd = rng(19)
+  p.sinks = {}
+  for h = 1, p.Hq do p.sinks[h] = h == 2 and -math.huge or h == 3 and 8 or 3 + 2 * rnd() end
+  p.sinks_arg = fd.array("f32", p.Hq, p.sinks)
+  local plan = run_and_compare("sink logits, f32 (B=2 Hq=8 Hkv=2 D=32 kv_len=200)", ctx, p, 1e-5,
+                               { features = tonumber(ffi.C.FD_SINK_LOGITS) })
+  check("fd.FEATURES.sink_logits is the header's FD_SINK_LOGITS", fd.FEATURES.sink_logits == tonumber(ffi.C.FD_SINK_LOGITS),
+        tostring(fd.FEATURES.sink_logits))
+  run_and_compare("sink logits with forced splits 3", ctx, p, 1e-5, { features = { "SINK_LOGITS" }, opts = { splits = 3 } })
+  p.slopes, p.slopes_arg = alibi_slopes(p.Hq), fd.array("f32", p.Hq, alibi_slopes(p.Hq))
+  run_and_compare("sink logits and ALiBi together", ctx, p, 1e-5, { features = { "alibi", 2 } })
+end
+
+-- Bad feature names and per-head arrays of the wrong length: errors naming the
+-- argument, nothing run (out untouched).
+local function test_feature_errors(ctx)
+  raises("unknown feature name", { "features", "'alibl'", "sink_logits" },
+         function() ctx:plan { n_q_heads = 8, n_kv_heads = 2, head_dim = 32, kv_len = 64, features = { "alibl" } } end)
+  local q, kv = fd.array("f32", 8 * 32), fd.array("f32", 2 * 64 * 32)
+  for _, c in ipairs {
+    { "alibi", "alibi_slopes", fd.array("f32", 7), { "alibi_slopes:", "7 elements", "needs 8 (n_q_heads)" } },
+    { "alibi", "alibi_slopes", { 1, 2, 3 }, { "alibi_slopes:", "3 values", "needs 8 (n_q_heads)" } },
+    { "sink_logits", "sink_logits", fd.array("f32", 4), { "sink_logits:", "4 elements", "needs 8 (n_q_heads)" } },
+    { "sink_logits", "sink_logits", { 1, 2, 3, 4, 5, 6, 7, 8, 9 }, { "sink_logits:", "9 values", "needs 8" } },
+    { "sink_logits", "sink_logits", fd.array("bf16", 8), { "sink_logits:", "bf16", "f32" } },
+  } do
+    local plan = ctx:plan { n_q_heads = 8, n_kv_heads = 2, head_dim = 32, kv_len = 64, features = c[1] }
+    local out = fd.array("f32", 8 * 32, 7)
+    raises(("%s of the wrong length (%s)"):format(c[2], type(c[3])), c[4],
+           function() plan:run { q = q, k = kv, v = kv, cur_pos = 63, out = out, [c[2]] = c[3] } end)
+    check(c[2] .. " refused: out untouched", fd.totable(out)[1] == 7 and fd.totable(out)[256] == 7, "out was written")
+  end
 end
 
 -- A run that must fail naming wants, leaving out untouched.
@@ -343,6 +417,9 @@ test_location()
 local ctx = fd.context { threads = 2 }
 test_gqa_bf16(ctx)
 test_mask_f32(ctx)
+test_alibi(ctx)
+test_sink_logits(ctx)
+test_feature_errors(ctx)
 test_errors(ctx)
 test_arrays()
 test_install_layouts()

@@ -63,7 +63,9 @@ E4M3 = e4m3_table()
 
 
 # Softmax attention in float64: out [B,Hq,D], lse [B,Hq]; k/v [B,Hkv,S,D] (already dequantized).
-def reference(q, k, v, cur_pos, mask=None, scale=None):
+# slopes [Hq]: the ALiBi bias slope[h] * (key - cur_pos[b]) joins each score (causal); sinks [Hq]:
+# head h's sink logit joins its softmax denominator (and lse) once, with no value row.
+def reference(q, k, v, cur_pos, mask=None, scale=None, slopes=None, sinks=None):
     B, Hq, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
@@ -76,11 +78,16 @@ def reference(q, k, v, cur_pos, mask=None, scale=None):
             s = scale * (k[b, j, :n] @ q[b, h])
             if mask is not None:
                 s = s + mask[b, h, :n]
+            if slopes is not None:
+                s = s + slopes[h] * (np.arange(n) - cur_pos[b])
             m = s.max()
             if m == -np.inf:
                 continue
             p = np.exp(s - m)
             out[b, h], lse[b, h] = (p @ v[b, j, :n]) / p.sum(), m + math.log(p.sum())
+            if sinks is not None:
+                total = np.logaddexp(lse[b, h], sinks[h])
+                out[b, h], lse[b, h] = out[b, h] * math.exp(lse[b, h] - total), total
     return out, lse
 
 
@@ -338,6 +345,66 @@ def test_new_kv():
     check(ok, "FD_NEW_KV vs float64 reference over the cache then the new keys")
 
 
+# An f32 causal problem for the feature tests: q, k, v (float32) and cur_pos of two rows.
+def feature_problem(seed, B=2, Hq=8, Hkv=2, D=64, S=300):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((B, Hq, D), (B, Hkv, S, D), (B, Hkv, S, D)))
+    return q, k, v, np.array([S - 1, S // 2 - 10], np.int32)
+
+
+# Run plan on a feature problem with extra run arguments; compare out and lse with the float64 reference.
+def check_feature_run(name, plan, prob, run_kw, ref_kw):
+    q, k, v, pos = prob
+    out, lse = plan.run(q, k, v, cur_pos=pos, lse=True, **run_kw)
+    ref_out, ref_lse = reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), pos, **ref_kw)
+    err, lerr = np.abs(out - ref_out).max() / np.abs(ref_out).max(), np.abs(lse - ref_lse).max()
+    check(err < 1e-5 and lerr < 1e-5, name, "max error %.3g, lse error %.3g" % (err, lerr))
+    print("  %s: max error %.3g of max|ref|, lse error %.3g, key %s" % (name, err, lerr, plan.info()["key"]))
+    return ref_out
+
+
+# FD_ALIBI (features by name): slopes 2^(-8(h+1)/Hq) against the float64 reference with the bias.
+def test_alibi():
+    prob = feature_problem(21)
+    slopes = np.exp2(-8.0 * np.arange(1, 9) / 8).astype(np.float32)
+    with fd.Context(threads=2) as ctx:
+        plan = ctx.plan(batch=2, n_q_heads=8, n_kv_heads=2, head_dim=64, kv_len=300, features=["alibi"])
+        check(plan.shape["features"] == fd.FD_ALIBI, "features=['alibi'] sets FD_ALIBI", plan.shape["features"])
+        ref = check_feature_run("ALiBi slopes vs float64 reference", plan, prob, dict(alibi_slopes=slopes),
+                                dict(slopes=slopes.astype(np.float64)))
+        plain, _ = reference(*(a.astype(np.float64) for a in prob[:3]), prob[3])
+        check(np.abs(plain - ref).max() > 1e-2 * np.abs(ref).max(), "the ALiBi bias changes the reference")
+        plan = ctx.plan(batch=2, n_q_heads=8, n_kv_heads=2, head_dim=64, kv_len=300, features="ALiBi", splits=3)
+        check_feature_run("ALiBi slopes, forced splits 3", plan, prob, dict(alibi_slopes=slopes),
+                          dict(slopes=slopes.astype(np.float64)))
+
+
+# FD_SINK_LOGITS (features as the bit and by name): per-head logits, one -inf (no sink), one 8 (it dominates).
+def test_sink_logits():
+    prob = feature_problem(22)
+    sinks = np.random.default_rng(23).uniform(2, 6, 8).astype(np.float32)
+    sinks[1], sinks[2] = -np.inf, 8.0
+    with fd.Context(threads=2) as ctx:
+        plan = ctx.plan(batch=2, n_q_heads=8, n_kv_heads=2, head_dim=64, kv_len=300, features=fd.FD_SINK_LOGITS)
+        check_feature_run("sink logits vs float64 reference", plan, prob, dict(sink_logits=sinks),
+                          dict(sinks=sinks.astype(np.float64)))
+        plan = ctx.plan(batch=2, n_q_heads=8, n_kv_heads=2, head_dim=64, kv_len=300,
+                        features=("sink_logits", "alibi"), splits=3)
+        check(plan.shape["features"] == fd.FD_SINK_LOGITS | fd.FD_ALIBI, "features as a tuple of names",
+              plan.shape["features"])
+        slopes = np.exp2(-8.0 * np.arange(1, 9) / 8).astype(np.float32)
+        check_feature_run("sink logits and ALiBi, forced splits 3", plan, prob, dict(sink_logits=sinks, alibi_slopes=slopes),
+                          dict(sinks=sinks.astype(np.float64), slopes=slopes.astype(np.float64)))
+
+
+# fd.FEATURES names every features bit of the header's enum (FD_ALIBI -> "alibi").
+def test_feature_names():
+    text = uncommented(open(HEADER).read())
+    enum = re.search(r"enum\s*\{\s*(FD_ALIBI\b[^}]*)\}", text)
+    want = {n[3:].lower(): int(v) for n, v in re.findall(r"(FD_\w+)\s*=\s*(\d+)", enum.group(1))} if enum else None
+    check(fd.FEATURES == want, "fd.FEATURES matches the header's features enum", "%r vs %r" % (fd.FEATURES, want))
+
+
 # A given out array is written and returned; a scalar cur_pos means every row.
 def test_given_out_and_scalar_pos():
     c = dict(BASE, name="out given", B=2, cur_pos=[150, 150])
@@ -409,6 +476,24 @@ def test_bad_run_arguments():
             expect_run_error(name, plan, dict(kw, **change), exc, words, code)
 
 
+# alibi_slopes and sink_logits of the wrong length or dtype: refused naming the argument, nothing run.
+def test_bad_feature_arguments():
+    with fd.Context(threads=2) as ctx:
+        plan, kw = small_setup(ctx, features=["alibi", "sink_logits"])
+        good = dict(alibi_slopes=np.ones(4, np.float32), sink_logits=np.zeros(4, np.float32))
+        for name, change, words in [
+                ("alibi_slopes of the wrong length", dict(alibi_slopes=np.ones(3, np.float32)),
+                 ["alibi_slopes:", "expected shape (4,) dtype float32", "got shape (3,)"]),
+                ("sink_logits of the wrong length", dict(sink_logits=np.zeros(5, np.float32)),
+                 ["sink_logits:", "expected shape (4,) dtype float32", "got shape (5,)"]),
+                ("sink_logits of the wrong dtype", dict(sink_logits=np.zeros(4)), ["sink_logits:", "float64"]),
+                ("alibi_slopes not an array", dict(alibi_slopes=[1.0] * 4), ["alibi_slopes:", "numpy array"])]:
+            expect_run_error(name, plan, dict(kw, **dict(good, **change)), fd.InvalidArgumentError, words, -1)
+        expect_run_error("sink_logits missing with FD_SINK_LOGITS (library)", plan,
+                         dict(kw, alibi_slopes=good["alibi_slopes"]), fd.InvalidArgumentError,
+                         ["args.sink_logits is NULL"], -1)
+
+
 # Refusals of the library for missing per-mode arrays: mask in mask mode, scales with int8 KV.
 def test_missing_mode_arrays():
     with fd.Context(threads=2) as ctx:
@@ -448,6 +533,9 @@ BAD_PLANS = [
     ("q_dtype int8 refused (library)", dict(q_dtype="int8"), fd.Error, ["q_dtype"]),
     ("bad mask_mode string", dict(mask_mode="sliding"), ValueError, ["mask_mode", "sliding"]),
     ("bad layout string", dict(layout="nhwc"), ValueError, ["layout", "nhwc"]),
+    ("unknown feature name", dict(features=["alibi", "alibl"]), fd.InvalidArgumentError,
+     ["features", "'alibl'", "sink_logits"]),
+    ("features not a name or list", dict(features=1.5), fd.InvalidArgumentError, ["features"]),
     ("head_dim beyond a C int", dict(head_dim=2 ** 32 + 32), ValueError, ["head_dim"]),
     ("batch 0 (library)", dict(batch=0), fd.InvalidArgumentError, ["shape.batch"]),
     ("head_dim not an integer", dict(head_dim=32.0), ValueError, ["head_dim"]),
@@ -683,7 +771,8 @@ def test_library_lookup():
 
 def main():
     for test in [test_header_layout, test_bf16_helpers, test_numerics, test_cc_backend, test_lse_true,
-                 test_given_out_and_scalar_pos, test_paged, test_q_len, test_shared_kv, test_new_kv, test_bad_run_arguments, test_missing_mode_arrays, test_bad_outputs,
+                 test_given_out_and_scalar_pos, test_paged, test_q_len, test_shared_kv, test_new_kv, test_alibi, test_sink_logits,
+                 test_feature_names, test_bad_run_arguments, test_bad_feature_arguments, test_missing_mode_arrays, test_bad_outputs,
                  test_bad_plans, test_bad_context, test_refused_table, test_lifetime, test_threads, test_info,
                  test_library_lookup]:
         case(test)

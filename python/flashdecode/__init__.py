@@ -32,10 +32,12 @@ __all__ = ["Context", "Plan", "Error", "InvalidArgumentError", "OutOfMemoryError
            "UnsupportedError", "TableError", "DestroyedError", "SystemCallError", "LibraryError",
            "TableWarning", "BF16", "to_bf16", "from_bf16", "machine_name", "length_bucket",
            "library_path", "__version__", "FD_ALIBI", "FD_SINK_LOGITS", "FD_NEW_KV", "FD_SHARED_KV",
-           "FD_K_PER_CHANNEL", "FD_BEAMS"]
+           "FD_K_PER_CHANNEL", "FD_BEAMS", "FEATURES"]
 # fd_shape.features bits (Context.plan(features=...)), from the generated facts.
 FD_ALIBI, FD_SINK_LOGITS, FD_NEW_KV = L.FD_ALIBI, L.FD_SINK_LOGITS, L.FD_NEW_KV
 FD_SHARED_KV, FD_K_PER_CHANNEL, FD_BEAMS = L.FD_SHARED_KV, L.FD_K_PER_CHANNEL, L.FD_BEAMS
+# The same bits by name, as Context.plan(features=...) takes them: {"alibi": FD_ALIBI, "sink_logits": ...}.
+FEATURES = dict(L.FEATURES)
 
 
 class Error(Exception):
@@ -146,6 +148,26 @@ def _choice(field, value, table):
     if key not in table:
         raise InvalidArgumentError("%s: %r is not one of %s" % (field, value, ", ".join(table)))
     return table[key]
+
+
+# fd_shape.features from an int (the FD_* bits), a feature name ("alibi", any case) or an iterable of
+# names and ints; InvalidArgumentError naming the field otherwise.
+def _features(value):
+    if isinstance(value, str) or hasattr(value, "__index__"):
+        value = [value]
+    try:
+        items = list(value)
+    except TypeError:
+        raise InvalidArgumentError("features: expected an int, a feature name or a list of them, got %r"
+                                   % (value,)) from None
+    bits = 0
+    for item in items:
+        bit = FEATURES.get(item.lower()) if isinstance(item, str) else _c_int("features", item, _INT64)
+        if bit is None or not 0 <= bit < 2 ** 32:
+            raise InvalidArgumentError("features: %r is not a feature (one of %s, or the FD_* bits as an int)"
+                                       % (item, ", ".join(FEATURES)))
+        bits |= bit
+    return bits
 
 
 # A path argument as bytes for C (None stays NULL).
@@ -274,7 +296,8 @@ class Context(_Handle):
              out_dtype="f32", mask_mode="causal", layout="bhsd", page_size=0, opts=None, **options):
         """Validate a shape, plan it and compile its kernels; options chunk, group_tile, splits,
         threads, isa ("c"|"avx2"|"avx512") force planner choices, as keywords or in opts; the
-        other fd_shape fields (pool_pages, q_len, ...) are keywords too."""
+        other fd_shape fields (pool_pages, q_len, window, ...) are keywords too; features takes
+        the FD_* bits, a name or a list of names (features=["alibi", "sink_logits"], see FEATURES)."""
         extra = {name: options.pop(name) for name in list(options) if name in _EXTRA_SHAPE_FIELDS}
         shape = L.Shape(batch=_c_int("batch", batch), n_q_heads=_c_int("n_q_heads", n_q_heads),
                         n_kv_heads=_c_int("n_kv_heads", n_kv_heads), head_dim=_c_int("head_dim", head_dim),
@@ -286,6 +309,8 @@ class Context(_Handle):
                         layout=_choice("layout", layout, _LAYOUTS), page_size=_c_int("page_size", page_size))
         for name, value in extra.items():
             kind = _EXTRA_SHAPE_FIELDS[name]
+            if name == "features":
+                value = _features(value)
             setattr(shape, name, float(value) if kind == "float" else _c_int(name, value, _INT64 if kind == "i64" else _INT32))
         popts = _plan_opts(opts, options)
         plan = ctypes.c_void_p()
@@ -340,7 +365,8 @@ class Plan(_Handle):
                         "v_scale": (kv[:-1], L.FD_F32), "out": (rows + (D,), shape.out_dtype),
                         "lse": (rows, L.FD_F32),
                         "k_new": ((B, max(1, shape.q_len), Hkv, D), shape.kv_dtype),
-                        "v_new": ((B, max(1, shape.q_len), Hkv, D), shape.kv_dtype)}
+                        "v_new": ((B, max(1, shape.q_len), Hkv, D), shape.kv_dtype),
+                        "alibi_slopes": ((Hq,), L.FD_F32), "sink_logits": ((Hq,), L.FD_F32)}
 
     @property
     def shape(self):
@@ -392,7 +418,7 @@ class Plan(_Handle):
         return out, lse
 
     def run(self, q, k, v, cur_pos=None, out=None, lse=False, mask=None, k_scale=None, v_scale=None,
-            scale=None, block_table=None, k_new=None, v_new=None):
+            scale=None, block_table=None, k_new=None, v_new=None, alibi_slopes=None, sink_logits=None):
         """Attention of q over k/v; returns out, or (out, lse) when lse is True or an array.
 
         cur_pos: [batch] positions (causal mode; a scalar means every row), mask: [B,Hq,kv_len]
@@ -400,7 +426,9 @@ class Plan(_Handle):
         for 1/sqrt(head_dim). out: an array to write (allocated when None). Paged layout: k, v
         (and scales) are pools [pool_pages, n_kv_heads, page_size, ...], block_table the int32
         page of each row's keys [batch, ceil(kv_len / page_size)]. FD_NEW_KV: k_new, v_new
-        [batch, q_len, n_kv_heads, head_dim], the query tokens' own K/V."""
+        [batch, q_len, n_kv_heads, head_dim], the query tokens' own K/V. FD_ALIBI: alibi_slopes
+        float32 [n_q_heads], score += slope[h] * (key position - query position). FD_SINK_LOGITS:
+        sink_logits float32 [n_q_heads], one logit per head joining the softmax denominator (and lse)."""
         out, lse_arr = self._outputs(out, lse)
         pos = self._positions(cur_pos)
         table = self._block_table(block_table)
@@ -409,6 +437,8 @@ class Plan(_Handle):
                       k_scale=self._arg("k_scale", k_scale), v_scale=self._arg("v_scale", v_scale),
                       block_table=None if table is None else table.ctypes.data,
                       k_new=self._arg("k_new", k_new), v_new=self._arg("v_new", v_new),
+                      alibi_slopes=self._arg("alibi_slopes", alibi_slopes),
+                      sink_logits=self._arg("sink_logits", sink_logits),
                       scale=0.0 if scale is None else float(scale),
                       out=self._arg("out", out, writable=True), lse=self._arg("lse", lse_arr, writable=True))
         with self._lock:

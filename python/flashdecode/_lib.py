@@ -32,6 +32,11 @@ FD_ISA_AUTO = 0
 # Names by value: dtypes and their sizes in bytes, mask modes, layouts, isa digits.
 DTYPE_NAMES, DTYPE_SIZE = _facts.DTYPE_NAMES, _facts.DTYPE_SIZE
 MASK_MODE_NAMES, LAYOUT_NAMES, ISA_NAMES = _facts.MASK_MODE_NAMES, _facts.LAYOUT_NAMES, _facts.ISA_NAMES
+# fd_shape.features bits by name ("alibi": FD_ALIBI, ...): the ENUMS entries gen/build.lua writes
+# after those of the dtypes, mask modes, layouts and ISAs, each named FD_<NAME> after gen/facts.lua's name.
+FEATURES = {name[3:].lower(): bit for name, bit in list(_facts.ENUMS.items())[
+    len(DTYPE_NAMES) + len(MASK_MODE_NAMES) + len(LAYOUT_NAMES) + len(ISA_NAMES):]}
+assert FEATURES and all(b > 0 and b & (b - 1) == 0 for b in FEATURES.values()), "features are not single bits"
 # Upper bounds (#define in flashdecode.h; the library refuses values above them).
 FD_MAX_THREADS = 1024
 FD_MAX_SPLIT_ITEMS = 16384
