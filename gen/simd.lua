@@ -554,13 +554,13 @@ end
 -- A softmax statement: for each score row (softmax_rows), start(b, hl, t),
 -- then step(b) on every vector of the row (at r9; n floats, counted in r10),
 -- then finish(b, hl, t). rsi points at in, rdx at out.
-local function softmax_statement(isa, p, fields, start, step, finish)
+local function softmax_statement(isa, p, fields, start, step, finish, rows)
   local hl = M.head_lanes(isa, p)
   local b = new_block(isa, p)
   prologue(b, fields)
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
-  for t, off in ipairs(softmax_rows(isa, p)) do
+  for t, off in ipairs(rows or softmax_rows(isa, p)) do
     start(b, hl, t - 1)
     b.gp(("lea %d(%%rdi), %%r9"):format(off))
     b.gp("mov %rcx, %r10")
@@ -688,9 +688,9 @@ local function softcap_step(b)
   b.v("vmovups", mem("r9", 0), r(4))
 end
 
--- The logit softcap in place over each head's padded score row (n floats, a
--- multiple of W; head-lane tiles: one key-major row); in[0] = 1 / softcap,
--- in[1] = softcap.
+-- The logit softcap in place over n floats (a multiple of W) from ptr: the
+-- tile's whole score block in one loop (every head alike; the lanes past a
+-- row's keys are set to -inf after); in[0] = 1 / softcap, in[1] = softcap.
 function M.softcap(isa, p)
   return softmax_statement(isa, p, { "ptr", "n", "consts" },
     function(b)
@@ -698,7 +698,7 @@ function M.softcap(isa, p)
       b.v("vbroadcastss", b.r(11), mem("rsi", 4))
     end,
     softcap_step,
-    function() end)
+    function() end, { 0 })
 end
 
 -- ALiBi in place over each head's padded score row (n floats, a multiple of

@@ -177,7 +177,7 @@ $(simd_scores())
           cap[0] = 1.0f / w->softcap;
           cap[1] = w->softcap;
           aa.ptr = sc;
-          aa.n = $(HL and "n * " .. T or "npad");
+          aa.n = $(HL and "n * " .. T or T .. " * " .. SCW);
           aa.in = cap;
 $(simd_softcap())
         }
