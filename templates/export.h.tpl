@@ -199,7 +199,6 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if (s->features >> $(FEATURE_COUNT)) return fdt_refuse(why, FDT_EINVAL, "shape.features has unknown bits");
   if (s->window) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.window: sliding windows are not served yet");
   if (s->sink_tokens) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.sink_tokens: sink tokens are not served yet");
-  if (s->softcap != 0) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.softcap: softcap is not served yet");
   if (s->features & ~$(HEADER_FEATURES)u)
     return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.features sets a bit this header does not serve (only FD_SHARED_KV)");
   if ((s->features & $(SHARED_KV)u) && s->mask_mode == FDT_CAUSAL)
@@ -336,6 +335,7 @@ static inline void fdt_fill_work(const fdt_job *J, int b, int j, fd_work *w) {
   w->scale = a->scale != 0 ? a->scale : (float)fdt_inv_sqrt(s->head_dim);
   w->out = (char *)a->out + h0 * D * fdt_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : 0;
+  w->softcap = s->softcap;
 }
 
 /* Run work item i (the parallel-for's body): its kernel over its keys; a

@@ -14,7 +14,9 @@
        rows of uneven lengths (1, 17, 300, 1000, 4096 per 4096 keys of each
        row's bucket, and mirrored) through fdt_run and fd_run and checks the
        same work items, item by item (fdt_work_items, fd_exec_items), and
-       the same out and lse, bit for bit.
+       the same out and lse, bit for bit; each case again with softcap
+       0.25 (small, so that it shows on these small logits), bit for bit
+       too, and out differing from the uncapped run's.
    Each row runs at a length inside its bucket, batch rows of uneven lengths. */
 #include FDT_HEADER
 #include <ctype.h>
@@ -608,12 +610,15 @@ static int splits_vary(const prob *p, const fd_item *x, int n) {
   return most > least;
 }
 
-/* One uneven case (number c): table row i, length pattern k, lse on or off. */
-static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse) {
+/* One uneven case (number c): table row i, length pattern k, lse on or off,
+   logit softcap cap (0: none; else the out of the uncapped case, uncapped,
+   must differ). */
+static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse, float cap, void **uncapped) {
   const fdt_row *row = &fdt_rows[i];
   fdt_shape s = row_shape(row);
   prob p;
-  make(&p, &s, row->bucket, 900u + (uint32_t)c);
+  s.softcap = cap;
+  make(&p, &s, row->bucket, 900u + (uint32_t)(c / 2));
   for (int b = 0; s.mask_mode == FDT_CAUSAL && b < s.batch; b++) {   /* at least q_len keys: every token sees one */
     int64_t len = uneven_len(k, b, row->bucket), least = s.q_len > 1 ? s.q_len : 1;
     p.pos[b] = (int32_t)((len > least ? len : least) - 1);
@@ -628,7 +633,8 @@ static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse) {
   fd_plan *plan = NULL;
   fd_plan_info info = { 0 };
   char why[512];
-  printf("case %d: %s, %s lengths, lse %s\n", c, row->name, k ? "mirrored" : "rising", with_lse ? "on" : "off");
+  printf("case %d: %s, %s lengths, lse %s, softcap %g\n", c, row->name, k ? "mirrored" : "rising",
+         with_lse ? "on" : "off", (double)cap);
   int nh = fdt_work_items(&p.s, &ta, scratch, n, &hi);
   int rc = fd_plan_create(ctx, &fs, &plan);
   if (!rc) rc = fd_plan_info_get(plan, row->bucket, &info);
@@ -648,6 +654,13 @@ static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse) {
   check(hrc == 0 && lrc == 0, "fdt_run or fd_run failed", c);
   check(!memcmp(hout, p.out, ob), "out differs between fdt_run and fd_run (bit for bit)", c);
   check(!memcmp(hlse, p.lse, p.nh * sizeof(float)), "lse differs between fdt_run and fd_run (bit for bit)", c);
+  if (!cap) {
+    free(*uncapped);
+    *uncapped = malloc(ob);
+    memcpy(*uncapped, hout, ob);
+  } else {
+    check(*uncapped && memcmp(*uncapped, hout, ob), "softcap 0.25 left out as the uncapped run's", c);
+  }
   fd_plan_destroy(plan);
   free(scratch); free(hout); free(hlse);
   unmake(&p);
@@ -658,9 +671,12 @@ static int uneven(const char *table) {
   fd_ctx *ctx = fd_create(&(fd_config){ .table = table });
   if (!ctx || fd_errmsg(ctx)[0]) { printf("FAIL - fd_create: %s\n", fd_errmsg(ctx)); fd_destroy(ctx); return 1; }
   int c = 0;
+  void *uncapped = NULL;
   for (int i = 0; i < FDT_N_ROWS; i++)
     for (int k = 0; k < (fdt_rows[i].mask_mode == FDT_CAUSAL ? 2 : 1); k++)
-      for (int with_lse = 0; with_lse < 2; with_lse++) uneven_case(ctx, c++, i, k, with_lse);
+      for (int with_lse = 0; with_lse < 2; with_lse++)
+        for (int capped = 0; capped < 2; capped++) uneven_case(ctx, c++, i, k, with_lse, capped ? 0.25f : 0.0f, &uncapped);
+  free(uncapped);
   fd_destroy(ctx);
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0 || c == 0;
