@@ -551,25 +551,40 @@ local function head_result(b, hl, n, t, s, op)
   b.v("vmovss", mem("rdx", t * 4), b.r(n, "xmm"))
 end
 
--- A softmax statement: for each score row (softmax_rows), start(b, hl, t),
--- then step(b) on every vector of the row (at r9; n floats, counted in r10),
--- then finish(b, hl, t). rsi points at in, rdx at out.
-local function softmax_statement(isa, p, fields, start, step, finish, rows)
+-- A softmax statement: pre(b, hl) once (when given), then for each score row
+-- (softmax_rows, or rows: their count; the code once, in a run-time loop)
+-- start(b, hl, 0), step(b) on every vector of the row (at r9; n floats,
+-- counted in r10), then finish(b, hl, 0); rsi points at the row's in, rdx
+-- at its out (a head's lane: each row moves them on by one float).
+local function softmax_statement(isa, p, fields, start, step, finish, rows, pre)
   local hl = M.head_lanes(isa, p)
   local b = new_block(isa, p)
+  rows = rows or softmax_rows(isa, p)
   prologue(b, fields)
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
-  for t, off in ipairs(rows or softmax_rows(isa, p)) do
-    start(b, hl, t - 1)
-    b.gp(("lea %d(%%rdi), %%r9"):format(off))
-    b.gp("mov %rcx, %r10")
-    b.gp("1:")
-    step(b)
-    b.gp(("add $%d, %%r9"):format(b.g.W * 4))
-    b.gp(("sub $%d, %%r10"):format(b.g.W))
-    b.gp("jnz 1b")
-    finish(b, hl, t - 1)
+  if pre then pre(b, hl) end
+  -- the rows (CHUNKP floats apart) in a run-time loop over one copy of the
+  -- code, counted in rax: in, out and the row advance a head each time
+  if #rows > 1 then
+    b.gp(("mov $%d, %%rax"):format(#rows))
+    b.gp("2:")
+  end
+  start(b, hl, 0)
+  b.gp("mov %rdi, %r9")
+  b.gp("mov %rcx, %r10")
+  b.gp("1:")
+  step(b)
+  b.gp(("add $%d, %%r9"):format(b.g.W * 4))
+  b.gp(("sub $%d, %%r10"):format(b.g.W))
+  b.gp("jnz 1b")
+  finish(b, hl, 0)
+  if #rows > 1 then
+    b.gp("add $4, %rsi")
+    b.gp("add $4, %rdx")
+    b.gp(("add $%d, %%rdi"):format(p.CHUNKP * 4))
+    b.gp("dec %rax")
+    b.gp("jnz 2b")
   end
   return M.statement(b)
 end
@@ -702,17 +717,16 @@ function M.softcap(isa, p)
 end
 
 -- ALiBi in place over each head's padded score row (n floats, a multiple of
--- W): score of key i += in[t] x (out[0] + i), out[0] the first key's offset
--- from the token's position (exact integers in float), the product rounded
+-- W): score of key i += in[t] x (*out + i), *out the first key's offset from
+-- the token's position (exact integers in float), the product rounded
 -- before the sum as the reference rounds it. Head-lane tiles: one key-major
 -- row, in the T slopes, one key (offset) per vector.
 function M.alibi(isa, p)
   local hl = M.head_lanes(isa, p)
   return softmax_statement(isa, p, { "ptr", "n", "consts" },
-    function(b, _, t)
-      if hl then b.v("vmovups", b.r(1), mem("rsi", 0)) else b.v("vbroadcastss", b.r(1), mem("rsi", t * 4)) end
-      b.v("vbroadcastss", b.r(2), mem("rdx", 0))
-      if not hl then b.v("vaddps", b.r(2), b.r(2), mem("r11", C.iota)) end
+    function(b)
+      if hl then b.v("vmovups", b.r(1), mem("rsi", 0)) else b.v("vbroadcastss", b.r(1), mem("rsi", 0)) end
+      b.v("vmovaps", b.r(2), b.r(4))
     end,
     function(b)
       b.v("vmulps", b.r(3), b.r(1), b.r(2))
@@ -720,7 +734,11 @@ function M.alibi(isa, p)
       b.v("vmovups", mem("r9", 0), b.r(3))
       b.v("vaddps", b.r(2), b.r(2), mem("r11", hl and C.one_f or b.g.W == 16 and C.sixteen_f or C.eight_f))
     end,
-    function() end)
+    function() end, nil,
+    function(b)   -- register 4: the first vector's key offsets, for every head
+      b.v("vbroadcastss", b.r(4), mem("rdx", 0))
+      if not hl then b.v("vaddps", b.r(4), b.r(4), mem("r11", C.iota)) end
+    end)
 end
 
 -- q times the softmax scale as f32: n elements (a multiple of W) of the q
@@ -794,21 +812,25 @@ function M.store_out(isa, p)
 end
 
 -- Online-softmax rescale of a tile's accumulators: the D floats of head t's
--- state record (ptr + t * REC floats) times *in[t], for every head of the tile.
+-- state record (ptr + t * REC floats) times *in[t], for every head of the
+-- tile (one head's code in a run-time loop over the T heads, counted in rax).
 function M.scale_records(isa, p)
   local b = new_block(isa, p)
   local W = b.g.W
   prologue(b, { "ptr" })
   b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
-  for t = 0, p.T - 1 do
-    local f = b.r(t % 2 + 2)
-    b.v("vbroadcastss", f, mem("rsi", t * 4))
-    for c = 0, p.D / W - 1 do
-      local r, m = b.r(c % 2), mem("rdi", (t * p.REC + c * W) * 4)
-      b.v("vmulps", r, f, m)
-      b.v("vmovups", m, r)
-    end
+  b.gp(("mov $%d, %%rax"):format(p.T))
+  b.gp("2:")
+  b.v("vbroadcastss", b.r(2), mem("rsi", 0))
+  for c = 0, p.D / W - 1 do
+    local r, m = b.r(c % 2), mem("rdi", c * W * 4)
+    b.v("vmulps", r, b.r(2), m)
+    b.v("vmovups", m, r)
   end
+  b.gp("add $4, %rsi")
+  b.gp(("add $%d, %%rdi"):format(p.REC * 4))
+  b.gp("dec %rax")
+  b.gp("jnz 2b")
   return M.statement(b)
 end
 
