@@ -917,14 +917,52 @@ function M.pv(isa, p, block)
   return M.statement(b)
 end
 
--- The C asm statement of a block: one string line per instruction.
+local unpack = table.unpack or unpack   -- Lua 5.4 or LuaJIT
+
+-- Lines of a run of `.byte` lines (the vector instructions between two
+-- general-purpose ones) packed as `.long` words of four bytes, little-endian,
+-- and a `.byte` line for the rest: the same bytes in a quarter of the tokens
+-- for the compiler's assembler to parse (unannotated sources: the JIT's).
+local function packed(run)
+  local bytes = {}
+  for _, line in ipairs(run) do
+    for h in line:gmatch("0x(%x%x)") do bytes[#bytes + 1] = tonumber(h, 16) end
+  end
+  local words, out, n = {}, {}, #bytes - #bytes % 4
+  for i = 1, n, 4 do
+    words[#words + 1] = ("0x%02x%02x%02x%02x"):format(bytes[i + 3], bytes[i + 2], bytes[i + 1], bytes[i])
+  end
+  if #words > 0 then out[1] = ".long " .. table.concat(words, ",") end
+  if n < #bytes then out[#out + 1] = x86.byte_line(string.char(unpack(bytes, n + 1))) end
+  return out
+end
+
+-- The asm text lines of a block and its closing vzeroupper, each {text,
+-- comment}: as built when annotated, else with runs of vector bytes packed.
+local function asm_lines(b)
+  local lines = { unpack(b.lines) }
+  lines[#lines + 1] = { x86.line("vzeroupper"), b.annotate and "vzeroupper" or nil }
+  if b.annotate then return lines end
+  local out, run = {}, {}
+  local function flush()
+    for _, l in ipairs(#run > 0 and packed(run) or {}) do out[#out + 1] = { l } end
+    run = {}
+  end
+  for _, l in ipairs(lines) do
+    if l[1]:sub(1, 6) == ".byte " then run[#run + 1] = l[1] else flush(); out[#out + 1] = l end
+  end
+  flush()
+  return out
+end
+
+-- The C asm statement of a block: one string line per instruction (or per
+-- packed run of them).
 function M.statement(b, ind)
   ind = ind or "        "
   local out = { ind .. "__asm__ __volatile__(" }
-  for _, l in ipairs(b.lines) do
+  for _, l in ipairs(asm_lines(b)) do
     out[#out + 1] = ('%s  "%s\\n\\t"%s'):format(ind, l[1], l[2] and ("  /* " .. l[2] .. " */") or "")
   end
-  out[#out + 1] = ('%s  "%s\\n\\t"%s'):format(ind, x86.line("vzeroupper"), b.annotate and "  /* vzeroupper */" or "")
   out[#out + 1] = ind .. '  : : "r"(&aa) : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "memory", "cc" FD_VCLOBBER);'
   return table.concat(out, "\n")
 end

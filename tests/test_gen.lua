@@ -33,7 +33,33 @@ do -- the JIT's form: no #line, no instruction text; the same code otherwise
   local plain = generate.new { line_directives = false, annotate = false }.source(kv)
   T.ok(full:find('\\n\\t"  /%* v'), "annotated source has each instruction's text beside its bytes")
   T.ok(not plain:find('\\n\\t"  /%*'), "annotate = false leaves the instruction text out")
-  T.eq(full:gsub('(\\n\\t")  /%*[^\n]-%*/\n', "%1\n"), plain, "and nothing else: the same source without the comments")
+  -- the text with each run of vector bytes (.byte lines, or the .long words
+  -- the unannotated form packs them into) as one line of its bytes
+  local function canon(src)
+    local out, run = {}, {}
+    local function flush()
+      if #run > 0 then out[#out + 1] = "bytes " .. table.concat(run, ",") end
+      run = {}
+    end
+    for line in src:gmatch("[^\n]*") do
+      local dir, list = line:match('^%s*"%.(%a+) ([^"]-)\\n\\t"')
+      if dir == "byte" then
+        for h in list:gmatch("0x(%x+)") do run[#run + 1] = h end
+      elseif dir == "long" then
+        for h in list:gmatch("0x(%x+)") do
+          for i = 7, 1, -2 do run[#run + 1] = h:sub(i, i + 1) end
+        end
+      else
+        flush()
+        out[#out + 1] = line
+      end
+    end
+    flush()
+    return table.concat(out, "\n")
+  end
+  local stripped = full:gsub('(\\n\\t")  /%*[^\n]-%*/\n', "%1\n")
+  T.ok(plain:find('"%.long 0x'), "annotate = false packs runs of vector bytes into .long words")
+  T.eq(canon(plain), canon(stripped), "and nothing else: the same source and bytes without the comments")
 end
 T.raises("field head_dim: 72 is not a multiple of the AVX%-512 vector", "AVX-512 refuses head_dim 72",
          g.source, "10064072022001110")
