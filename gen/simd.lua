@@ -97,7 +97,7 @@ local function new_block(isa, p)
   local b = { lines = {}, g = GEOM[isa], isa = isa, x = evex(GEOM[isa]), annotate = annotate }
   -- A vector instruction: its bytes, with the Intel text as a comment.
   function b.v(mn, ...)
-    b.lines[#b.lines + 1] = annotate and { x86.line_text(mn, ...) } or { x86.line_cached(mn, ...) }
+    b.lines[#b.lines + 1] = annotate and { x86.line_text(mn, ...) } or { bytes = x86.bytes_cached(mn, ...) }
   end
   -- A general-purpose instruction or label in AT&T syntax (assembled by the compiler).
   function b.gp(text) b.lines[#b.lines + 1] = { (text:gsub("%%(%a)", "%%%%%1")), nil } end
@@ -919,38 +919,39 @@ end
 
 local unpack = table.unpack or unpack   -- Lua 5.4 or LuaJIT
 
--- Lines of a run of `.byte` lines (the vector instructions between two
--- general-purpose ones) packed as `.long` words of four bytes, little-endian,
--- and a `.byte` line for the rest: the same bytes in a quarter of the tokens
--- for the compiler's assembler to parse (unannotated sources: the JIT's).
-local function packed(run)
-  local bytes = {}
-  for _, line in ipairs(run) do
-    for h in line:gmatch("0x(%x%x)") do bytes[#bytes + 1] = tonumber(h, 16) end
-  end
+-- A run of vector instructions' bytes (those between two general-purpose
+-- instructions) as `.long` words of four bytes, little-endian, and a `.byte`
+-- line for the rest: the same bytes in a quarter of the tokens for the
+-- compiler's assembler to parse (unannotated sources: the JIT's).
+local function packed(bytes)
   local words, out, n = {}, {}, #bytes - #bytes % 4
   for i = 1, n, 4 do
-    words[#words + 1] = ("0x%02x%02x%02x%02x"):format(bytes[i + 3], bytes[i + 2], bytes[i + 1], bytes[i])
+    local b0, b1, b2, b3 = bytes:byte(i, i + 3)
+    words[#words + 1] = ("0x%02x%02x%02x%02x"):format(b3, b2, b1, b0)
   end
   if #words > 0 then out[1] = ".long " .. table.concat(words, ",") end
-  if n < #bytes then out[#out + 1] = x86.byte_line(string.char(unpack(bytes, n + 1))) end
+  if n < #bytes then out[#out + 1] = x86.byte_line(bytes:sub(n + 1)) end
   return out
 end
 
 -- The asm text lines of a block and its closing vzeroupper, each {text,
--- comment}: as built when annotated, else with runs of vector bytes packed.
+-- comment}: one per instruction when annotated, else with the runs of
+-- vector bytes packed.
 local function asm_lines(b)
-  local lines = { unpack(b.lines) }
-  lines[#lines + 1] = { x86.line("vzeroupper"), b.annotate and "vzeroupper" or nil }
-  if b.annotate then return lines end
+  if b.annotate then
+    local lines = { unpack(b.lines) }
+    lines[#lines + 1] = { x86.line("vzeroupper"), "vzeroupper" }
+    return lines
+  end
   local out, run = {}, {}
   local function flush()
-    for _, l in ipairs(#run > 0 and packed(run) or {}) do out[#out + 1] = { l } end
+    for _, l in ipairs(#run > 0 and packed(table.concat(run)) or {}) do out[#out + 1] = { l } end
     run = {}
   end
-  for _, l in ipairs(lines) do
-    if l[1]:sub(1, 6) == ".byte " then run[#run + 1] = l[1] else flush(); out[#out + 1] = l end
+  for _, l in ipairs(b.lines) do
+    if l.bytes then run[#run + 1] = l.bytes else flush(); out[#out + 1] = l end
   end
+  run[#run + 1] = x86.bytes_cached("vzeroupper")
   flush()
   return out
 end

@@ -698,6 +698,20 @@ function M.line_text(mn, ...)
   return line, text
 end
 
+-- The bytes of one instruction, memoized (for sources that pack them).
+local bytes_memo, bytes_memo_n = {}, 0
+function M.bytes_cached(mn, ...)
+  local k = memo_key(mn, ...)
+  local hit = k and bytes_memo[k]
+  if hit then return hit end
+  local bytes = emit(match(mn, ...))
+  if k then
+    if bytes_memo_n >= LINE_MEMO_MAX then bytes_memo, bytes_memo_n = {}, 0 end
+    bytes_memo[k], bytes_memo_n = bytes, bytes_memo_n + 1
+  end
+  return bytes
+end
+
 -- x86.line of one instruction, memoized (for sources without comments).
 function M.line_cached(mn, ...)
   local k = memo_key(mn, ...)
