@@ -41,7 +41,7 @@ do -- the JIT's form: no #line, no instruction text; the same code otherwise
       if #run > 0 then out[#out + 1] = "bytes " .. table.concat(run, ",") end
       run = {}
     end
-    for line in src:gmatch("[^\n]*") do
+    for line in (src .. "\n"):gmatch("([^\n]*)\n") do
       local dir, list = line:match('^%s*"%.(%a+) ([^"]-)\\n\\t"')
       if dir == "byte" then
         for h in list:gmatch("0x(%x+)") do run[#run + 1] = h end
