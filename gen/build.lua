@@ -154,14 +154,24 @@ local function keydefs()
   local io = facts.io_dtype_max()
   for i = 0, io do assert(facts.dtypes[i].io, "gen/facts.lua: the q/out dtypes must be the first values") end
   out[#out + 1] = ("#define FD_IO_DTYPE_COUNT %d"):format(io + 1)
-  local sizes, quant = {}, {}
+  local sizes, quant, nonfinite, texts = {}, {}, {}, {}
   for i = 0, #facts.dtypes do
+    local fb = facts.float_bits(i) or { nonfinite = 0, man = 0, sign = 0 }
+    texts[#texts + 1] = ('"%s"'):format(facts.dtypes[i].text)
     sizes[#sizes + 1] = tostring(facts.dtypes[i].size)
     quant[#quant + 1] = facts.dtypes[i].quant and "1" or "0"
+    nonfinite[#nonfinite + 1] = ("{ 0x%xu, 0x%xu, 0x%xu }"):format(fb.nonfinite, fb.man, fb.sign)
   end
+  out[#out + 1] = ("static const char *const fd_dtype_texts[FD_DTYPE_COUNT] = { %s };  /* in messages */"):format(
+    table.concat(texts, ", "))
   out[#out + 1] = ("static const unsigned char fd_dtype_sizes[FD_DTYPE_COUNT] = { %s };"):format(table.concat(sizes, ", "))
   out[#out + 1] = ("static const unsigned char fd_dtype_quant[FD_DTYPE_COUNT] = { %s };  /* int8/fp8 with row scales */"):format(
     table.concat(quant, ", "))
+  out[#out + 1] = "/* Per dtype, the bits all set in a NaN or an infinity (0: none, int8), those of which one set"
+  out[#out + 1] = "   makes it NaN, and the sign bit (gen/facts.lua float_bits). */"
+  out[#out + 1] = "typedef struct fd_nonfinite_bits { unsigned nonfinite, nan, sign; } fd_nonfinite_bits;"
+  out[#out + 1] = ("static const fd_nonfinite_bits fd_dtype_nonfinite[FD_DTYPE_COUNT] = {\n  %s\n};"):format(
+    table.concat(nonfinite, ",\n  "))
   c_enum_asserts(out, facts.dtypes)
   c_names(out, "fd_mask_mode_names", "FD_MASK_MODE_COUNT", facts.mask_modes, #facts.mask_modes)
   c_enum_asserts(out, facts.mask_modes)

@@ -228,6 +228,13 @@ function M.render(t, opts)
     HEADER_FEATURES = facts.feature_bits(function(f) return f.name == "shared_kv" end),
     SHAPE_FIELDS = facts.SHAPE_FIELDS, SIGNATURE = facts.SIGNATURE, FIT_SAME = facts.FIT_SAME,
     C_TYPE = { int = "int", i64 = "int64_t", float = "float", unsigned = "unsigned" },
+    DTYPE_COUNT = #facts.dtypes + 1,
+    -- "v0, v1, ..." of f(record, value) over the dtypes, by fd_dtype value
+    dtype_list = function(f)
+      local v = {}
+      for i = 0, #facts.dtypes do v[#v + 1] = f(facts.dtypes[i], i) end
+      return table.concat(v, ", ")
+    end,
     row_fields = function(r)
       local v = {}
       for _, f in ipairs(facts.SIGNATURE) do v[#v + 1] = tostring(r.s[f[2]]) end

@@ -8,15 +8,26 @@
 -- so LuaJIT loads it too.
 local M = {}
 
--- Element types, by fd_dtype value. size: bytes; quant: int8/fp8 codes times
--- a per-row f32 scale; io: also a q/out dtype; bits: converted through the
--- f32 bit-cast temporary (f16, bf16, fp8); hu: through the 16-bit one too.
+-- Element types, by fd_dtype value. text: the name in messages; size: bytes;
+-- quant: int8/fp8 codes times a per-row f32 scale; io: also a q/out dtype;
+-- bits: converted through the f32 bit-cast temporary (f16, bf16, fp8); hu:
+-- through the 16-bit one too; float: a binary floating-point code (man:
+-- stored mantissa bits; inf: an all-ones exponent is infinity or NaN, as
+-- IEEE; else only the all-ones magnitude is NaN, e4m3's "fn" form), which
+-- float_bits describes.
 M.dtypes = {
-  [0] = { name = "f32", enum = "FD_F32", size = 4, storage = "float", io = true },
-  { name = "f16", enum = "FD_F16", size = 2, storage = "fd_u16", io = true, bits = true, hu = true },
-  { name = "bf16", enum = "FD_BF16", size = 2, storage = "fd_u16", io = true, bits = true },
-  { name = "i8", enum = "FD_I8", size = 1, storage = "signed char", quant = true },
-  { name = "fp8", enum = "FD_FP8_E4M3", size = 1, storage = "unsigned char", quant = true, bits = true, hu = true },
+  [0] = { name = "f32", enum = "FD_F32", text = "f32", size = 4, storage = "float", io = true,
+          float = { man = 23, inf = true } },
+  { name = "f16", enum = "FD_F16", text = "f16", size = 2, storage = "fd_u16", io = true, bits = true, hu = true,
+    float = { man = 10, inf = true } },
+  { name = "bf16", enum = "FD_BF16", text = "bf16", size = 2, storage = "fd_u16", io = true, bits = true,
+    float = { man = 7, inf = true } },
+  { name = "i8", enum = "FD_I8", text = "int8", size = 1, storage = "signed char", quant = true },
+  { name = "fp8", enum = "FD_FP8_E4M3", text = "fp8 e4m3", size = 1, storage = "unsigned char", quant = true,
+    bits = true, hu = true, float = { man = 3, inf = false } },
+  -- fp8 e5m2: the upper byte of an f16 (bias 15, infinities, largest 57344)
+  { name = "e5m2", enum = "FD_FP8_E5M2", text = "fp8 e5m2", size = 1, storage = "unsigned char", quant = true,
+    bits = true, hu = true, float = { man = 2, inf = true } },
 }
 M.mask_modes = {
   [0] = { name = "causal", enum = "FD_CAUSAL", text = "causal" },
@@ -136,6 +147,26 @@ end
 function M.value(t, name)
   for i = 0, #t do if t[i].name == name then return i end end
   return nil
+end
+
+-- The bit fields of float dtype d's codes (nil for an integer dtype), as
+-- integers: sign; nonfinite, the bits all set in a NaN or an infinity; man,
+-- the bits of which one set makes such a code NaN; bias; max, the largest
+-- finite code; inf, the +infinity code (nil: none); nan, the quiet +NaN code.
+function M.float_bits(d)
+  local f = M.dtypes[d].float
+  if not f then return nil end
+  local bits = 8 * M.dtypes[d].size
+  local sign, one = math.floor(2 ^ (bits - 1)), math.floor(2 ^ f.man)
+  local t = { sign = sign, bias = math.floor(2 ^ (bits - 2 - f.man)) - 1 }
+  if f.inf then
+    t.nonfinite, t.man, t.inf = sign - one, one - 1, sign - one
+    t.max, t.nan = t.inf - 1, t.inf + math.floor(one / 2)
+  else
+    t.nonfinite, t.man, t.nan = sign - 1, sign - 1, sign - 1
+    t.max = sign - 2
+  end
+  return t
 end
 
 -- The largest dtype value a q or out array may take.

@@ -18,14 +18,21 @@ local F16_LOAD = "hu = %s; cv.u = ((hu & 0x7fffu) << 13) | ((((hu & 0x7c00u) + 0
 local FP8_LOAD = "hu = %s; cv.u = (hu & 0x7fu) << 20; cv.f *= 1.329227995784916e+36f; cv.u |= (hu & 0x80u) << 24;"
   .. " if ((hu & 0x7fu) == 0x7fu) cv.u |= 0x7fc00000u; %s = cv.f;"
 
--- C statement(s) that load element src of storage dtype into float dst
--- (int8 and fp8 without their row scale, which the kernel applies per row).
+-- C statement(s) that load element src of each storage dtype (by name) into
+-- float dst (int8 and fp8 without their row scale, which the kernel applies
+-- per row). fp8 e5m2 is the upper byte of an f16 and loads as that f16.
+local LOADS = {
+  f32 = function(dst, src) return ("%s = %s;"):format(dst, src) end,
+  f16 = function(dst, src) return F16_LOAD:format(src, dst) end,
+  bf16 = function(dst, src) return ("cv.u = (fd_u32)%s << 16; %s = cv.f;"):format(src, dst) end,
+  i8 = function(dst, src) return ("%s = (float)%s;"):format(dst, src) end,
+  fp8 = function(dst, src) return FP8_LOAD:format(src, dst) end,
+  e5m2 = function(dst, src) return F16_LOAD:format(("(fd_u32)%s << 8"):format(src), dst) end,
+}
+
+-- C statement(s) that load element src of storage dtype into float dst.
 local function load(dtype, dst, src)
-  if dtype == 0 then return ("%s = %s;"):format(dst, src) end
-  if dtype == 1 then return F16_LOAD:format(src, dst) end
-  if dtype == 2 then return ("cv.u = (fd_u32)%s << 16; %s = cv.f;"):format(src, dst) end
-  if dtype == 3 then return ("%s = (float)%s;"):format(dst, src) end
-  return FP8_LOAD:format(src, dst)
+  return assert(LOADS[DT[dtype].name], "gen: no C load for dtype " .. DT[dtype].name)(dst, src)
 end
 
 -- C statements of the exp polynomial: p = e^x * 2^(bias - 127) for x <= 0 above

@@ -133,17 +133,18 @@ local function prefetch_row(b, p, reg, from, to)
 end
 
 
--- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
-local function load_kv(b, dtype, dst, m, tmp)
-  local r = b.g.reg
-  if dtype == 0 then b.v("vmovups", dst, m)
-  elseif dtype == 1 then b.v("vcvtph2ps", dst, m)
-  elseif dtype == 2 then b.v("vpmovzxwd", dst, m); b.v("vpslld", dst, dst, 16)
-  elseif dtype == 3 then b.v("vpmovsxbd", dst, m); b.v("vcvtdq2ps", dst, dst)
-  else  -- fp8 e4m3: the byte sign-extended and shifted puts its magnitude bits
-        -- in f32 place and its sign in bit 31; rebias by 2^120. The NaN codes
-        -- 0x7f and 0xff are the ones whose magnitude bits, shifted to the top,
-        -- are all set (an integer compare: the FMA pipes are the busy ones).
+-- The loads of W elements of each dtype (by name) at m into vector register
+-- dst as f32, each function(b, dst, m, tmp) (tmp: a scratch register).
+local LOAD_KV = {
+  f32 = function(b, dst, m) b.v("vmovups", dst, m) end,
+  f16 = function(b, dst, m) b.v("vcvtph2ps", dst, m) end,
+  bf16 = function(b, dst, m) b.v("vpmovzxwd", dst, m); b.v("vpslld", dst, dst, 16) end,
+  i8 = function(b, dst, m) b.v("vpmovsxbd", dst, m); b.v("vcvtdq2ps", dst, dst) end,
+  -- fp8 e4m3: the byte sign-extended and shifted puts its magnitude bits in
+  -- f32 place and its sign in bit 31; rebias by 2^120. The NaN codes 0x7f
+  -- and 0xff are the ones whose magnitude bits, shifted to the top, are all
+  -- set (an integer compare: the FMA pipes are the busy ones).
+  fp8 = function(b, dst, m, tmp)
     b.v("vpmovsxbd", dst, m)
     b.v("vpslld", dst, dst, 20)
     b.v("vpslld", tmp, dst, 5)
@@ -152,8 +153,22 @@ local function load_kv(b, dtype, dst, m, tmp)
     b.v("vmulps", dst, dst, mem("r11", C.two120))
     if b.x then b.v("vpord", dst .. "{k1}", dst, mem("r11", C.qnan))
     else b.v("vpor", dst, dst, tmp) end
-  end
-  return r
+  end,
+  -- fp8 e5m2: each byte is the upper byte of an f16 (subnormals, infinities
+  -- and NaN included): bytes zero-extended to words in the lower half of dst,
+  -- shifted up by 8, converted as f16.
+  e5m2 = function(b, dst, m)
+    local half = (dst:gsub("^%a+", b.g.W == 16 and "ymm" or "xmm"))
+    b.v("vpmovzxbw", half, m)
+    b.v("vpsllw", half, half, 8)
+    b.v("vcvtph2ps", dst, half)
+  end,
+}
+
+-- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
+local function load_kv(b, dtype, dst, m, tmp)
+  local name = facts.dtypes[dtype].name
+  assert(LOAD_KV[name], "simd: no load for dtype " .. name)(b, dst, m, tmp)
 end
 
 -- Horizontal reduction of vector register n (op vaddps or vmaxps) into its
@@ -837,8 +852,8 @@ end
 -- AVX2 register plan of the P.V pass: 16 registers hold T*cb accumulators,
 -- the p_t broadcasts (T of them, or one reused), two V registers and, for
 -- int8/fp8, one scratch (scale broadcast and fp8 decoding).
-local function avx2_pv_plan(T, quant_or_fp8)
-  local budget = 16 - 2 - (quant_or_fp8 and 1 or 0)
+local function avx2_pv_plan(T, quant)
+  local budget = 16 - 2 - (quant and 1 or 0)
   local cb = math.floor((budget - T) / T)
   if cb >= 1 then return cb, true end
   return math.max(1, math.floor((budget - 1) / T)), false
@@ -848,7 +863,7 @@ end
 function M.pv_blocks(isa, p)
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
-  local cb = evex(GEOM[isa]) and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.KV_DTYPE >= 3)
+  local cb = evex(GEOM[isa]) and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.QUANT)
   if cb > NCH then cb = NCH end
   local blocks = {}
   for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
@@ -866,8 +881,8 @@ function M.pv(isa, p, block)
   local p_at = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
   local preload, preg, vreg, tmp = false, nil, 28, 30
   if not evex(GEOM[isa]) then
-    local _, fits = avx2_pv_plan(T, p.KV_DTYPE >= 3)
-    preload = fits and nacc + T + 2 + (p.KV_DTYPE >= 3 and 1 or 0) <= 16
+    local _, fits = avx2_pv_plan(T, p.QUANT)
+    preload = fits and nacc + T + 2 + (p.QUANT and 1 or 0) <= 16
     preg = nacc
     vreg = nacc + (preload and T or 1)
     tmp = vreg + 2

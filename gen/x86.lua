@@ -127,6 +127,9 @@ local OPS = {
   { "vpsrld",       "E",  "0F",   "66", 0x72, 0, "VMI",  "V,VM,I",      "xyz", "fv",  "b /2" },
   { "vpsrad",       "V",  "0F",   "66", 0x72, 0, "VMI",  "V,V,I",       "xy",  "-",   "/4" },
   { "vpsrad",       "E",  "0F",   "66", 0x72, 0, "VMI",  "V,VM,I",      "xyz", "fv",  "b /4" },
+  -- packed word integer (EVEX forms are AVX512BW)
+  { "vpsllw",       "V",  "0F",   "66", 0x71, 0, "VMI",  "V,V,I",       "xy",  "-",   "/6" },
+  { "vpsllw",       "E",  "0F",   "66", 0x71, 0, "VMI",  "V,VM,I",      "xyz", "fv",  "/6" },
   { "vpackusdw",    "VE", "0F38", "66", 0x2B, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   -- conversions and rounding
   { "vcvtps2dq",    "VE", "0F",   "66", 0x5B, 0, "RM",   "V,VM",        "xyz", "fv",  "b" },
@@ -138,6 +141,7 @@ local OPS = {
   { "vcvtps2ph",    "VE", "0F3A", "66", 0x1D, 0, "MRI",  "HM,V,I",      "xyz", "hvm", "" },
   { "vpmovzxwd",    "VE", "0F38", "66", 0x33, 0, "RM",   "V,HM",        "xyz", "hvm", "" },
   { "vpmovzxbd",    "VE", "0F38", "66", 0x31, 0, "RM",   "V,QM",        "xyz", "qvm", "" },
+  { "vpmovzxbw",    "VE", "0F38", "66", 0x30, 0, "RM",   "V,HM",        "xyz", "hvm", "" },
   { "vpmovsxbd",    "VE", "0F38", "66", 0x21, 0, "RM",   "V,QM",        "xyz", "qvm", "" },
   { "vpmovdw",      "E",  "0F38", "F3", 0x33, 0, "MR",   "HM,V",        "xyz", "hvm", "" },
   -- lane moves and shuffles

@@ -219,7 +219,7 @@ end
 
 -- String names of the header's enums, mapped to the C enum constants.
 local ENUMS = {
-  dtype = enum_names(facts.dtypes, { int8 = "i8", fp8_e4m3 = "fp8" }),
+  dtype = enum_names(facts.dtypes, { int8 = "i8", fp8_e4m3 = "fp8", fp8_e5m2 = "e5m2" }),
   mask_mode = enum_names(facts.mask_modes),
   layout = enum_names(facts.layouts),
   backend = { tcc = "FD_BACKEND_TCC", cc = "FD_BACKEND_CC" },
@@ -542,16 +542,20 @@ function M.kernel_source(ctx, key)
 end
 
 -- ---------------------------------------------------------------------------
--- Element conversions: f32 <-> f16 / bf16 / fp8 e4m3 bits, i8
+-- Element conversions: f32 <-> f16 / bf16 / fp8 e4m3 / fp8 e5m2 bits, i8
 -- ---------------------------------------------------------------------------
 
--- Small float formats: mantissa bits, exponent bias, sign bit, the largest finite
--- encoding, and the encodings of infinity (nil: saturate) and NaN.
-local MINI = {
-  f16 = { m = 10, bias = 15, sign = 0x8000, max = 0x7bff, inf = 0x7c00, nan = 0x7e00 },
-  bf16 = { m = 7, bias = 127, sign = 0x8000, max = 0x7f7f, inf = 0x7f80, nan = 0x7fc0 },
-  fp8 = { m = 3, bias = 7, sign = 0x80, max = 0x7e, inf = nil, nan = 0x7f },
-}
+-- Small float formats by dtype name (gen/facts.lua float_bits of the float
+-- dtypes narrower than f32): mantissa bits, exponent bias, sign bit, the
+-- largest finite encoding, and the encodings of infinity (nil: saturate) and NaN.
+local MINI = {}
+for d = 0, #facts.dtypes do
+  local b = facts.float_bits(d)
+  if b and facts.dtypes[d].size < 4 then
+    MINI[facts.dtypes[d].name] = { m = facts.dtypes[d].float.man, bias = b.bias, sign = b.sign, max = b.max,
+                                   inf = b.inf, nan = b.nan, size = facts.dtypes[d].size }
+  end
+end
 local f32box = ffi.new("float[1]")
 
 -- x rounded to the nearest integer, ties to even.
@@ -563,7 +567,7 @@ local function round_even(x)
 end
 
 -- x (rounded to f32 first) as format f's bits, to nearest even; beyond the
--- range infinity (f16, bf16) or the largest finite value (fp8, saturated).
+-- range infinity (f16, bf16, e5m2) or the largest finite value (fp8 e4m3, saturated).
 local function mini_encode(f, x)
   f32box[0] = x
   x = f32box[0]
@@ -600,17 +604,17 @@ local ELEMS = {
          decode = ident },
 }
 for name, f in pairs(MINI) do
-  ELEMS[name] = { ctype = name == "fp8" and "uint8_t" or "uint16_t", size = name == "fp8" and 1 or 2,
+  ELEMS[name] = { ctype = f.size == 1 and "uint8_t" or "uint16_t", size = f.size,
                   encode = function(x) return mini_encode(f, x) end, decode = function(b) return mini_decode(f, tonumber(b)) end }
 end
-local ELEM_ALIASES = { int8 = "i8", fp8_e4m3 = "fp8", int32 = "i32", float = "f32" }
+local ELEM_ALIASES = { int8 = "i8", fp8_e4m3 = "fp8", fp8_e5m2 = "e5m2", int32 = "i32", float = "f32" }
 
 -- The canonical element type name of dtype (any case, aliases), or nil and why.
 local function elem_name(dtype, what)
   local n = type(dtype) == "string" and dtype:lower() or nil
   n = n and (ELEM_ALIASES[n] or n)
   if n and ELEMS[n] then return n end
-  return nil, ("flashdecode: %s: unknown dtype %s (one of: bf16, f16, f32, fp8, i32, i8)"):format(
+  return nil, ("flashdecode: %s: unknown dtype %s (one of: bf16, e5m2, f16, f32, fp8, i32, i8)"):format(
     what, type(dtype) == "string" and ("'" .. dtype .. "'") or type(dtype))
 end
 
@@ -628,8 +632,8 @@ function M.decode(dtype, e)
   return ELEMS[n].decode(e)
 end
 
--- The common conversions by name: fd.f32_to_bf16(x), fd.bf16_to_f32(bits), and f16, fp8 alike.
-for _, n in ipairs { "bf16", "f16", "fp8" } do
+-- The common conversions by name: fd.f32_to_bf16(x), fd.bf16_to_f32(bits), and f16, fp8, e5m2 alike.
+for n in pairs(MINI) do
   M["f32_to_" .. n], M[n .. "_to_f32"] = ELEMS[n].encode, ELEMS[n].decode
 end
 
@@ -658,7 +662,7 @@ local function store(a, e, n, init)
 end
 
 -- A zeroed, 64-byte aligned array of n elements of dtype ("f32", "f16", "bf16",
--- "i8", "fp8", "i32") as a typed pointer (float *, uint16_t *, ...), freed when
+-- "i8", "fp8", "e5m2", "i32") as a typed pointer (float *, uint16_t *, ...), freed when
 -- collected (keep it referenced while the library uses it); init: see store.
 function M.array(dtype, n, init)
   local name, err = elem_name(dtype, "array")

@@ -281,7 +281,7 @@ static double bytes_sent(int v, double s) {
 /* Print the report (rank 0). */
 static void report(const char *name, const fd_shape *g, const opts *o, int threads, const medians *all,
                    double single_s, const double *diff) {
-  static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" }, *MODE[] = { "causal", "mask", "full" };
+  static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8", "e5m2" }, *MODE[] = { "causal", "mask", "full" };
   double state = 4.0 * g->batch * g->n_q_heads * (g->head_dim + 1), total_kv = kv_bytes(g, (double)g->kv_len);
   printf("### %s, np %d\n\nB=%d Hq=%d Hkv=%d D=%d, q %s, KV %s, out f32, %s, %lld keys per row (%.1f MiB of KV) over %d "
          "ranks, %d fd_run thread(s) per rank; median of %d steps, each after a 64 MiB cache flush and a barrier.\n\n",

@@ -10,7 +10,7 @@
 enum { MSG_LEN = 512, SIG_LEN = 128 };
 static _Thread_local char errbuf[1024];
 static const char *const MODE_NAME[] = { "FD_CAUSAL", "FD_MASK", "FD_FULL" };
-static const char *const DTYPE_NAME[] = { "FD_F32", "FD_F16", "FD_BF16", "FD_I8", "FD_FP8_E4M3" };
+static const char *const DTYPE_NAME[] = { "FD_F32", "FD_F16", "FD_BF16", "FD_I8", "FD_FP8_E4M3", "FD_FP8_E5M2" };
 static const char *const COMBINE_NAME[] = { "default", "reduce", "gather" };
 
 /* One call's working state. */
@@ -144,7 +144,7 @@ static int check_shape(call *c) {
   if (s->out_dtype != FD_F32)
     return local_fail(c, FD_EINVAL, "shard.shape.out_dtype is %s; fdmpi_run needs FD_F32 (partial states are merged "
                       "in f32; convert the merged out afterwards)",
-                      (unsigned)s->out_dtype <= FD_FP8_E4M3 ? DTYPE_NAME[s->out_dtype] : "not a dtype");
+                      (unsigned)s->out_dtype < sizeof DTYPE_NAME / sizeof *DTYPE_NAME ? DTYPE_NAME[s->out_dtype] : "not a dtype");
   return 0;
 }
 

@@ -44,9 +44,9 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   if (!a->v) return fd_fail(ctx, FD_EINVAL, "args.v is NULL");
   if (!a->out) return fd_fail(ctx, FD_EINVAL, "args.out is NULL");
   if (s->mask_mode == FD_MASK && !a->mask) return fd_fail(ctx, FD_EINVAL, "args.mask is NULL but the shape's mask_mode is FD_MASK");
-  if (s->kv_dtype >= FD_I8 && (!a->k_scale || !a->v_scale))
+  if (fd_dtype_quant[s->kv_dtype] && (!a->k_scale || !a->v_scale))
     return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but kv_dtype %s needs per-row scales",
-                   a->k_scale ? "v_scale" : "k_scale", s->kv_dtype == FD_I8 ? "int8" : "fp8");
+                   a->k_scale ? "v_scale" : "k_scale", fd_dtype_texts[s->kv_dtype]);
   if (!isfinite(a->scale)) return fd_fail(ctx, FD_EINVAL, "args.scale is not finite");
   if (s->mask_mode == FD_CAUSAL) {
     if (!a->cur_pos) return fd_fail(ctx, FD_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FD_CAUSAL");
@@ -194,13 +194,9 @@ static void task(void *arg, int tid) { drain(arg, tid, work_item); }
 
 /* ---- fd_config.check_inputs: NaN and infinities refused before anything is written ---- */
 
-/* Per dtype (f32, f16, bf16, int8, fp8): the bits all set in a NaN or an
-   infinity (0: int8 has neither), the mantissa bits (nonzero: NaN), the sign. */
-static const struct { uint32_t exp, man, sign; } NONFINITE[] = {
-  { 0x7f800000u, 0x007fffffu, 0x80000000u }, { 0x7c00u, 0x3ffu, 0x8000u }, { 0x7f80u, 0x7fu, 0x8000u },
-  { 0, 0, 0 }, { 0x7fu, 0x7fu, 0x80u },
-};
-#define MASK_DTYPE 5           /* a mask element: f32 where -Inf is allowed (it masks a key) */
+/* Inputs are checked by their dtype's NaN and infinity bits (fd_dtype_nonfinite,
+   gen/facts.lua); a mask element is one more kind: f32 where -Inf is allowed (it masks a key). */
+#define MASK_DTYPE FD_DTYPE_COUNT
 
 /* first_bad_uN(p, n, e): index of the first of n elements whose bits hold all
    of e (a NaN or an infinity), or -1. Blocks of 64 elements take a min
@@ -229,8 +225,9 @@ static size_t in_size(int dtype) { return dtype == MASK_DTYPE ? 4 : fd_dtype_siz
 
 /* Bits of element i of dtype at p. */
 static uint32_t elem_bits(int dtype, const void *p, int64_t i) {
-  if (dtype == FD_F32 || dtype == MASK_DTYPE) return ((const uint32_t *)p)[i];
-  if (dtype <= FD_BF16) return ((const uint16_t *)p)[i];
+  size_t size = in_size(dtype);
+  if (size == 4) return ((const uint32_t *)p)[i];
+  if (size == 2) return ((const uint16_t *)p)[i];
   return ((const uint8_t *)p)[i];
 }
 
@@ -244,10 +241,10 @@ static int64_t first_bad(int dtype, const void *p, int64_t n) {
       from += i + 1;
     }
   }
-  uint32_t e = NONFINITE[dtype].exp;
+  uint32_t e = fd_dtype_nonfinite[dtype].nonfinite;
   if (!e) return -1;
-  if (dtype == FD_F32) return first_bad_u32(p, n, e);
-  if (dtype <= FD_BF16) return first_bad_u16(p, n, (uint16_t)e);
+  if (in_size(dtype) == 4) return first_bad_u32(p, n, e);
+  if (in_size(dtype) == 2) return first_bad_u16(p, n, (uint16_t)e);
   return first_bad_u8(p, n, (uint8_t)e);
 }
 
@@ -255,8 +252,8 @@ static int64_t first_bad(int dtype, const void *p, int64_t n) {
 static const char *bad_name(int dtype, const void *p, int64_t i) {
   int t = dtype == MASK_DTYPE ? FD_F32 : dtype;
   uint32_t u = elem_bits(dtype, p, i);
-  if (u & NONFINITE[t].man) return "NaN";
-  return u & NONFINITE[t].sign ? "-Inf" : "+Inf";
+  if (u & fd_dtype_nonfinite[t].nan) return "NaN";
+  return u & fd_dtype_nonfinite[t].sign ? "-Inf" : "+Inf";
 }
 
 /* rows x len elements of one input for one (b, kv head), rows stride elements
@@ -291,7 +288,7 @@ static const char *const IN_NAME[] = { "q", "k", "k_scale", "v", "v_scale", "mas
 static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_rows *r) {
   const fd_shape *s = &p->shape;
   int64_t D = s->head_dim;
-  int quant = s->kv_dtype >= FD_I8;
+  int quant = fd_dtype_quant[s->kv_dtype];
   int64_t ps = s->layout == FD_PAGED ? s->page_size : 0;
   switch (t) {
   case IN_Q: *r = (in_rows){ w->q, s->q_dtype, p->heads, D, D, NULL, p->G, w->tok_stride }; return 1;

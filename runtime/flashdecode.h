@@ -63,8 +63,11 @@ enum {
   FD_ESYS = -7           /* a system call failed */
 };
 
-/* Enum values are the tiling-key digits. */
-typedef enum fd_dtype { FD_F32 = 0, FD_F16 = 1, FD_BF16 = 2, FD_I8 = 3, FD_FP8_E4M3 = 4 } fd_dtype;
+/* Enum values are the tiling-key digits. KV dtypes: f32, f16, bf16; FD_I8, FD_FP8_E4M3 (bias 7,
+   no infinity, largest 448) and FD_FP8_E5M2 (bias 15, the upper byte of an f16: infinities,
+   subnormals, largest 57344) times a per-row float scale (fd_args.k_scale, v_scale). q and out:
+   f32, f16, bf16. */
+typedef enum fd_dtype { FD_F32 = 0, FD_F16 = 1, FD_BF16 = 2, FD_I8 = 3, FD_FP8_E4M3 = 4, FD_FP8_E5M2 = 5 } fd_dtype;
 typedef enum fd_mask_mode { FD_CAUSAL = 0, FD_MASK = 1, FD_FULL = 2 } fd_mask_mode;
 typedef enum fd_layout { FD_BHSD = 0, FD_BSHD = 1, FD_PAGED = 2 } fd_layout;
 typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
@@ -125,7 +128,7 @@ typedef struct fd_args {
                                at slot s % page_size */
   const int32_t *cur_pos;   /* [B], causal: the query's position, 0 <= cur_pos[b] < kv_len */
   const float *mask;        /* [B, Hq, kv_len] additive, mask mode; -inf masks a key out */
-  const float *k_scale, *v_scale;  /* int8/fp8: one float per K/V row, laid out as K without D
+  const float *k_scale, *v_scale;  /* int8/fp8 (e4m3, e5m2): one float per K/V row, laid out as K without D
                                       (FD_PAGED: [pool_pages, Hkv, page_size]) */
   const int32_t *block_table;      /* FD_PAGED: [B, ceil(kv_len / page_size)] pool page indices; the entries of
                                       pages that hold a row's valid keys must be 0..pool_pages - 1 (checked) */
@@ -154,7 +157,9 @@ typedef struct fd_args {
    - Finite V up to FLT_MAX: the weighted mean, rounded; the f32 accumulators
      do not overflow (weights are scaled by 2^-32), so out is Inf only where
      the mean rounds past the out dtype's largest value.
-   - fp8 e4m3 codes 0x7f and 0xff are NaN; int8 codes are always finite.
+   - fp8 e4m3 codes 0x7f and 0xff are NaN; fp8 e5m2 codes 0x7c and 0xfc are
+     +-Inf, 0x7d-0x7f and 0xfd-0xff NaN (as the f16 they are the upper byte
+     of); int8 codes are always finite.
    fd_config.check_inputs = 1 refuses all of these (except -Inf in the mask)
    with FD_EINVAL, e.g. "args.k[b=0, kv_head=1, key=17, d=3] is NaN": inputs
    in the order q, k, k_scale, v, v_scale, mask, each in index order. */

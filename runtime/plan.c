@@ -157,7 +157,7 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if ((s->features & FD_NEW_KV) && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with mask_mode %s; the new tokens' keys need "
                    "positions (FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);
-  if ((s->features & FD_NEW_KV) && s->kv_dtype > FD_BF16)
+  if ((s->features & FD_NEW_KV) && fd_dtype_quant[s->kv_dtype])
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with kv_dtype %s; k_new and v_new are f32, f16 or "
                    "bf16 (no scales)", fd_dtype_names[s->kv_dtype]);
   if ((s->features & FD_SHARED_KV) && s->mask_mode == FD_CAUSAL)

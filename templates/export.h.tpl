@@ -38,7 +38,12 @@
 @ end
 
 /* ---- Types ---- */
-enum { FDT_F32 = 0, FDT_F16 = 1, FDT_BF16 = 2, FDT_I8 = 3, FDT_FP8_E4M3 = 4 };
+/* fd_dtype: f32, f16, bf16; int8, fp8 e4m3 and fp8 e5m2 with per-row scales (gen/facts.lua dtypes). */
+enum { $(dtype_list(function(d, i) return d.enum:gsub("^FD_", "FDT_") .. " = " .. i end)) };
+#define FDT_DTYPE_COUNT $(DTYPE_COUNT)
+/* Bytes per element, and whether K/V rows carry k_scale / v_scale, by dtype. */
+static const unsigned char fdt_dtype_bytes[FDT_DTYPE_COUNT] = { $(dtype_list(function(d) return d.size end)) };
+static const unsigned char fdt_dtype_quant[FDT_DTYPE_COUNT] = { $(dtype_list(function(d) return d.quant and 1 or 0 end)) };
 enum { FDT_CAUSAL = 0, FDT_MASK = 1, FDT_FULL = 2 };
 enum { FDT_BHSD = 0, FDT_BSHD = 1, FDT_PAGED = 2 };
 /* Return codes of fdt_run. */
@@ -56,7 +61,7 @@ typedef struct fdt_args {
   const void *k, *v;        /* [B, Hkv, S, D] (BHSD), [B, S, Hkv, D] (BSHD) or pools [pool_pages, Hkv, page_size, D] (paged), kv_dtype */
   const int32_t *cur_pos;   /* [B], causal: the query's position, 0 <= cur_pos[b] < kv_len */
   const float *mask;        /* [B, Hq, kv_len] additive, mask mode */
-  const float *k_scale, *v_scale;  /* int8/fp8: one float per K/V row */
+  const float *k_scale, *v_scale;  /* int8/fp8 (e4m3, e5m2): one float per K/V row */
   const int32_t *block_table;      /* paged: [B, ceil(kv_len / page_size)] pool pages */
   float scale;              /* 0 = 1/sqrt(head_dim) */
   void *out;                /* [B, Hq, D] out_dtype */
@@ -180,7 +185,7 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if ((int64_t)s->batch * s->n_q_heads > INT32_MAX)
     return fdt_refuse(why, FDT_EINVAL, "shape.batch x shape.n_q_heads is above INT_MAX");
   if ((unsigned)s->q_dtype > 2) return fdt_refuse(why, FDT_EINVAL, "shape.q_dtype is unknown (f32, f16 or bf16)");
-  if ((unsigned)s->kv_dtype > 4) return fdt_refuse(why, FDT_EINVAL, "shape.kv_dtype is unknown");
+  if ((unsigned)s->kv_dtype >= FDT_DTYPE_COUNT) return fdt_refuse(why, FDT_EINVAL, "shape.kv_dtype is unknown");
   if ((unsigned)s->out_dtype > 2) return fdt_refuse(why, FDT_EINVAL, "shape.out_dtype is unknown (f32, f16 or bf16)");
   if ((unsigned)s->mask_mode > 2) return fdt_refuse(why, FDT_EINVAL, "shape.mask_mode is unknown");
   if ((unsigned)s->layout > 2) return fdt_refuse(why, FDT_EINVAL, "shape.layout is unknown");
@@ -300,7 +305,7 @@ static inline double fdt_inv_sqrt(int head_dim) {
 }
 
 /* Bytes of one element of a dtype. */
-static inline size_t fdt_dtype_size(int dt) { return dt == FDT_F32 ? 4 : dt <= FDT_BF16 ? 2 : 1; }
+static inline size_t fdt_dtype_size(int dt) { return fdt_dtype_bytes[dt]; }
 
 /* One run: the problem, its row, its work items and its scratch. */
 typedef struct fdt_job {
@@ -382,9 +387,9 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
   if (!a->out) return fdt_refuse(why, FDT_EINVAL, "args.out is NULL");
   if (s->mask_mode == FDT_MASK && !a->mask)
     return fdt_refuse(why, FDT_EINVAL, "args.mask is NULL but the shape's mask_mode is FDT_MASK");
-  if (s->kv_dtype >= FDT_I8 && !a->k_scale)
+  if (fdt_dtype_quant[s->kv_dtype] && !a->k_scale)
     return fdt_refuse(why, FDT_EINVAL, "args.k_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
-  if (s->kv_dtype >= FDT_I8 && !a->v_scale)
+  if (fdt_dtype_quant[s->kv_dtype] && !a->v_scale)
     return fdt_refuse(why, FDT_EINVAL, "args.v_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
   if (!fdt_finite(a->scale)) return fdt_refuse(why, FDT_EINVAL, "args.scale is not finite");
   if (s->mask_mode == FDT_CAUSAL) {

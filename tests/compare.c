@@ -1,5 +1,6 @@
 /* Output checks shared by the C tests: kernel or API output against the reference. */
 #include "compare.h"
+#include "fd_keydefs.h"
 #include "tcheck.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,4 +42,19 @@ void t_compare_tokens(const kproblem *p, int q_len, const void *out, const float
     t_compare(p, got, glse, rout, rlse, 1, tname);
   }
   free(rout); free(rlse); free(got); free(glse);
+}
+
+/* How many KV dtypes carry per-row scales. */
+int t_quant_count(void) {
+  int n = 0;
+  for (int d = 0; d < FD_DTYPE_COUNT; d++) n += fd_dtype_quant[d];
+  return n;
+}
+
+/* The (i mod t_quant_count())-th KV dtype with per-row scales, in value order. */
+int t_quant_dtype(int i) {
+  int k = i % t_quant_count();
+  for (int d = 0; d < FD_DTYPE_COUNT; d++)
+    if (fd_dtype_quant[d] && k-- == 0) return d;
+  return -1;
 }

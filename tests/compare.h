@@ -12,4 +12,8 @@ double t_compare(const kproblem *p, const float *out, const float *lse, const do
 void t_compare_tokens(const kproblem *p, int q_len, const void *out, const float *lse,
                       void (*reference)(const void *c, int t, double *rout, double *rlse), const void *c,
                       const char *name);
+/* The KV dtypes with per-row scales (fd_dtype_quant: int8, fp8 e4m3, fp8 e5m2), in
+   value order: how many, and the i-th of them, i taken modulo their count. */
+int t_quant_count(void);
+int t_quant_dtype(int i);
 #endif

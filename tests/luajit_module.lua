@@ -345,6 +345,16 @@ local function test_arrays()
         ("%x %x"):format(fd.f32_to_bf16(1 + 2 ^ -8), fd.f32_to_bf16(1 + 3 * 2 ^ -8)))
   check("f16 bits", fd.f32_to_f16(65504) == 0x7bff and fd.f32_to_f16(65520) == 0x7c00 and fd.f16_to_f32(1) == 2 ^ -24,
         "f16 conversions")
+  check("fp8 e5m2 bits: nearest even, 57344 the largest, infinity from 61440, subnormals",
+        fd.f32_to_e5m2(1.125) == 0x3c and fd.f32_to_e5m2(61439) == 0x7b and fd.f32_to_e5m2(61440) == 0x7c
+          and fd.f32_to_e5m2(-2 ^ -16) == 0x81 and fd.e5m2_to_f32(0x7b) == 57344 and fd.e5m2_to_f32(0xfc) == -math.huge,
+        ("%x %x %x %x"):format(fd.f32_to_e5m2(1.125), fd.f32_to_e5m2(61439), fd.f32_to_e5m2(61440), fd.f32_to_e5m2(-2 ^ -16)))
+  local bad
+  for c = 0, 255 do                                       -- each code is the f16 whose upper byte it is
+    local x, h = fd.decode("fp8_e5m2", c), fd.f16_to_f32(c * 256)
+    if not (x == h or (x ~= x and h ~= h)) then bad = bad or c end
+  end
+  check("every fp8 e5m2 code decodes as its f16", bad == nil, ("code 0x%02x"):format(bad or 0))
   raises("unknown array dtype", { "array", "'bf17'" }, function() fd.array("bf17", 4) end)
   raises("array length", { "positive integer" }, function() fd.array("f32", 0) end)
 end

@@ -3,6 +3,7 @@
    forced splits, thread counts and both backends. Bad input lives in
    test_errors.c. */
 #include "compare.h"
+#include "fd_keydefs.h"
 #include "flashdecode.h"
 #include "kexec.h"
 #include "tcheck.h"
@@ -11,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" };
-static const char *MODE[] = { "causal", "mask", "full" };
+#define DT fd_dtype_names
+#define MODE fd_mask_mode_names
 static fd_ctx *ctx_tcc[5], *ctx_cc;   /* tcc contexts with 1..4 threads; one cc context */
 
 /* The fd_shape and fd_args of a test problem. */
@@ -63,12 +64,13 @@ static void run(fd_ctx *ctx, int B, int Hq, int Hkv, int D, int64_t S, int qd, i
   kp_free(&p);
 }
 
-/* Every q x kv x out dtype (and int8/fp8 KV), planner's choices. */
+/* Every q x kv x out dtype (and the KV dtypes with row scales: int8, fp8 e4m3, e5m2), planner's choices. */
 static void dtypes(void) {
   for (int c = 0; c < 27; c++)
     run(ctx_tcc[2], 3, 8, 2, 128, 300, c / 9, c / 3 % 3, c % 3, c % 3, c % 2, (fd_plan_opts){ 0 }, c % 2, 100 + c, "dtypes");
-  for (int c = 0; c < 6; c++)
-    run(ctx_tcc[2], 2, 8, 2, 64, 200, c % 3, 3 + c % 2, (c + 1) % 3, c % 3, c / 3, (fd_plan_opts){ 0 }, 1, 150 + c, "quantized");
+  for (int c = 0; c < 3 * t_quant_count(); c++)
+    run(ctx_tcc[2], 2, 8, 2, 64, 200, c % 3, t_quant_dtype(c / 3), (c + 1) % 3, (c + c / 3) % 3, c % 2,
+        (fd_plan_opts){ 0 }, 1, 150 + c, "quantized");
 }
 
 /* Mask modes x layouts x head_dims x groups, with forced splits and thread counts cycling. */
@@ -125,7 +127,8 @@ static void cc_backend(void) {
   if (!t_check(ctx_cc != NULL, "cc context: %s", fd_errmsg(NULL))) return;
   for (int c = 0; c < 12; c++) {
     fd_plan_opts o = { c % 2 ? 64 : 0, c % 3 ? 0 : 2, c % 4, 0, 0 };
-    run(ctx_cc, 2, 8, 2, c % 3 ? 128 : 80, 333, c % 3, (c + 1) % 5, (c + 2) % 3, c % 3, c % 2, o, c % 2, 400 + c, "cc");
+    run(ctx_cc, 2, 8, 2, c % 3 ? 128 : 80, 333, c % 3, (c + 1) % FD_DTYPE_COUNT, (c + 2) % 3, c % 3, c % 2, o, c % 2,
+        400 + c, "cc");
   }
 }
 

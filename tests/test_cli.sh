@@ -50,6 +50,8 @@ check "run prints keys" has "$out" "split key  1"
 check "run checks against the reference" has "$out" ": ok"
 out=$($F run --shape "batch=2,n_q_heads=8,n_kv_heads=2,head_dim=80,kv_dtype=fp8,mask_mode=full,layout=bshd,kv_len=99" --chunk 32 --tile 2 --threads 1)
 check "run with an inline shape, fp8 BSHD" has "$out" ": ok"
+out=$($F run --shape "batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,q_dtype=bf16,kv_dtype=e5m2,out_dtype=f16,kv_len=300" --splits 3)
+check "run with an inline shape, fp8 e5m2" has "$out" ": ok"
 out=$($F run --shape nosuch 2>&1)
 check "run refuses an unknown shape" has "$out" "no shape called nosuch"
 out=$($F run --shape llama3-8b --tile 3 2>&1)

@@ -3,6 +3,7 @@
    destroyed context fail cleanly; concurrent runs match serial runs; indexing
    is 64-bit. */
 #include "compare.h"
+#include "fd_keydefs.h"
 #include "flashdecode.h"
 #include "kexec.h"
 #include "tcheck.h"
@@ -43,8 +44,12 @@ static void bad_shapes(void) {
   BAD(kv_len, (int64_t)1 << 40, FD_EINVAL, "int32 cur_pos");
   BAD(q_dtype, (fd_dtype)7, FD_EINVAL, "shape.q_dtype");
   BAD(q_dtype, FD_I8, FD_EINVAL, "shape.q_dtype");
+  BAD(q_dtype, FD_FP8_E5M2, FD_EINVAL, "shape.q_dtype");
   BAD(kv_dtype, (fd_dtype)9, FD_EINVAL, "shape.kv_dtype");
+  BAD(kv_dtype, (fd_dtype)(FD_FP8_E5M2 + 1), FD_EINVAL, "shape.kv_dtype");
+  BAD(kv_dtype, (fd_dtype)-1, FD_EINVAL, "shape.kv_dtype");
   BAD(out_dtype, FD_FP8_E4M3, FD_EINVAL, "shape.out_dtype");
+  BAD(out_dtype, FD_FP8_E5M2, FD_EINVAL, "shape.out_dtype");
   BAD(mask_mode, (fd_mask_mode)3, FD_EINVAL, "shape.mask_mode");
   BAD(layout, (fd_layout)5, FD_EINVAL, "shape.layout");
   BAD(layout, FD_PAGED, FD_EINVAL, "shape.page_size");      /* page_size 0 */
@@ -89,8 +94,30 @@ static void run_refused(const fd_plan *p, fd_args a, int code, const char *want,
   t_check(untouched(out, sizeof out) && untouched(lse, sizeof lse), "%s: out and lse untouched", name);
 }
 
+/* A quantized KV dtype run without one of its row scales: FD_EINVAL naming it, out untouched. */
+static void missing_scales(fd_dtype kv) {
+  kproblem kp;
+  kp_init(&kp, 2, 8, 2, 64, 100, 0, kv, 0, 2, 0, 9);
+  fd_shape s = { 2, 8, 2, 64, 100, FD_F32, kv, FD_F32, FD_FULL, FD_BHSD, 0 };
+  fd_plan *p;
+  char name[64];
+  if (!t_check(fd_plan_create(ctx, &s, &p) == 0, "kv %s plan: %s", fd_dtype_names[kv], fd_errmsg(ctx))) return;
+  const fd_args ok = { kp.q, kp.k, kp.v, NULL, NULL, kp.k_scale, kp.v_scale, NULL, 0, (void *)1, NULL };
+  fd_args a = ok;
+  a.k_scale = NULL;
+  snprintf(name, sizeof name, "kv %s, args.k_scale = NULL", fd_dtype_names[kv]);
+  run_refused(p, a, FD_EINVAL, "args.k_scale is NULL", name);
+  a = ok;
+  a.v_scale = NULL;
+  snprintf(name, sizeof name, "kv %s, args.v_scale = NULL", fd_dtype_names[kv]);
+  run_refused(p, a, FD_EINVAL, "args.v_scale is NULL", name);
+  fd_plan_destroy(p);
+  kp_free(&kp);
+}
+
 /* Every bad argument of fd_run, per mask mode and dtype that needs it. */
 static void bad_args(void) {
+  for (int k = 0; k < t_quant_count(); k++) missing_scales((fd_dtype)t_quant_dtype(k));
   kproblem kp;
   kp_init(&kp, 2, 8, 2, 64, 100, 0, 3, 0, 1, 0, 7);    /* int8 KV, mask mode */
   fd_shape s = { 2, 8, 2, 64, 100, FD_F32, FD_I8, FD_F32, FD_MASK, FD_BHSD, 0 };
@@ -333,10 +360,10 @@ static int plan_isa(fd_ctx *c, fd_shape s, int forced) {
 
 /* The heuristic tile of 16 query heads per kv head: 16 (the head-lane kernel)
    on AVX-512, 8 when head_dim 72 sends the plan to AVX2 (which holds 12 heads
-   at most), 8 for int8 K/V (no head-lane kernel). */
+   at most), 8 for int8 and fp8 K/V (no head-lane kernel). */
 static void heuristic_tiles(void) {
   static const struct { int D; fd_dtype kv; int isa, tile; } c[] = {
-    { 64, FD_F16, 2, 16 }, { 72, FD_F16, 1, 8 }, { 64, FD_I8, 2, 8 },
+    { 64, FD_F16, 2, 16 }, { 72, FD_F16, 1, 8 }, { 64, FD_I8, 2, 8 }, { 64, FD_FP8_E5M2, 2, 8 },
   };
   for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
     fd_shape s = { 2, 32, 2, c[i].D, 300, FD_F32, c[i].kv, FD_F32, FD_CAUSAL, FD_BHSD, 0 };

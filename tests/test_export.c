@@ -72,7 +72,7 @@ static float load(int dt, const void *p, size_t i) {
   return b.f;
 }
 
-/* Fill n elements of dtype dt from seed: k/128 values, int8 or fp8 codes. */
+/* Fill n elements of dtype dt from seed: k/128 values, int8 or fp8 (e4m3, e5m2) codes. */
 static void fill(void *p, int dt, size_t n, uint32_t seed) {
   uint32_t x = seed * 2654435761u + 1;
   for (size_t i = 0; i < n; i++) {
@@ -83,7 +83,7 @@ static void fill(void *p, int dt, size_t n, uint32_t seed) {
     else if (dt == FDT_F16) ((uint16_t *)p)[i] = to_f16(f);
     else if (dt == FDT_BF16) ((uint16_t *)p)[i] = (uint16_t)(b.u >> 16);
     else if (dt == FDT_I8) ((int8_t *)p)[i] = (int8_t)((int)(r % 255) - 127);
-    else ((uint8_t *)p)[i] = (uint8_t)((r & 0x80u) | (r % 0x60u));   /* fp8: finite, |x| < 32 */
+    else ((uint8_t *)p)[i] = (uint8_t)((r & 0x80u) | (r % 0x60u));   /* fp8: finite, |x| < 32 (e4m3), <= 448 (e5m2) */
   }
 }
 
@@ -113,7 +113,7 @@ static void make(prob *p, const fdt_shape *s, int64_t L, uint32_t seed) {
   fill(p->k, s->kv_dtype, p->nkv, seed + 1);
   fill(p->v, s->kv_dtype, p->nkv, seed + 2);
   for (int b = 0; b < s->batch; b++) p->pos[b] = (int32_t)(L - 1 - (b ? (int64_t)(b * 7919u) % (L / 2 + 1) : 0));
-  if (s->kv_dtype >= FDT_I8) {
+  if (fdt_dtype_quant[s->kv_dtype]) {
     p->ks = malloc(p->nrows * 4); p->vs = malloc(p->nrows * 4);
     for (size_t i = 0; i < p->nrows; i++) { p->ks[i] = 0.004f + 0.001f * (float)(i % 7); p->vs[i] = 0.003f + 0.001f * (float)(i % 5); }
   }
@@ -319,7 +319,7 @@ static void jit_case(int i, const char *table, FILE *f) {
 /* ---- Refusals: fdt_run against fd_plan_create + fd_run, case by case ---- */
 
 /* The problem a refusal case starts from: one the table's rows have when they can. */
-enum { BASE_CAUSAL, BASE_MASK, BASE_FULL_FP8, N_BASES };
+enum { BASE_CAUSAL, BASE_MASK, BASE_FULL_FP8, BASE_E5M2, N_BASES };
 
 /* What one change to a valid problem does. */
 enum { M_NONE, M_SHAPE_NULL, M_ARGS_NULL, M_SHAPE_INT, M_KV_LEN, M_ARG_NULL, M_SCALE, M_POS };
@@ -343,6 +343,7 @@ static const refusal REFUSALS[] = {
   { "valid causal problem (control)", BASE_CAUSAL, 1, { NO_CHANGE } },
   { "valid mask problem (control)", BASE_MASK, 1, { NO_CHANGE } },
   { "valid full fp8 problem (control)", BASE_FULL_FP8, 1, { NO_CHANGE } },
+  { "valid fp8 e5m2 problem (control)", BASE_E5M2, 1, { NO_CHANGE } },
   { "scale 0.5 (control)", BASE_CAUSAL, 1, { SCALE(0.5f) } },
   { "cur_pos[last] kv_len - 1 (control)", BASE_CAUSAL, 1, { POS(-1, 39) } },
   { "shape NULL", BASE_CAUSAL, 0, { { M_SHAPE_NULL, 0, 0, 0 } } },
@@ -358,7 +359,9 @@ static const refusal REFUSALS[] = {
   { "kv_len -5", BASE_FULL_FP8, 0, { KV_LEN(-5) } },
   { "q_dtype 3", BASE_CAUSAL, 0, { SHAPE_INT(q_dtype, 3) } },
   { "q_dtype -1", BASE_CAUSAL, 0, { SHAPE_INT(q_dtype, -1) } },
-  { "kv_dtype 5", BASE_MASK, 0, { SHAPE_INT(kv_dtype, 5) } },
+  { "kv_dtype 6 (one past FDT_FP8_E5M2)", BASE_MASK, 0, { SHAPE_INT(kv_dtype, FDT_FP8_E5M2 + 1) } },
+  { "kv_dtype -1", BASE_E5M2, 0, { SHAPE_INT(kv_dtype, -1) } },
+  { "out_dtype FDT_FP8_E5M2", BASE_E5M2, 0, { SHAPE_INT(out_dtype, FDT_FP8_E5M2) } },
   { "out_dtype 3", BASE_CAUSAL, 0, { SHAPE_INT(out_dtype, 3) } },
   { "mask_mode 3", BASE_CAUSAL, 0, { SHAPE_INT(mask_mode, 3) } },
   { "layout 3", BASE_CAUSAL, 0, { SHAPE_INT(layout, 3) } },
@@ -383,6 +386,8 @@ static const refusal REFUSALS[] = {
   { "args.mask NULL in mask mode", BASE_MASK, 0, { ARG_NULL(mask) } },
   { "args.k_scale NULL with int8/fp8 K", BASE_MASK, 0, { ARG_NULL(k_scale) } },
   { "args.v_scale NULL with int8/fp8 V", BASE_FULL_FP8, 0, { ARG_NULL(v_scale) } },
+  { "args.k_scale NULL with fp8 e5m2 K", BASE_E5M2, 0, { ARG_NULL(k_scale) } },
+  { "args.v_scale NULL with fp8 e5m2 V", BASE_E5M2, 0, { ARG_NULL(v_scale) } },
   { "args.scale NaN", BASE_CAUSAL, 0, { SCALE(NAN) } },
   { "args.scale +Inf", BASE_CAUSAL, 0, { SCALE(INFINITY) } },
   { "args.scale -Inf", BASE_MASK, 0, { SCALE(-INFINITY) } },
@@ -402,8 +407,9 @@ static const refusal REFUSALS[] = {
 /* Does table row r have what base kind needs? */
 static int row_is(const fdt_row *r, int kind) {
   if (kind == BASE_CAUSAL) return r->mask_mode == FDT_CAUSAL;
-  if (kind == BASE_MASK) return r->mask_mode == FDT_MASK && r->kv_dtype >= FDT_I8;
-  return r->mask_mode == FDT_FULL && r->kv_dtype >= FDT_I8;
+  if (kind == BASE_MASK) return r->mask_mode == FDT_MASK && fdt_dtype_quant[r->kv_dtype];
+  if (kind == BASE_E5M2) return r->kv_dtype == FDT_FP8_E5M2;
+  return r->mask_mode == FDT_FULL && fdt_dtype_quant[r->kv_dtype];
 }
 
 /* The base shape of a kind: the first table row of that kind (a shape this
@@ -413,6 +419,7 @@ static fdt_shape base_shape(int kind) {
     { .batch = 2, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 64, .kv_len = 40, .q_dtype = FDT_F32, .kv_dtype = FDT_F16, .out_dtype = FDT_F32, .mask_mode = FDT_CAUSAL, .layout = FDT_BHSD },
     { .batch = 2, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 32, .kv_len = 40, .q_dtype = FDT_BF16, .kv_dtype = FDT_I8, .out_dtype = FDT_BF16, .mask_mode = FDT_MASK, .layout = FDT_BSHD },
     { .batch = 3, .n_q_heads = 6, .n_kv_heads = 3, .head_dim = 80, .kv_len = 40, .q_dtype = FDT_F16, .kv_dtype = FDT_FP8_E4M3, .out_dtype = FDT_F16, .mask_mode = FDT_FULL, .layout = FDT_BHSD },
+    { .batch = 2, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 32, .kv_len = 40, .q_dtype = FDT_F32, .kv_dtype = FDT_FP8_E5M2, .out_dtype = FDT_BF16, .mask_mode = FDT_CAUSAL, .layout = FDT_BSHD },
   };
   for (int i = 0; i < FDT_N_ROWS; i++)
     if (row_is(&fdt_rows[i], kind)) {

@@ -93,6 +93,24 @@ T.eq(simd.vector(0), false, "portable C runs no micro-kernel")
 T.eq(key.by_name.isa.max, #facts.isas, "the key's isa field spans the records")
 T.eq(key.by_name.kv_dtype.max, #facts.dtypes, "the key's kv_dtype field spans the dtypes")
 
+-- The float dtypes' codes (float_bits: sign, nonfinite, NaN bits, bias, largest finite, +Inf, quiet NaN):
+-- IEEE f32, f16, bf16; fp8 e4m3 (no infinity, 0x7f NaN); fp8 e5m2, the upper byte of an f16.
+local FLOAT_BITS = {
+  f32 = { 0x80000000, 0x7f800000, 0x7fffff, 127, 0x7f7fffff, 0x7f800000, 0x7fc00000 },
+  f16 = { 0x8000, 0x7c00, 0x3ff, 15, 0x7bff, 0x7c00, 0x7e00 },
+  bf16 = { 0x8000, 0x7f80, 0x7f, 127, 0x7f7f, 0x7f80, 0x7fc0 },
+  fp8 = { 0x80, 0x7f, 0x7f, 7, 0x7e, nil, 0x7f },
+  e5m2 = { 0x80, 0x7c, 0x3, 15, 0x7b, 0x7c, 0x7e },
+}
+for d = 0, #facts.dtypes do
+  local t, w = facts.float_bits(d), FLOAT_BITS[facts.dtypes[d].name]
+  local got = t and { t.sign, t.nonfinite, t.man, t.bias, t.max, t.inf, t.nan }
+  T.eq(got and table.concat(got, ",", 1, 5) .. "," .. tostring(t.inf) .. "," .. t.nan,
+       w and table.concat(w, ",", 1, 5) .. "," .. tostring(w[6]) .. "," .. w[7], "float_bits of " .. facts.dtypes[d].name)
+end
+T.eq(facts.value(facts.dtypes, "e5m2"), 5, "fp8 e5m2 is fd_dtype 5, after e4m3")
+T.eq(facts.dtypes[5].enum, "FD_FP8_E5M2", "fp8 e5m2's C name")
+
 -- The template parameters come from the records.
 local gen = require("generate")
 for isa = 1, #facts.isas do

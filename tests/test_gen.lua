@@ -69,6 +69,12 @@ T.ok(g.source("10064064322001110"):find(".byte 0x62", 1, true), "AVX-512 takes g
 T.eq(table.concat(space.isas(72, 4), ","), "0,1", "isas of head_dim 72")
 T.ok(g.source("10064064020001310"):find("signed char", 1, true), "int8 KV kernel generated")
 T.ok(g.source("10064064020001410"):find("unsigned char", 1, true), "fp8 KV kernel generated")
+T.ok(g.source("10064064020001510"):find("hu = (fd_u32)kr[d] << 8;", 1, true), "fp8 e5m2 KV: C loads the f16 of each byte")
+for isa = 1, 2 do
+  local src = g.source(("1006406402%d001510"):format(isa))
+  T.ok(src:find("vpmovzxbw", 1, true) and src:find("vpsllw", 1, true) and src:find("vcvtph2ps", 1, true),
+       "fp8 e5m2 KV: isa " .. isa .. " widens bytes to the f16 words they top, then converts")
+end
 T.ok(g.source("10064064020001112"):find("pages[(c + i) >> w->page_shift]", 1, true), "paged C kernel reads rows through the block table")
 T.ok(g.source("10064064022001112"):find("for (po = 0; po < n; po += pm)", 1, true), "paged AVX-512 kernel walks a chunk page by page")
 T.ok(not g.source("10064064022001110"):find("pages = w->pages", 1, true), "dense kernels hold no paged code")

@@ -65,11 +65,60 @@ static void sweep_dtypes(void) {
     run_case(2, 8, 2, 128, 200, c / 9, c / 3 % 3, c % 3, c % 3, c % 2, 64, 4, 1 + c % 2, 2000 + c);
 }
 
-/* int8 and fp8 KV with per-row scales, both layouts, split and unsplit. */
+/* Every KV dtype with per-row scales (int8, fp8 e4m3, fp8 e5m2), both layouts, split and unsplit. */
 static void sweep_quantized(void) {
-  for (int c = 0; c < 8; c++)
-    run_case(2, 8, 2, c % 2 ? 96 : 128, 150, c % 3, 3 + c % 2, (c + 1) % 3, c % 3, c / 2 % 2, 64,
-             c % 4 ? 4 : 2, 1 + 2 * (c % 2), 2500 + c);
+  for (int k = 0; k < t_quant_count(); k++)
+    for (int c = 0; c < 8; c++)
+      run_case(2, 8, 2, c % 2 ? 96 : 128, 150, c % 3, t_quant_dtype(k), (c + 1) % 3, c % 3, c / 2 % 2, 64,
+               c % 4 ? 4 : 2, 1 + 2 * (c % 2), 2500 + 8 * k + c);
+}
+
+/* Every one of the 256 codes of each fp8 KV dtype (the quantized dtypes that
+   have NaN codes: e4m3, e5m2) decoded by the kernels, against the
+   reference's decoding (t_load), bit for bit: one key per batch row, scales 1
+   and the softmax scale 1, so each head's out is its V row exactly (p = 1)
+   and its lse its score exactly. V holds code d in column d (subnormals,
+   the largest, zero and -0, infinities and NaN: out NaN or that infinity in
+   that column only); K holds the finite codes the same way (the others as
+   0), and head h of batch row b reads column 16 b + h through a one-hot q,
+   so lse[b, h] is K's decoded code there. */
+static void fp8_codes(void) {
+  enum { NB = 16, NH = 16, D = 256 };
+  for (int kd = 0; kd < FD_DTYPE_COUNT; kd++) {
+    if (!fd_dtype_quant[kd] || !fd_dtype_nonfinite[kd].nonfinite || t_dtype_size(kd) != 1) continue;
+    kproblem p;
+    kp_init(&p, NB, NH, 1, D, 1, 0, kd, 0, 2, 0, 4400 + (uint64_t)kd);
+    p.ref.scale = 1.0;
+    uint8_t *k = p.k, *v = p.v;
+    for (int b = 0; b < NB; b++) {
+      p.k_scale[b] = p.v_scale[b] = 1.0f;
+      for (int d = 0; d < D; d++) {
+        v[b * D + d] = (uint8_t)d;
+        k[b * D + d] = isfinite(t_load(kd, v, (size_t)d)) ? (uint8_t)d : 0;
+        for (int h = 0; h < NH; h++) p.qf[((size_t)b * NH + h) * D + d] = d == NH * b + h ? 1.0f : 0.0f;
+      }
+    }
+    memcpy(p.q, p.qf, sizeof(float) * NB * NH * D);
+    float *out = malloc(sizeof(float) * NB * NH * D), lse[NB * NH];
+    char err[4096];
+    if (t_check(kx_run(&p, &(kconfig){ 16, 4, 1, 0, 1, isa }, out, lse, err, sizeof err) == 0,
+                "isa%d %s codes: run: %s", isa, DT[kd], err)) {
+      int bad = -1, lbad = -1;
+      for (int i = 0; i < NB * NH * D && bad < 0; i++) {
+        float want = t_load(kd, v, (size_t)(i % D));
+        if (isnan(want) ? !isnan(out[i]) : out[i] != want) bad = i;
+      }
+      for (int i = 0; i < NB * NH && lbad < 0; i++)
+        if (lse[i] != t_load(kd, k, (size_t)i)) lbad = i;
+      t_check(bad < 0, "isa%d %s V code 0x%02x (head %d): out %.9g, the reference decodes %.9g", isa, DT[kd],
+              bad < 0 ? 0 : bad % D, bad < 0 ? 0 : bad / D, bad < 0 ? 0 : out[bad],
+              bad < 0 ? 0 : t_load(kd, v, (size_t)(bad % D)));
+      t_check(lbad < 0, "isa%d %s K code 0x%02x: lse %.9g, the reference decodes %.9g", isa, DT[kd],
+              lbad < 0 ? 0 : k[lbad], lbad < 0 ? 0 : lse[lbad], lbad < 0 ? 0 : t_load(kd, k, (size_t)lbad));
+    }
+    free(out);
+    kp_free(&p);
+  }
 }
 
 /* Short lengths: one key, cur_pos 0, lengths below and at a chunk. */
@@ -218,6 +267,25 @@ static void conversions(void) {
   for (size_t i = 0; i < sizeof e / sizeof *e; i++)
     t_check(t_f32_to_e4m3(e[i].x) == e[i].e4m3 && (e[i].x > 448 || t_e4m3_to_f32(e[i].e4m3) == e[i].x),
             "e4m3 %g: %02x (want %02x)", e[i].x, t_f32_to_e4m3(e[i].x), e[i].e4m3);
+  /* e5m2: nearest even, the largest 57344, infinity from the rounding boundary 61440 on, subnormals to 2^-16 */
+  static const struct { float x; uint8_t e5m2; } f[] = {
+    { 1.0f, 0x3c }, { 1.25f, 0x3d }, { 1.125f, 0x3c }, { 1.375f, 0x3e }, { -1.5f, 0xbe }, { 0.0f, 0x00 },
+    { -0.0f, 0x80 }, { 57344.0f, 0x7b }, { 61439.0f, 0x7b }, { 61440.0f, 0x7c }, { -1e6f, 0xfc },
+    { INFINITY, 0x7c }, { 0x1p-14f, 0x04 }, { 0x1p-16f, 0x01 }, { 0x1p-17f, 0x00 }, { 0x3p-17f, 0x02 },
+    { 0x1.8p-15f, 0x03 }, { -0x1p-16f, 0x81 }, { NAN, 0x7e },
+  };
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+    t_check(t_f32_to_e5m2(f[i].x) == f[i].e5m2, "e5m2 %g: %02x (want %02x)", f[i].x, t_f32_to_e5m2(f[i].x), f[i].e5m2);
+  /* every e5m2 code is the f16 whose upper byte it is, and round-trips (NaN codes to the quiet NaN) */
+  int bad = -1;
+  for (int c = 0; c < 256 && bad < 0; c++) {
+    float x = t_e5m2_to_f32((uint8_t)c), h = t_f16_to_f32((uint16_t)(c << 8));
+    int back = t_f32_to_e5m2(x), nan = (c & 0x7f) > 0x7c;
+    if (nan ? !isnan(x) || !isnan(h) || back != (c & 0x80 ? 0xfe : 0x7e) : memcmp(&x, &h, 4) || back != c) bad = c;
+  }
+  t_check(bad < 0, "e5m2 code 0x%02x: %g, as f16 %g, back to 0x%02x", bad < 0 ? 0 : bad,
+          bad < 0 ? 0 : t_e5m2_to_f32((uint8_t)bad), bad < 0 ? 0 : t_f16_to_f32((uint16_t)(bad << 8)),
+          bad < 0 ? 0 : t_f32_to_e5m2(t_e5m2_to_f32((uint8_t)bad)));
 }
 
 int main(void) {
@@ -228,6 +296,7 @@ int main(void) {
     sweep_shapes();
     sweep_dtypes();
     sweep_quantized();
+    fp8_codes();
     edge_lengths();
     merge_splits();
     masked_rows();

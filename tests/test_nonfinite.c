@@ -1,10 +1,12 @@
 /* Non-finite inputs through the public API against the double-precision
    reference (tools/fdgen/ref.c): NaN, +Inf and -Inf in q, K, V and the mask,
    for each ISA this CPU has (forced through fd_plan_opts.isa), 1, 4 and more
-   splits than keys, the tcc and the cc backend; f16/bf16/fp8 codes and
-   int8/fp8 scales; V values near FLT_MAX; and fd_config.check_inputs, which
-   refuses them with the element named and writes nothing. */
+   splits than keys, the tcc and the cc backend; f16/bf16/fp8 (e4m3, e5m2)
+   codes and int8/fp8 scales; V values near FLT_MAX; and
+   fd_config.check_inputs, which refuses them with the element named and
+   writes nothing. */
 #include "flashdecode.h"
+#include "fd_keydefs.h"
 #include "kexec.h"
 #include "tcheck.h"
 #include <math.h>
@@ -15,7 +17,7 @@
 
 enum { AT_Q, AT_K, AT_V, AT_MASK, AT_KSCALE, AT_VSCALE };
 static const char *AT[] = { "q", "K", "V", "mask", "k_scale", "v_scale" };
-static const char *DT[] = { "f32", "f16", "bf16", "i8", "fp8" };
+#define DT fd_dtype_names
 static const char *ISA[] = { "auto", "C", "AVX2", "AVX-512" };
 
 /* A test shape: the problem's dimensions and the group tile to force (0: the planner's). */
@@ -55,8 +57,9 @@ static void make_problem(kproblem *p, const nf_shape *s, int kv_dtype, int mode,
 }
 
 /* Put value x at the case's position: in the f32 values the reference reads and
-   in the storage buffers (f16/bf16/fp8 by their own encoding; int8 and fp8 rows
-   keep their scales; a scale makes its whole row x times the stored codes). */
+   in the storage buffers (f16/bf16/fp8 by their own encoding: the e4m3 NaN
+   code, e5m2's infinity and NaN codes; int8 and fp8 rows keep their scales; a
+   scale makes its whole row x times the stored codes). */
 static void inject(kproblem *p, int at, float x) {
   size_t i = pos_index(p, at);
   int D = p->ref.D;
@@ -71,7 +74,7 @@ static void inject(kproblem *p, int at, float x) {
   }
   float *vals = at == AT_K ? p->kf : p->vf;
   void *buf = at == AT_K ? p->k : p->v;
-  if (p->kv_dtype >= 3) {            /* fp8: the NaN code; the row's scale stays */
+  if (fd_dtype_quant[p->kv_dtype]) {  /* fp8: the NaN or infinity code; the row's scale stays */
     vals[i] = t_store(p->kv_dtype, buf, i, x) * (at == AT_K ? p->k_scale : p->v_scale)[i / D];
     return;
   }
@@ -213,21 +216,25 @@ static void f32_matrix(fd_ctx *ctx, int n_shapes, const char *tag) {
     }
 }
 
-/* The 16-bit and 8-bit KV encodings: NaN and +Inf codes in K and V (f16, bf16),
-   the fp8 NaN code, NaN and +Inf int8/fp8 row scales. */
+/* The 16-bit and 8-bit KV encodings: NaN and +-Inf codes in K and V (f16,
+   bf16, fp8 e5m2), the fp8 e4m3 NaN code, NaN and +Inf int8/fp8 row scales. */
 static void dtype_cases(fd_ctx *ctx) {
   static const struct { int dt, at; float x; } C[] = {
-    { 1, AT_K, NAN }, { 1, AT_K, INFINITY }, { 1, AT_V, NAN }, { 1, AT_V, -INFINITY },
-    { 2, AT_K, NAN }, { 2, AT_K, -INFINITY }, { 2, AT_V, NAN }, { 2, AT_V, INFINITY },
-    { 4, AT_K, NAN }, { 4, AT_V, NAN }, { 4, AT_KSCALE, NAN }, { 4, AT_VSCALE, INFINITY },
-    { 3, AT_KSCALE, NAN }, { 3, AT_VSCALE, NAN },
+    { FD_F16, AT_K, NAN }, { FD_F16, AT_K, INFINITY }, { FD_F16, AT_V, NAN }, { FD_F16, AT_V, -INFINITY },
+    { FD_BF16, AT_K, NAN }, { FD_BF16, AT_K, -INFINITY }, { FD_BF16, AT_V, NAN }, { FD_BF16, AT_V, INFINITY },
+    { FD_FP8_E4M3, AT_K, NAN }, { FD_FP8_E4M3, AT_V, NAN }, { FD_FP8_E4M3, AT_KSCALE, NAN },
+    { FD_FP8_E4M3, AT_VSCALE, INFINITY }, { FD_I8, AT_KSCALE, NAN }, { FD_I8, AT_VSCALE, NAN },
+    { FD_FP8_E5M2, AT_K, NAN }, { FD_FP8_E5M2, AT_K, INFINITY }, { FD_FP8_E5M2, AT_K, -INFINITY },
+    { FD_FP8_E5M2, AT_V, NAN }, { FD_FP8_E5M2, AT_V, INFINITY }, { FD_FP8_E5M2, AT_V, -INFINITY },
+    { FD_FP8_E5M2, AT_KSCALE, NAN }, { FD_FP8_E5M2, AT_VSCALE, INFINITY },
   };
   for (int isa = FD_ISA_C; isa <= FD_ISA_AVX512; isa++) {
     if (!isa_fits(ctx, isa, &SHAPES[0])) continue;
     for (size_t c = 0; c < sizeof C / sizeof *C; c++)
       for (int sp = 0; sp < 2; sp++) {
-        fd_plan_opts o = { CHUNK, C[c].dt >= 3 ? 1 : 4, SPLITS[sp], 0, isa };
-        run_case(ctx, &SHAPES[C[c].dt >= 3], C[c].dt, C[c].at, C[c].x, &o, "dtype");
+        int quant = fd_dtype_quant[C[c].dt];
+        fd_plan_opts o = { CHUNK, quant ? 1 : 4, SPLITS[sp], 0, isa };
+        run_case(ctx, &SHAPES[quant], C[c].dt, C[c].at, C[c].x, &o, "dtype");
       }
   }
 }
@@ -357,6 +364,10 @@ static void check_inputs(void) {
     { 4, 1, AT_K, NAN, "args.k[b=1, kv_head=0, key=17, d=5] is NaN" },
     { 4, 2, AT_KSCALE, INFINITY, "args.k_scale[b=1, kv_head=0, key=17] is +Inf" },
     { 3, 2, AT_VSCALE, NAN, "args.v_scale[b=1, kv_head=1, key=9] is NaN" },
+    { 5, 1, AT_K, -INFINITY, "args.k[b=1, kv_head=0, key=17, d=5] is -Inf" },
+    { 5, 1, AT_V, NAN, "args.v[b=1, kv_head=1, key=9, d=7] is NaN" },
+    { 5, 2, AT_V, INFINITY, "args.v[b=1, kv_head=1, key=9, d=7] is +Inf" },
+    { 5, 2, AT_KSCALE, NAN, "args.k_scale[b=1, kv_head=0, key=17] is NaN" },
     { 0, 1, AT_MASK, NAN, "args.mask[b=0, head=5, key=20] is NaN" },
     { 0, 1, AT_MASK, INFINITY, "args.mask[b=0, head=5, key=20] is +Inf" },
     { 0, 1, AT_MASK, -INFINITY, NULL },

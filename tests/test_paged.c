@@ -111,7 +111,7 @@ static int plan_run(fd_ctx *ctx, const kproblem *p, const paged *g, const fd_pla
 
 /* One case: paged against the reference, and against the dense run bit for bit. */
 static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int ps, int splits, int idx) {
-  int G = idx % 4 == 3 && kd < FD_I8 ? 16 : 4, tile = G == 16 ? 16 : idx % 3 == 0 ? 1 : 4, D = idx % 2 ? 128 : 64;
+  int G = idx % 4 == 3 && !fd_dtype_quant[kd] ? 16 : 4, tile = G == 16 ? 16 : idx % 3 == 0 ? 1 : 4, D = idx % 2 ? 128 : 64;
   int chunk = idx % 2 ? 96 : 256, qd = idx % 3, od = idx / 3 % 3;
   if (D % fd_isa_table[isa].width || tile > fd_isa_table[isa].max_tile) return;
   char name[256];

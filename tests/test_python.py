@@ -62,6 +62,18 @@ def e4m3_table():
 E4M3 = e4m3_table()
 
 
+# e5m2 value of every byte (bias 15; +-Inf for 0x7c and 0xfc, NaN for 0x7d-0x7f and 0xfd-0xff).
+def e5m2_table():
+    b = np.arange(256)
+    exp, man = (b >> 2) & 31, b & 3
+    v = np.where(exp == 0, np.ldexp(man.astype(float), -16), np.ldexp((4 + man).astype(float), exp - 17))
+    v[exp == 31] = np.where(man[exp == 31] == 0, np.inf, np.nan)
+    return np.where(b & 0x80, -v, v)
+
+
+E5M2 = e5m2_table()
+
+
 # Softmax attention in float64: out [B,Hq,D], lse [B,Hq]; k/v [B,Hkv,S,D] (already dequantized).
 # slopes [Hq]: the ALiBi bias slope[h] * (key - cur_pos[b]) joins each score (causal); sinks [Hq]:
 # head h's sink logit joins its softmax denominator (and lse) once, with no value row.
@@ -93,7 +105,7 @@ def reference(q, k, v, cur_pos, mask=None, scale=None, slopes=None, sinks=None):
 
 # ---- problems ------------------------------------------------------------------
 
-SCALE_RANGE = {"int8": (0.005, 0.02), "fp8_e4m3": (0.001, 0.004)}
+SCALE_RANGE = {"int8": (0.005, 0.02), "fp8_e4m3": (0.001, 0.004), "fp8_e5m2": (0.001, 0.004)}
 
 
 # (array for the library, its float64 values) of random data in dtype.
@@ -108,10 +120,14 @@ def values(rng, dtype, shape):
         return a, fd.from_bf16(a).astype(np.float64)
     elif dtype == "int8":
         a = rng.integers(-127, 128, shape, dtype=np.int8)
-    else:
+    elif dtype == "fp8_e4m3":
         a = rng.integers(0, 256, shape, dtype=np.uint8)
         a[(a & 0x7F) == 0x7F] = 0x3C
         return a, E4M3[a]
+    else:  # fp8_e5m2: |x| up to 448 as e4m3's, subnormals included
+        a = rng.integers(0, 256, shape, dtype=np.uint8)
+        a = (a & 0x80) | (a & 0x7F) % 0x60
+        return a, E5M2[a]
     return a, a.astype(np.float64)
 
 
@@ -194,6 +210,7 @@ CASES = [
     dict(name="int8 KV with scales", kv="int8", q="bf16", out="bf16", Hq=16, Hkv=4, D=128),
     dict(name="int8 KV with scales, BSHD", kv="int8", layout="bshd", B=2, cur_pos=[100, 250]),
     dict(name="fp8 KV with scales, BSHD", kv="fp8_e4m3", layout="bshd"),
+    dict(name="fp8 e5m2 KV with scales", kv="fp8_e5m2", q="bf16", out="f16", Hq=16, Hkv=4, D=128),
     dict(name="uneven cur_pos over batch 2", B=2, S=1024, cur_pos=[5, 900], kv="bf16", out="bf16"),
     dict(name="forced splits 7, chunk 64, group tile 2", S=2000, cur_pos=[1999], kv="bf16",
          opts=dict(splits=7, chunk=64, group_tile=2), want=dict(splits=7, chunk=64, group_tile=2)),

@@ -89,7 +89,7 @@ static void compare_tokens(const tokens *c, const void *out, const float *lse, c
 
 /* One case against the reference. */
 static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int q_len, int splits, int idx) {
-  int G = idx % 3 == 2 && kd < FD_I8 ? 16 : 4, tile = G == 16 ? 16 : 4, D = idx % 2 ? 128 : 64;
+  int G = idx % 3 == 2 && !fd_dtype_quant[kd] ? 16 : 4, tile = G == 16 ? 16 : 4, D = idx % 2 ? 128 : 64;
   int chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
   if (D % fd_isa_table[isa].width || tile > fd_isa_table[isa].max_tile) return;
   char name[256];
@@ -229,6 +229,16 @@ static void refusals(void) {
   t_check(rc == FD_EINVAL && strstr(fd_errmsg(ctx), "FD_NEW_KV"), "FD_NEW_KV without positions (full mode) refused: \"%s\"",
           fd_errmsg(ctx));
   fd_plan_destroy(plan);
+  s.mask_mode = FD_CAUSAL;
+  for (int k = 0; k < t_quant_count(); k++) {      /* k_new / v_new carry no row scales */
+    plan = NULL;
+    s.kv_dtype = (fd_dtype)t_quant_dtype(k);
+    rc = fd_plan_create(ctx, &s, &plan);
+    t_check(rc == FD_EINVAL && strstr(fd_errmsg(ctx), "shape.features sets FD_NEW_KV with kv_dtype") && !plan,
+            "FD_NEW_KV with kv_dtype %s refused naming shape.features: \"%s\"", fd_dtype_names[s.kv_dtype],
+            fd_errmsg(ctx));
+    fd_plan_destroy(plan);
+  }
   free(out); free(lse);
   unmake(&c);
   fd_destroy(ctx);

@@ -45,16 +45,18 @@ return {
     kv_dtype = "f16", out_dtype = "f32", q_len = 3, kv_len = { 200 } },
   { name = "tiny-shared", batch = 3, n_q_heads = 4, n_kv_heads = 1, head_dim = 32, q_dtype = "f32",
     kv_dtype = "f32", out_dtype = "f32", mask_mode = "full", features = 8, kv_len = { 100 } },
+  { name = "tiny-e5m2", batch = 2, n_q_heads = 8, n_kv_heads = 2, head_dim = 32, q_dtype = "f32",
+    kv_dtype = "e5m2", out_dtype = "bf16", layout = "paged", page_size = 16, kv_len = { 300 }, lse = true },
 }
 LUA
 
 # --- 1. end to end --------------------------------------------------------
 out=$(tune t 2>&1)
 check "tiny tune exits 0" has "$out" "header $tmp/t.h (written)"
-check "table has a row per shape and bucket" test "$(grep -c $'\ttiny-' "$tmp/t.tsv")" -eq 7
-check "table ends with its row count" test "$(tail -n 1 "$tmp/t.tsv")" = $'end\t7'
+check "table has a row per shape and bucket" test "$(grep -c $'\ttiny-' "$tmp/t.tsv")" -eq 8
+check "table ends with its row count" test "$(tail -n 1 "$tmp/t.tsv")" = $'end\t8'
 check "table header is fd_tuned_table_header()" bash -c "$LUAJIT tuner/tuned.lua check $tmp/t.tsv"
-check "summary names every bucket" test "$(grep -c '^tiny-' <<<"$out")" -eq 7
+check "summary names every bucket" test "$(grep -c '^tiny-' <<<"$out")" -eq 8
 check "log holds a line per measurement" test "$(measurements "$tmp/t.log")" -ge 20
 check "tuned rows no slower than the heuristic (recorded)" \
   awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"

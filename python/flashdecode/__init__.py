@@ -8,10 +8,11 @@
 
 Arrays are numpy arrays, C-contiguous, of the plan's shapes and dtypes: f32 is
 float32, f16 float16, bf16 uint16 bits (or ml_dtypes.bfloat16; see to_bf16 /
-from_bf16), int8 int8, fp8_e4m3 uint8 bits. Shapes and dtypes are checked here
-(InvalidArgumentError, a ValueError, naming the argument); everything else is
-checked by the library, whose every failure raises an Error subclass carrying
-.code (FD_E*) and the library's message. Nothing is written to out on failure.
+from_bf16), int8 int8, fp8_e4m3 and fp8_e5m2 uint8 bits. Shapes and dtypes are
+checked here (InvalidArgumentError, a ValueError, naming the argument);
+everything else is checked by the library, whose every failure raises an Error
+subclass carrying .code (FD_E*) and the library's message. Nothing is written
+to out on failure.
 The library is $FD_LIB, else build/libflashdecode.so of the source tree this
 package sits in, else an installed libflashdecode.
 """

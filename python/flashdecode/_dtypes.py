@@ -14,7 +14,8 @@ BF16 = np.dtype(_ml.bfloat16) if _ml is not None else np.dtype(np.uint16)
 # fd_dtype by every accepted spelling: gen/facts.lua's names, then numpy's and aliases.
 NAMES = {name: code for code, name in enumerate(L.DTYPE_NAMES)}
 NAMES.update({"float32": L.FD_F32, "float16": L.FD_F16, "bfloat16": L.FD_BF16, "int8": L.FD_I8,
-              "fp8_e4m3": L.FD_FP8_E4M3, "float8_e4m3fn": L.FD_FP8_E4M3})
+              "fp8_e4m3": L.FD_FP8_E4M3, "float8_e4m3fn": L.FD_FP8_E4M3,
+              "fp8_e5m2": L.FD_FP8_E5M2, "float8_e5m2": L.FD_FP8_E5M2})
 
 # Per fd_dtype: the name used in messages, the numpy dtype names accepted, the dtype allocated.
 TABLE = {
@@ -23,6 +24,7 @@ TABLE = {
     L.FD_BF16: ("bfloat16", ("bfloat16", "uint16"), BF16),
     L.FD_I8: ("int8", ("int8",), np.dtype(np.int8)),
     L.FD_FP8_E4M3: ("fp8_e4m3", ("float8_e4m3fn", "uint8"), np.dtype(np.uint8)),
+    L.FD_FP8_E5M2: ("fp8_e5m2", ("float8_e5m2", "uint8"), np.dtype(np.uint8)),
 }
 # Every dtype of gen/facts.lua has an entry, of its size in bytes.
 assert sorted(TABLE) == list(range(len(L.DTYPE_SIZE)))
@@ -33,7 +35,7 @@ assert all(TABLE[c][2].itemsize == L.DTYPE_SIZE[c] for c in TABLE), "dtype sizes
 def parse(field, name, error):
     key = name.lower() if isinstance(name, str) else None
     if key not in NAMES:
-        raise error("%s: %r is not a dtype (one of f32, f16, bf16, int8, fp8_e4m3)" % (field, name))
+        raise error("%s: %r is not a dtype (one of f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2)" % (field, name))
     return NAMES[key]
 
 

@@ -364,7 +364,7 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   size_t nq = (size_t)s.batch * (s.q_len > 1 ? s.q_len : 1) * s.n_q_heads * s.head_dim;
   void *k = malloc(nkv * esz), *v = malloc(nkv * esz), *q = malloc(nq * 4), *out = malloc(nq * 4);
   float *mask = s.mask_mode == FD_MASK ? calloc((size_t)s.batch * (s.q_len > 1 ? s.q_len : 1) * s.n_q_heads * len, 4) : NULL;
-  float *scales = s.kv_dtype >= FD_I8 ? malloc(nkv / s.head_dim * 4) : NULL;
+  float *scales = fd_dtype_quant[s.kv_dtype] ? malloc(nkv / s.head_dim * 4) : NULL;
   int32_t *pos = malloc(sizeof(int32_t) * s.batch);
   memset(k, 0x3c, nkv * esz); memset(v, 0x3c, nkv * esz); memset(q, 0x3c, nq * 4);
   for (size_t i = 0; scales && i < nkv / s.head_dim; i++) scales[i] = 0.01f;

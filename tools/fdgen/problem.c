@@ -15,7 +15,7 @@ void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, in
   p->q = malloc(nq * t_dtype_size(q_dt));
   p->k = malloc(nkv * t_dtype_size(kv_dt)); p->v = malloc(nkv * t_dtype_size(kv_dt));
   p->cur_pos = malloc(sizeof(int32_t) * B);
-  if (kv_dt >= 3) { p->k_scale = malloc(4 * nkv / D); p->v_scale = malloc(4 * nkv / D); }
+  if (t_quant_max(kv_dt) > 0) { p->k_scale = malloc(4 * nkv / D); p->v_scale = malloc(4 * nkv / D); }
   for (size_t i = 0; i < nq; i++) p->qf[i] = t_rand(&st, -1, 1);
   for (size_t i = 0; i < nkv; i++) { p->kf[i] = t_rand(&st, -1, 1); p->vf[i] = t_rand(&st, -1, 1); }
   for (int b = 0; b < B; b++) p->cur_pos[b] = (int32_t)(b == 0 ? S - 1 : (int64_t)(t_rand(&st, 0, 1) * S) % S);
@@ -33,11 +33,12 @@ void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, in
   kp_sync(p);
 }
 
-/* Quantize one row of n values with a per-row scale (int8: 127, fp8: 448 at the max). */
+/* Quantize one row of n values with a per-row scale: the row's largest |x| maps to
+   t_quant_max (int8 127, e4m3 448, e5m2 57344). */
 static void quantize_row(int dtype, void *buf, float *vals, size_t off, int n, float *scale) {
   float m = 0;
   for (int d = 0; d < n; d++) m = fmaxf(m, fabsf(vals[off + d]));
-  *scale = m > 0 ? m / (dtype == 3 ? 127.0f : 448.0f) : 1.0f;
+  *scale = m > 0 ? m / t_quant_max(dtype) : 1.0f;
   for (int d = 0; d < n; d++)
     vals[off + d] = t_store(dtype, buf, off + d, vals[off + d] / *scale) * *scale;
 }
@@ -47,7 +48,7 @@ void kp_sync(kproblem *p) {
   const ref_problem *r = &p->ref;
   size_t nq = (size_t)r->B * r->Hq * r->D, nkv = (size_t)r->B * r->Hkv * r->S * r->D;
   for (size_t i = 0; i < nq; i++) p->qf[i] = t_store(p->q_dtype, p->q, i, p->qf[i]);
-  if (p->kv_dtype >= 3) {
+  if (t_quant_max(p->kv_dtype) > 0) {
     for (size_t row = 0; row < nkv / r->D; row++) {
       quantize_row(p->kv_dtype, p->k, p->kf, row * r->D, r->D, &p->k_scale[row]);
       quantize_row(p->kv_dtype, p->v, p->vf, row * r->D, r->D, &p->v_scale[row]);

@@ -10,7 +10,7 @@ typedef struct kproblem {
   int q_dtype, kv_dtype, out_dtype;
   void *q, *k, *v;            /* storage dtype buffers */
   float *qf, *kf, *vf, *mask;
-  float *k_scale, *v_scale;   /* int8/fp8: one per K/V row, laid out as K without D */
+  float *k_scale, *v_scale;   /* int8/fp8 (e4m3, e5m2): one per K/V row, laid out as K without D */
   int32_t *cur_pos;
 } kproblem;
 

@@ -128,8 +128,38 @@ float t_e4m3_to_f32(uint8_t b) {
   return (float)((b & 0x80) ? -v : v);
 }
 
+/* f32 -> fp8 e5m2 bits by value: nearest even; infinity only past the
+   rounding boundary above 57344 (from 61440 on), as IEEE rounding gives. */
+uint8_t t_f32_to_e5m2(float x) {
+  uint8_t sign = signbit(x) ? 0x80 : 0;
+  if (isnan(x)) return sign | 0x7e;
+  double r = fabs(round_to_format(x, 3, -14, 15));
+  if (isinf(r)) return sign | 0x7c;
+  return sign | (uint8_t)minifloat_bits(r, 2, -14);
+}
+
+/* fp8 e5m2 bits -> f32 by value (exponent 31: infinity, or NaN with a mantissa). */
+float t_e5m2_to_f32(uint8_t b) {
+  int exp = (b >> 2) & 31, man = b & 3;
+  double v;
+  if (exp == 31) v = man ? NAN : INFINITY;
+  else if (exp == 0) v = ldexp(man, -16);
+  else v = ldexp(4 + man, exp - 17);
+  return (float)((b & 0x80) ? -v : v);
+}
+
+/* Per dtype, by value (f32, f16, bf16, int8, fp8 e4m3, fp8 e5m2): bytes per
+   element, and the value a row scale maps a row's largest |x| to (the largest
+   finite code; 0: no row scales). */
+static const struct { size_t size; float quant_max; } DTYPE[] = {
+  { 4, 0 }, { 2, 0 }, { 2, 0 }, { 1, 127.0f }, { 1, 448.0f }, { 1, 57344.0f },
+};
+
 /* Bytes per element of a dtype. */
-size_t t_dtype_size(int dtype) { return dtype == 0 ? 4 : dtype <= 2 ? 2 : 1; }
+size_t t_dtype_size(int dtype) { return DTYPE[dtype].size; }
+
+/* The value a quantized dtype's row scale maps a row's largest |x| to; 0 for the others. */
+float t_quant_max(int dtype) { return DTYPE[dtype].quant_max; }
 
 /* Store x rounded to dtype; return the stored value. */
 float t_store(int dtype, void *buf, size_t i, float x) {
@@ -140,6 +170,7 @@ float t_store(int dtype, void *buf, size_t i, float x) {
     return r;
   }
   if (dtype == 4) { ((uint8_t *)buf)[i] = t_f32_to_e4m3(x); return t_e4m3_to_f32(((uint8_t *)buf)[i]); }
+  if (dtype == 5) { ((uint8_t *)buf)[i] = t_f32_to_e5m2(x); return t_e5m2_to_f32(((uint8_t *)buf)[i]); }
   uint16_t h = dtype == 1 ? t_f32_to_f16(x) : t_f32_to_bf16(x);
   ((uint16_t *)buf)[i] = h;
   return dtype == 1 ? t_f16_to_f32(h) : t_bf16_to_f32(h);
@@ -150,6 +181,7 @@ float t_load(int dtype, const void *buf, size_t i) {
   if (dtype == 0) return ((const float *)buf)[i];
   if (dtype == 3) return ((const int8_t *)buf)[i];
   if (dtype == 4) return t_e4m3_to_f32(((const uint8_t *)buf)[i]);
+  if (dtype == 5) return t_e5m2_to_f32(((const uint8_t *)buf)[i]);
   uint16_t h = ((const uint16_t *)buf)[i];
   return dtype == 1 ? t_f16_to_f32(h) : t_bf16_to_f32(h);
 }

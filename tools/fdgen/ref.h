@@ -32,10 +32,17 @@ float t_bf16_to_f32(uint16_t h);
 /* fp8 e4m3 (bias 7, max 448, 0x7f NaN) by value. */
 uint8_t t_f32_to_e4m3(float x);
 float t_e4m3_to_f32(uint8_t b);
-/* Bytes per element of dtype 0 f32, 1 f16, 2 bf16, 3 int8, 4 fp8. */
+/* fp8 e5m2 (bias 15, max 57344, the upper byte of an f16: 0x7c Inf, 0x7d-0x7f NaN) by value;
+   round to nearest even, Inf from 61440 on. */
+uint8_t t_f32_to_e5m2(float x);
+float t_e5m2_to_f32(uint8_t b);
+/* Bytes per element of dtype 0 f32, 1 f16, 2 bf16, 3 int8, 4 fp8 e4m3, 5 fp8 e5m2. */
 size_t t_dtype_size(int dtype);
+/* The value a row's largest |x| is scaled to for a quantized dtype (int8 127, e4m3 448,
+   e5m2 57344); 0: the dtype has no row scales. */
+float t_quant_max(int dtype);
 /* Store x rounded to dtype at element i; returns the value actually stored
-   (int8: x rounded to an integer in -127..127; fp8: x rounded to e4m3). */
+   (int8: x rounded to an integer in -127..127; fp8: x rounded to e4m3 or e5m2). */
 float t_store(int dtype, void *buf, size_t i, float x);
 /* Load element i of dtype as f32. */
 float t_load(int dtype, const void *buf, size_t i);
