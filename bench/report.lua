@@ -134,7 +134,7 @@ local function headline(res)
   return md_table(head, rows)
 end
 
-local ELEM = { f32 = 4, f16 = 2, bf16 = 2, i8 = 1, fp8_e4m3 = 1 }   -- bytes per KV element
+local ELEM = { f32 = 4, f16 = 2, bf16 = 2, i8 = 1, fp8_e4m3 = 1, fp8_e5m2 = 1 }   -- bytes per KV element
 
 -- The roofline of each shape at its longest length: every K and V element
 -- feeds G = Hq/Hkv f32 multiply-adds, so at the measured FMA peak the kernels
