@@ -194,4 +194,23 @@ function M.load_line(i)
     i.load_start, i.load_end)
 end
 
+-- Finish a side benchmark's run (name as in "bench-paged"): the bandwidth
+-- summary, the run time and load, the report written to out (markdown(res,
+-- chart)) with its chart (chart_script(res) -> gnuplot script, chart path;
+-- drawn unless FDB_PLOT=0), both said on stderr; then the sanity failures
+-- (a list of sentences, none for a benchmark without checks) said, and the
+-- process ended with 1 if there are any.
+function M.finish(name, out, info, res, t0, chart_script, markdown, bad)
+  res.bw_best, res.bw_median = M.bw_summary(res.bw)
+  info.seconds, info.load_end = fdb.fdb_now() - t0, machine.sh("cat /proc/loadavg")
+  local gp, chart = chart_script(res)
+  local md = report.write_file(("%s/%s.md"):format(out, info.name), markdown(res, chart))
+  if M.env("FDB_PLOT", "1") ~= "0" then require("bench.plot").run { gp } end
+  io.stderr:write(("%s: wrote %s\n%s: %.0f s\n"):format(name, md, name, info.seconds))
+  if bad and #bad > 0 then
+    io.stderr:write(name, ": sanity check failed:\n  ", table.concat(bad, "\n  "), "\n")
+    os.exit(1)
+  end
+end
+
 return M

@@ -21,9 +21,7 @@ package.path = ("%s/?.lua;%s/gen/?.lua;%s/lua/?.lua;"):format(root, root, root) 
 local ffi = require("ffi")
 local fd = require("flashdecode")
 local fdb = require("bench.lib")
-local machine = require("tuner.machine")
 local report = require("bench.report")
-local plot = require("bench.plot")
 local M = require("bench.measure")
 local side = require("bench.side")
 
@@ -322,17 +320,7 @@ local function main()
   progress:step("bandwidth")
   sample_bw(info, res.bw, "end", CFG.bw_reps)
   progress:done()
-  res.bw_best, res.bw_median = side.bw_summary(res.bw)
-  info.seconds, info.load_end = fdb.fdb_now() - t0, machine.sh("cat /proc/loadavg")
-  local gp, chart = chart_script(res)
-  local md = report.write_file(("%s/%s.md"):format(CFG.out, info.name), markdown(res, chart))
-  if env("FDB_PLOT", "1") ~= "0" then plot.run { gp } end
-  io.stderr:write("bench-uneven: wrote ", md, "\n", ("bench-uneven: %.0f s\n"):format(info.seconds))
-  local bad = failures(res)
-  if #bad > 0 then
-    io.stderr:write("bench-uneven: sanity check failed:\n  ", table.concat(bad, "\n  "), "\n")
-    os.exit(1)
-  end
+  side.finish("bench-uneven", CFG.out, info, res, t0, chart_script, markdown, failures(res))
 end
 
 main()

@@ -74,24 +74,36 @@ static unsigned minifloat_bits(double r, int man_bits, int emin) {
   return (unsigned)(exp + bias) << man_bits | (unsigned)((r / ldexp(1.0, exp) - 1.0) * ldexp(1.0, man_bits));
 }
 
-/* f32 -> f16 bits by value: sign, exponent and mantissa computed with frexp. */
-uint16_t t_f32_to_f16(float x) {
-  uint16_t sign = signbit(x) ? 0x8000 : 0;
-  if (isnan(x)) return sign | 0x7e00;
-  double r = fabs(round_to_format(x, 11, -14, 15));
-  if (isinf(r)) return sign | 0x7c00;
-  return sign | (uint16_t)minifloat_bits(r, 10, -14);
+/* f32 -> the bits of an IEEE-style binary format (man_bits mantissa bits,
+   exp_bits exponent bits, the top exponent for infinity and NaN) by value:
+   nearest even, infinity past the rounding boundary above the largest
+   finite value; sign, exponent and mantissa computed with frexp. */
+static unsigned ieee_bits(float x, int man_bits, int exp_bits) {
+  int emax = (1 << (exp_bits - 1)) - 1;
+  unsigned sign = signbit(x) ? 1u << (man_bits + exp_bits) : 0, top = ((1u << exp_bits) - 1) << man_bits;
+  if (isnan(x)) return sign | top | 1u << (man_bits - 1);
+  double r = fabs(round_to_format(x, man_bits + 1, 1 - emax, emax));
+  if (isinf(r)) return sign | top;
+  return sign | minifloat_bits(r, man_bits, 1 - emax);
 }
 
-/* f16 bits -> f32 by value. */
-float t_f16_to_f32(uint16_t h) {
-  int exp = (h >> 10) & 31, man = h & 1023;
+/* The bits h of an IEEE-style binary format -> f32 by value (the top
+   exponent: infinity, or NaN with a mantissa). */
+static float ieee_value(unsigned h, int man_bits, int exp_bits) {
+  int emax = (1 << (exp_bits - 1)) - 1;
+  unsigned exp = (h >> man_bits) & ((1u << exp_bits) - 1), man = h & ((1u << man_bits) - 1);
   double v;
-  if (exp == 31) v = man ? NAN : INFINITY;
-  else if (exp == 0) v = ldexp(man, -24);
-  else v = ldexp(1024 + man, exp - 25);
-  return (float)((h & 0x8000) ? -v : v);
+  if (exp == (1u << exp_bits) - 1) v = man ? NAN : INFINITY;
+  else if (exp == 0) v = ldexp(man, 1 - emax - man_bits);
+  else v = ldexp((1u << man_bits) + man, (int)exp - emax - man_bits);
+  return (float)((h >> (man_bits + exp_bits)) & 1 ? -v : v);
 }
+
+/* f32 -> f16 bits by value. */
+uint16_t t_f32_to_f16(float x) { return (uint16_t)ieee_bits(x, 10, 5); }
+
+/* f16 bits -> f32 by value. */
+float t_f16_to_f32(uint16_t h) { return ieee_value(h, 10, 5); }
 
 /* f32 -> bf16 bits: round the value to 8 mantissa bits, then take the top half. */
 uint16_t t_f32_to_bf16(float x) {
@@ -130,23 +142,10 @@ float t_e4m3_to_f32(uint8_t b) {
 
 /* f32 -> fp8 e5m2 bits by value: nearest even; infinity only past the
    rounding boundary above 57344 (from 61440 on), as IEEE rounding gives. */
-uint8_t t_f32_to_e5m2(float x) {
-  uint8_t sign = signbit(x) ? 0x80 : 0;
-  if (isnan(x)) return sign | 0x7e;
-  double r = fabs(round_to_format(x, 3, -14, 15));
-  if (isinf(r)) return sign | 0x7c;
-  return sign | (uint8_t)minifloat_bits(r, 2, -14);
-}
+uint8_t t_f32_to_e5m2(float x) { return (uint8_t)ieee_bits(x, 2, 5); }
 
 /* fp8 e5m2 bits -> f32 by value (exponent 31: infinity, or NaN with a mantissa). */
-float t_e5m2_to_f32(uint8_t b) {
-  int exp = (b >> 2) & 31, man = b & 3;
-  double v;
-  if (exp == 31) v = man ? NAN : INFINITY;
-  else if (exp == 0) v = ldexp(man, -16);
-  else v = ldexp(4 + man, exp - 17);
-  return (float)((b & 0x80) ? -v : v);
-}
+float t_e5m2_to_f32(uint8_t b) { return ieee_value(b, 2, 5); }
 
 /* Per dtype, by value (f32, f16, bf16, int8, fp8 e4m3, fp8 e5m2): bytes per
    element, and the value a row scale maps a row's largest |x| to (the largest
