@@ -66,6 +66,7 @@ typedef struct fdt_args {
   float scale;              /* 0 = 1/sqrt(head_dim) */
   void *out;                /* [B, Hq, D] out_dtype */
   float *lse;               /* [B, Hq] or NULL */
+  const float *alibi_slopes;  /* FD_ALIBI (shape.features): [Hq] slopes; score += slope x (key - position) */
 } fdt_args;
 
 /* One row of the tuned table; batch 0 marks the default row (any shape its kernels serve). */
@@ -205,7 +206,11 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if (s->window) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.window: sliding windows are not served yet");
   if (s->sink_tokens) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.sink_tokens: sink tokens are not served yet");
   if (s->features & ~$(HEADER_FEATURES)u)
-    return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.features sets a bit this header does not serve (only FD_SHARED_KV)");
+    return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.features sets a bit this header does not serve (only FD_SHARED_KV "
+                      "and FD_ALIBI)");
+  if ((s->features & $(ALIBI)u) && s->mask_mode != FDT_CAUSAL)
+    return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_ALIBI with a mask_mode other than causal (ALiBi's bias "
+                      "needs positions)");
   if ((s->features & $(SHARED_KV)u) && s->mask_mode == FDT_CAUSAL)
     return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_SHARED_KV with a causal mask_mode (it needs full or mask)");
   if (s->mask_mode == FDT_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
@@ -341,6 +346,7 @@ static inline void fdt_fill_work(const fdt_job *J, int b, int j, fd_work *w) {
   w->out = (char *)a->out + h0 * D * fdt_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : 0;
   w->softcap = s->softcap;
+  if (s->features & $(ALIBI)u) w->alibi = a->alibi_slopes + (size_t)j * J->G;
 }
 
 /* Run work item i (the parallel-for's body): its kernel over its keys; a
@@ -398,6 +404,8 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
       if (a->cur_pos[b] < fdt_q_len(s) - 1 || a->cur_pos[b] >= s->kv_len)
         return fdt_refuse(why, FDT_EINVAL, "args.cur_pos[b] is outside q_len - 1..kv_len - 1");
   }
+  if ((s->features & $(ALIBI)u) && !a->alibi_slopes)
+    return fdt_refuse(why, FDT_EINVAL, "args.alibi_slopes is NULL but the shape's features set FD_ALIBI");
   if (s->layout != FDT_PAGED) return FDT_OK;
   if (!a->block_table) return fdt_refuse(why, FDT_EINVAL, "args.block_table is NULL but the shape's layout is FDT_PAGED");
   int bad_b;

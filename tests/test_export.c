@@ -15,8 +15,9 @@
        row's bucket, and mirrored) through fdt_run and fd_run and checks the
        same work items, item by item (fdt_work_items, fd_exec_items), and
        the same out and lse, bit for bit; each case again with softcap
-       0.25 (small, so that it shows on these small logits), bit for bit
-       too, and out differing from the uncapped run's.
+       0.25 (small, so that it shows on these small logits) and causal ones
+       with ALiBi (the standard slopes), bit for bit too, and out differing
+       from the plain run's.
    Each row runs at a length inside its bucket, batch rows of uneven lengths. */
 #include FDT_HEADER
 #include <ctype.h>
@@ -178,7 +179,7 @@ static int aot_case(int i, FILE *f) {
   const fdt_row *row = case_of(i, &s, &L);
   prob p;
   make(&p, &s, L, 100u + (uint32_t)i);
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL };
   size_t n = fdt_scratch_bytes(&p.s);
   void *scratch = malloc(n);
   int calls = 0;
@@ -209,7 +210,7 @@ static int error_cases(void) {
   case_of(0, &s, &L);
   prob p;
   make(&p, &s, L, 7);
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, NULL };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, NULL, NULL };
   size_t n = fdt_scratch_bytes(&p.s);
   void *scratch = malloc(n);
   int bad = 0;
@@ -283,7 +284,8 @@ static fd_shape to_fd_shape(const fdt_shape *s) {
 /* libflashdecode's arguments for header arguments a. */
 static fd_args to_fd_args(const fdt_args *a) {
   fd_args fa = { .q = a->q, .k = a->k, .v = a->v, .cur_pos = a->cur_pos, .mask = a->mask, .k_scale = a->k_scale,
-                 .v_scale = a->v_scale, .block_table = a->block_table, .scale = a->scale, .out = a->out, .lse = a->lse };
+                 .v_scale = a->v_scale, .block_table = a->block_table, .scale = a->scale, .out = a->out, .lse = a->lse,
+                 .alibi_slopes = a->alibi_slopes };
   return fa;
 }
 
@@ -303,7 +305,7 @@ static void jit_case(int i, const char *table, FILE *f) {
   int rc = fd_plan_create(ctx, &fs, &plan);
   if (!rc) rc = fd_plan_info_get(plan, L, &info);
   if (row != &fdt_default_row) check(!rc && info.from_table && !strcmp(info.key, row->key), "the planner did not use the row's key", i);
-  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL };
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL };
   fd_args a = to_fd_args(&ta);
   if (!rc) rc = fd_run(plan, &a);
   check(rc == 0, "plan or run failed", i);
@@ -370,6 +372,8 @@ static const refusal REFUSALS[] = {
   { "q_len 17", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 17) } },
   { "FD_SHARED_KV with causal positions", BASE_CAUSAL, 0, { SHAPE_INT(features, 8) } },
   { "features FD_BEAMS (not served)", BASE_MASK, 0, { SHAPE_INT(features, 32) } },
+  { "FD_ALIBI in full mode", BASE_FULL_FP8, 0, { SHAPE_INT(features, 1) } },
+  { "args.alibi_slopes NULL with FD_ALIBI", BASE_CAUSAL, 0, { SHAPE_INT(features, 1) } },
   { "q_len 4 with cur_pos[0] 2 (token 0 before position 0)", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 4), POS(0, 2) } },
   { "causal kv_len 2^31 + 1", BASE_CAUSAL, 0, { KV_LEN(((int64_t)1 << 31) + 1) } },
   { "kv_len 2^60", BASE_FULL_FP8, 0, { KV_LEN((int64_t)1 << 60) } },
@@ -526,7 +530,7 @@ static void refusal_case(fd_ctx *ctx, int i) {
   prob p;
   make(&p, &base, base.kv_len, 500u + (uint32_t)i);
   fdt_shape s = p.s;
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, p.lse };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, p.lse, NULL };
   int no_shape = 0, no_args = 0;
   for (int k = 0; k < 2; k++) mutate(&r->m[k], &s, &a, p.pos, &no_shape, &no_args);
   const fdt_shape *sp = no_shape ? NULL : &s;
@@ -617,20 +621,28 @@ static int splits_vary(const prob *p, const fd_item *x, int n) {
   return most > least;
 }
 
-/* One uneven case (number c): table row i, length pattern k, lse on or off,
-   logit softcap cap (0: none; else the out of the uncapped case, uncapped,
-   must differ). */
-static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse, float cap, void **uncapped) {
+/* The variants of an uneven case: plain, the logit softcap, ALiBi. */
+enum { V_PLAIN, V_SOFTCAP, V_ALIBI, N_VARIANTS };
+static const char *const VARIANT_NAMES[N_VARIANTS] = { "plain", "softcap 0.25", "ALiBi" };
+
+/* One uneven case (number c, data from seed): table row i, length pattern k,
+   lse on or off, variant v (not plain: its out must differ from *plain, the
+   plain run's out, which a plain case sets). */
+static void uneven_case(fd_ctx *ctx, int c, uint32_t seed, int i, int k, int with_lse, int v, void **plain) {
   const fdt_row *row = &fdt_rows[i];
   fdt_shape s = row_shape(row);
   prob p;
-  s.softcap = cap;
-  make(&p, &s, row->bucket, 900u + (uint32_t)(c / 2));
+  if (v == V_SOFTCAP) s.softcap = 0.25f;
+  if (v == V_ALIBI) s.features |= FD_ALIBI;
+  make(&p, &s, row->bucket, seed);
+  float *slopes = malloc(sizeof(float) * (size_t)s.n_q_heads);
+  for (int h = 0; h < s.n_q_heads; h++) slopes[h] = (float)exp2(-8.0 * (h + 1) / s.n_q_heads);
   for (int b = 0; s.mask_mode == FDT_CAUSAL && b < s.batch; b++) {   /* at least q_len keys: every token sees one */
     int64_t len = uneven_len(k, b, row->bucket), least = s.q_len > 1 ? s.q_len : 1;
     p.pos[b] = (int32_t)((len > least ? len : least) - 1);
   }
-  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, with_lse ? p.lse : NULL };
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, with_lse ? p.lse : NULL,
+                  v == V_ALIBI ? slopes : NULL };
   fd_args fa = to_fd_args(&ta);
   fd_shape fs = to_fd_shape(&p.s);
   size_t n = fdt_scratch_bytes(&p.s), ob = p.nq * fdt_dtype_size(s.out_dtype);
@@ -640,8 +652,8 @@ static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse, float ca
   fd_plan *plan = NULL;
   fd_plan_info info = { 0 };
   char why[512];
-  printf("case %d: %s, %s lengths, lse %s, softcap %g\n", c, row->name, k ? "mirrored" : "rising",
-         with_lse ? "on" : "off", (double)cap);
+  printf("case %d: %s, %s lengths, lse %s, %s\n", c, row->name, k ? "mirrored" : "rising",
+         with_lse ? "on" : "off", VARIANT_NAMES[v]);
   int nh = fdt_work_items(&p.s, &ta, scratch, n, &hi);
   int rc = fd_plan_create(ctx, &fs, &plan);
   if (!rc) rc = fd_plan_info_get(plan, row->bucket, &info);
@@ -661,15 +673,15 @@ static void uneven_case(fd_ctx *ctx, int c, int i, int k, int with_lse, float ca
   check(hrc == 0 && lrc == 0, "fdt_run or fd_run failed", c);
   check(!memcmp(hout, p.out, ob), "out differs between fdt_run and fd_run (bit for bit)", c);
   check(!memcmp(hlse, p.lse, p.nh * sizeof(float)), "lse differs between fdt_run and fd_run (bit for bit)", c);
-  if (!cap) {
-    free(*uncapped);
-    *uncapped = malloc(ob);
-    memcpy(*uncapped, hout, ob);
+  if (v == V_PLAIN) {
+    free(*plain);
+    *plain = malloc(ob);
+    memcpy(*plain, hout, ob);
   } else {
-    check(*uncapped && memcmp(*uncapped, hout, ob), "softcap 0.25 left out as the uncapped run's", c);
+    check(*plain && memcmp(*plain, hout, ob), "the variant left out as the plain run's", c);
   }
   fd_plan_destroy(plan);
-  free(scratch); free(hout); free(hlse);
+  free(scratch); free(hout); free(hlse); free(slopes);
   unmake(&p);
 }
 
@@ -678,12 +690,14 @@ static int uneven(const char *table) {
   fd_ctx *ctx = fd_create(&(fd_config){ .table = table });
   if (!ctx || fd_errmsg(ctx)[0]) { printf("FAIL - fd_create: %s\n", fd_errmsg(ctx)); fd_destroy(ctx); return 1; }
   int c = 0;
-  void *uncapped = NULL;
+  uint32_t seed = 900;
+  void *plain = NULL;
   for (int i = 0; i < FDT_N_ROWS; i++)
     for (int k = 0; k < (fdt_rows[i].mask_mode == FDT_CAUSAL ? 2 : 1); k++)
-      for (int with_lse = 0; with_lse < 2; with_lse++)
-        for (int capped = 0; capped < 2; capped++) uneven_case(ctx, c++, i, k, with_lse, capped ? 0.25f : 0.0f, &uncapped);
-  free(uncapped);
+      for (int with_lse = 0; with_lse < 2; with_lse++, seed++)
+        for (int v = 0; v < (fdt_rows[i].mask_mode == FDT_CAUSAL ? N_VARIANTS : V_ALIBI); v++)
+          uneven_case(ctx, c++, seed, i, k, with_lse, v, &plain);
+  free(plain);
   fd_destroy(ctx);
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0 || c == 0;
