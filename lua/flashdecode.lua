@@ -772,6 +772,7 @@ end
 -- pools replace the dense shape; list = true: a Lua list of numbers is taken too.
 local function q_count(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads * s.head_dim end
 local function kv_count(s) return s.batch * s.n_kv_heads * s.kv_len * s.head_dim end
+local function new_count(s) return s.batch * math.max(1, s.q_len or 0) * s.n_kv_heads * s.head_dim end
 local ARG_FIELDS = {
   q = { "q_dtype", q_count }, out = { "out_dtype", q_count },
   k = { "kv_dtype", kv_count, pool = true }, v = { "kv_dtype", kv_count, pool = true },
@@ -781,6 +782,8 @@ local ARG_FIELDS = {
   lse = { "f32", function(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads end },
   cur_pos = { "i32", function(s) return s.batch end },
   block_table = { "i32", nil },
+  k_new = { "kv_dtype", new_count, "batch x q_len x n_kv_heads x head_dim" },
+  v_new = { "kv_dtype", new_count, "batch x q_len x n_kv_heads x head_dim" },
   alibi_slopes = { "f32", function(s) return s.n_q_heads end, "n_q_heads", list = true },
   sink_logits = { "f32", function(s) return s.n_q_heads end, "n_q_heads", list = true },
 }
@@ -864,9 +867,11 @@ local function make_args(t, s)
 end
 
 -- Run the plan once: plan:run { q, k, v, cur_pos, out, lse, mask, k_scale,
--- v_scale, block_table, scale, alibi_slopes, sink_logits } with arrays as cdata
--- (cur_pos may be a Lua list or a number; alibi_slopes (FD_ALIBI) and
--- sink_logits (FD_SINK_LOGITS), [n_q_heads] f32, a Lua list). Returns the plan.
+-- v_scale, block_table, scale, k_new, v_new, alibi_slopes, sink_logits } with
+-- arrays as cdata (cur_pos may be a Lua list or a number; k_new and v_new
+-- (FD_NEW_KV) [batch, q_len, n_kv_heads, head_dim] in kv_dtype; alibi_slopes
+-- (FD_ALIBI) and sink_logits (FD_SINK_LOGITS), [n_q_heads] f32, also a Lua
+-- list). Returns the plan.
 function Plan:run(t)
   if not self.handle then error("flashdecode: run: the plan is closed", 2) end
   if type(t) ~= "table" then error("flashdecode: run: expected a table of argument fields", 2) end

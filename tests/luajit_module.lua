@@ -261,6 +261,40 @@ local function test_sink_logits(ctx)
   run_and_compare("sink logits and ALiBi together", ctx, p, 1e-5, { features = { "alibi", 2 } })
 end
 
+-- FD_NEW_KV: the cache holds the keys before each row's token, whose own K/V
+-- row comes in k_new/v_new ([B, 1, Hkv, D]); the cache's row at the token's
+-- position is overwritten with 1e4 (never read), so the output must equal the
+-- plain causal reference over the original keys. A k_new of the wrong length
+-- is refused naming it.
+local function test_new_kv(ctx)
+  local p = feature_problem(23)
+  local rout, rlse = reference(p)
+  local n = p.B * p.Hkv * p.D
+  local kn, vn = fd.array("f32", n), fd.array("f32", n)
+  for b = 0, p.B - 1 do
+    for j = 0, p.Hkv - 1 do
+      local src, dst = ((b * p.Hkv + j) * p.S + p.cur_pos[b + 1]) * p.D, (b * p.Hkv + j) * p.D
+      for d = 0, p.D - 1 do
+        kn[dst + d], vn[dst + d] = p.k[src + d], p.v[src + d]
+        p.k[src + d], p.v[src + d] = 1e4, -1e4
+      end
+    end
+  end
+  local plan = ctx:plan { batch = p.B, n_q_heads = p.Hq, n_kv_heads = p.Hkv, head_dim = p.D, kv_len = p.S,
+                          q_dtype = "f32", kv_dtype = "f32", out_dtype = "f32", features = { "new_kv" } }
+  local out, lse = fd.array("f32", p.B * p.Hq * p.D), fd.array("f32", p.B * p.Hq)
+  local ok, err = pcall(plan.run, plan, { q = p.q, k = p.k, v = p.v, cur_pos = p.cur_pos, out = out, lse = lse,
+                                          k_new = kn, v_new = vn })
+  if check("FD_NEW_KV with k_new/v_new: runs", ok, err) then
+    local e, le = max_rel_err(fd.totable(out), rout), lse_err(fd.totable(lse), rlse)
+    check("FD_NEW_KV: out matches the reference over the original keys", e <= 1e-5, ("max error %.3g"):format(e))
+    check("FD_NEW_KV: lse matches the reference", le <= 1e-5, ("lse error %.3g"):format(le))
+  end
+  raises("k_new of the wrong length", { "k_new:", "needs " .. n },
+         function() plan:run { q = p.q, k = p.k, v = p.v, cur_pos = p.cur_pos, out = out, k_new = fd.array("f32", n - 1),
+                               v_new = vn } end)
+end
+
 -- Bad feature names and per-head arrays of the wrong length: errors naming the
 -- argument, nothing run (out untouched).
 local function test_feature_errors(ctx)
@@ -429,6 +463,7 @@ test_gqa_bf16(ctx)
 test_mask_f32(ctx)
 test_alibi(ctx)
 test_sink_logits(ctx)
+test_new_kv(ctx)
 test_feature_errors(ctx)
 test_errors(ctx)
 test_arrays()
