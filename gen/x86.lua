@@ -13,6 +13,7 @@
 --   x86.byte_line(bytes) -> ".byte 0x62,0xf1,..."  (one line of assembler text)
 --   x86.line(mnemonic, ...) -> x86.byte_line(x86.encode(mnemonic, ...))
 --   x86.line_text(mnemonic, ...) -> x86.line(...), x86.text(...) (one match, memoized)
+--   x86.bytes_cached(mnemonic, ...) -> x86.encode(...) (memoized)
 --   x86.rows             -> the parsed opcode table (read-only; for tests)
 --
 -- Operands, Intel order (destination first):
@@ -683,50 +684,37 @@ local function memo_key(mn, ...)
   return table.concat(t, "|")
 end
 
--- Instructions already encoded (emptied at LINE_MEMO_MAX, so it stays bounded).
+-- Instructions already encoded, per form: bounded memos, each emptied when it
+-- reaches LINE_MEMO_MAX entries.
 local LINE_MEMO_MAX = 8192
-local line_memo, line_memo_n = {}, 0
+local text_memo, bytes_memo = { t = {}, n = 0 }, { t = {}, n = 0 }
+
+-- Keep v under key k in memo c (k nil: the operands cannot be keyed, so
+-- nothing is kept); returns v.
+local function keep(c, k, v)
+  if k then
+    if c.n >= LINE_MEMO_MAX then c.t, c.n = {}, 0 end
+    c.t[k], c.n = v, c.n + 1
+  end
+  return v
+end
 
 -- x86.line and x86.text of one instruction from a single match, memoized:
 -- kernels of one isa share most of their instructions.
 function M.line_text(mn, ...)
   local k = memo_key(mn, ...)
-  local hit = k and line_memo[k]
-  if hit and hit[2] then return hit[1], hit[2] end
-  local m = match(mn, ...)
-  local line, text = M.byte_line(emit(m)), text_of(m)
-  if k then
-    if line_memo_n >= LINE_MEMO_MAX then line_memo, line_memo_n = {}, 0 end
-    line_memo[k], line_memo_n = { line, text }, line_memo_n + 1
+  local hit = k and text_memo.t[k]
+  if not hit then
+    local m = match(mn, ...)
+    hit = keep(text_memo, k, { M.byte_line(emit(m)), text_of(m) })
   end
-  return line, text
+  return hit[1], hit[2]
 end
 
 -- The bytes of one instruction, memoized (for sources that pack them).
-local bytes_memo, bytes_memo_n = {}, 0
 function M.bytes_cached(mn, ...)
   local k = memo_key(mn, ...)
-  local hit = k and bytes_memo[k]
-  if hit then return hit end
-  local bytes = emit(match(mn, ...))
-  if k then
-    if bytes_memo_n >= LINE_MEMO_MAX then bytes_memo, bytes_memo_n = {}, 0 end
-    bytes_memo[k], bytes_memo_n = bytes, bytes_memo_n + 1
-  end
-  return bytes
-end
-
--- x86.line of one instruction, memoized (for sources without comments).
-function M.line_cached(mn, ...)
-  local k = memo_key(mn, ...)
-  local hit = k and line_memo[k]
-  if hit then return hit[1] end
-  local line = M.byte_line(emit(match(mn, ...)))
-  if k then
-    if line_memo_n >= LINE_MEMO_MAX then line_memo, line_memo_n = {}, 0 end
-    line_memo[k], line_memo_n = { line }, line_memo_n + 1
-  end
-  return line
+  return k and bytes_memo.t[k] or keep(bytes_memo, k, emit(match(mn, ...)))
 end
 
 return M
