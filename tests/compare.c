@@ -58,3 +58,12 @@ int t_quant_dtype(int i) {
     if (fd_dtype_quant[d] && k-- == 0) return d;
   return -1;
 }
+
+/* Plan s with o, run a once, destroy the plan; FD_OK or the failing call's code. */
+int t_plan_run(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a) {
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create_opts(ctx, s, o, &plan);
+  if (!rc) rc = fd_run(plan, a);
+  fd_plan_destroy(plan);
+  return rc;
+}

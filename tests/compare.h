@@ -3,6 +3,7 @@
 #ifndef FD_TEST_COMPARE_H
 #define FD_TEST_COMPARE_H
 #include "kexec.h"
+#include "flashdecode.h"
 
 /* Check out/lse against the reference (records checks); returns the max relative error. */
 double t_compare(const kproblem *p, const float *out, const float *lse, const double *rout,
@@ -16,4 +17,7 @@ void t_compare_tokens(const kproblem *p, int q_len, const void *out, const float
    value order: how many, and the i-th of them, i taken modulo their count. */
 int t_quant_count(void);
 int t_quant_dtype(int i);
+/* Plan shape s with opts o on ctx, run it once with a, destroy the plan;
+   FD_OK or the failing call's code (its message in fd_errmsg(ctx)). */
+int t_plan_run(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a);
 #endif

@@ -102,11 +102,7 @@ static fd_args args_of(const kproblem *p, const paged *g, void *out, float *lse)
 static int plan_run(fd_ctx *ctx, const kproblem *p, const paged *g, const fd_plan_opts *o, void *out, float *lse) {
   fd_shape s = shape_of(p, g);
   fd_args a = args_of(p, g, out, lse);
-  fd_plan *plan = NULL;
-  int rc = fd_plan_create_opts(ctx, &s, o, &plan);
-  if (!rc) rc = fd_run(plan, &a);
-  fd_plan_destroy(plan);
-  return rc;
+  return t_plan_run(ctx, &s, o, &a);
 }
 
 /* One case: paged against the reference, and against the dense run bit for bit. */

@@ -75,11 +75,7 @@ static int plan_run(fd_ctx *ctx, const tokens *c, const fd_plan_opts *o, void *o
   fd_shape s = { B, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, r->mask_mode, FD_BHSD, 0 };
   s.q_len = c->q_len;
   fd_args a = { c->qp.q, c->kp.k, c->kp.v, c->kp.cur_pos, c->mask, c->kp.k_scale, c->kp.v_scale, NULL, 0, out, lse };
-  fd_plan *plan = NULL;
-  int rc = fd_plan_create_opts(ctx, &s, o, &plan);
-  if (!rc) rc = fd_run(plan, &a);
-  fd_plan_destroy(plan);
-  return rc;
+  return t_plan_run(ctx, &s, o, &a);
 }
 
 /* Check every token of a run against its reference (tests/compare.c). */

@@ -174,11 +174,7 @@ static int plan_run(fd_ctx *ctx, const wcase *c, const pool *pl, const fd_plan_o
   a.sink_logits = c->logit;
   a.alibi_slopes = c->slope;
   a.scale = (float)c->scale;
-  fd_plan *plan = NULL;
-  int rc = fd_plan_create_opts(ctx, &s, o, &plan);
-  if (!rc) rc = fd_run(plan, &a);
-  fd_plan_destroy(plan);
-  return rc;
+  return t_plan_run(ctx, &s, o, &a);
 }
 
 /* Check every token of a run against its reference (tests/compare.c). */
@@ -232,54 +228,52 @@ static void sweep(void) {
   }
 }
 
+/* One case of softcap_modes: variant v picks the softcap (30, 50), the scale
+   (default, 10, 900) and the splits (1, 3); idx the sizes, dtypes and data. */
+static void softcap_case(fd_ctx *ctx, int isa, int kd, int mode, int v, int idx) {
+  static const double SCALES[3] = { 0, 10, 900 };
+  int D = idx % 2 ? 128 : 64, qd = idx % 3, od = idx / 3 % 3, splits = v % 2 ? 3 : 1;
+  float cap = v / 2 % 2 ? 50.0f : 30.0f;
+  double scale = SCALES[v / 4];
+  if (D % fd_isa_table[isa].width) return;
+  kproblem kp;
+  kp_init(&kp, NB, HKV * 4, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, 4000 + (uint64_t)idx);
+  on_grid(&kp);
+  fd_shape s = { NB, HKV * 4, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, 0 };
+  s.softcap = cap;
+  size_t n = (size_t)NB * HKV * 4 * D;
+  void *out = malloc(n * t_dtype_size(od));
+  float *lse = malloc(sizeof(float) * NB * HKV * 4), *got = malloc(sizeof(float) * n);
+  double *rout = malloc(sizeof(double) * n), *rlse = malloc(sizeof(double) * NB * HKV * 4);
+  fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, kp.mask, kp.k_scale, kp.v_scale, NULL, (float)scale, out, lse };
+  fd_plan_opts o = { 64, 4, splits, 2, isa + 1 };
+  char name[200];
+  snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s softcap %g scale %g splits%d D%d", isa, fd_dtype_names[kd],
+           fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], (double)cap, scale, splits, D);
+  int rc = t_plan_run(ctx, &s, &o, &a);
+  if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
+    ref_problem rt = kp.ref;
+    rt.softcap = cap;
+    if (scale) rt.scale = scale;
+    ref_attention(&rt, rout, rlse);
+    for (size_t i = 0; i < n; i++) got[i] = t_load(od, out, i);
+    t_compare(&kp, got, lse, rout, rlse, 1, name);
+  }
+  free(out); free(lse); free(got); free(rout); free(rlse);
+  kp_free(&kp);
+}
+
 /* Softcap 30 and 50 in every mask mode (q_len 1) with the default scale, 10
    and 900 (logits up to about 1e4, capped to the softcap without NaN or
    inf), every isa and KV dtype, unsplit and 3 splits, q and K on the grid of
    on_grid, against the reference with the same softcap. */
 static void softcap_modes(void) {
-  static const double SCALES[3] = { 0, 10, 900 };
   int idx = 0;
   for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
       for (int mode = FD_CAUSAL; mode <= FD_FULL; mode++)
-        for (int v = 0; v < 12; v++, idx++) {
-          int D = idx % 2 ? 128 : 64, qd = idx % 3, od = idx / 3 % 3, splits = v % 2 ? 3 : 1;
-          float cap = v / 2 % 2 ? 50.0f : 30.0f;
-          double scale = SCALES[v / 4];
-          if (D % fd_isa_table[isa].width) continue;
-          kproblem kp;
-          kp_init(&kp, NB, HKV * 4, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, 4000 + (uint64_t)idx);
-          on_grid(&kp);
-          fd_shape s = { NB, HKV * 4, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, 0 };
-          s.softcap = cap;
-          size_t n = (size_t)NB * HKV * 4 * D;
-          void *out = malloc(n * t_dtype_size(od));
-          float *lse = malloc(sizeof(float) * NB * HKV * 4);
-          double *rout = malloc(sizeof(double) * n), *rlse = malloc(sizeof(double) * NB * HKV * 4);
-          fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, kp.mask, kp.k_scale, kp.v_scale, NULL, (float)scale, out, lse };
-          fd_plan_opts o = { 64, 4, splits, 2, isa + 1 };
-          fd_plan *plan = NULL;
-          char name[200];
-          snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s softcap %g scale %g splits%d D%d", isa,
-                   fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], (double)cap,
-                   scale, splits, D);
-          int rc = fd_plan_create_opts(ctx, &s, &o, &plan);
-          if (!rc) rc = fd_run(plan, &a);
-          fd_plan_destroy(plan);
-          if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
-            ref_problem rt = kp.ref;
-            rt.softcap = cap;
-            if (scale) rt.scale = scale;
-            ref_attention(&rt, rout, rlse);
-            float *got = malloc(sizeof(float) * n);
-            for (size_t i = 0; i < n; i++) got[i] = t_load(od, out, i);
-            t_compare(&kp, got, lse, rout, rlse, 1, name);
-            free(got);
-          }
-          free(out); free(lse); free(rout); free(rlse);
-          kp_free(&kp);
-        }
+        for (int v = 0; v < 12; v++, idx++) softcap_case(ctx, isa, kd, mode, v, idx);
     fd_destroy(ctx);
   }
 }
