@@ -25,6 +25,10 @@ void fd_k$(KEY)(const fd_work *w) {
   float sc_raw[$(T * SCW + 16)], stage_raw[$(W * D + 16)];
   float *sc = (float *)(((unsigned long long)sc_raw + 63) & ~63ull);
   float *stage = (float *)(((unsigned long long)stage_raw + 63) & ~63ull);
+  /* the logit softcap's 1 / softcap and softcap, once per call */
+  float cap[2];
+  cap[0] = w->softcap > 0 ? 1.0f / w->softcap : 0.0f;
+  cap[1] = w->softcap;
 @ else
   float sc[$(T * SCW)];
 @ end
@@ -173,9 +177,6 @@ $(simd_scores())
 @   end
         /* the logit softcap, after the scale and before the mask and bias */
         if (w->softcap > 0) {
-          float cap[2];
-          cap[0] = 1.0f / w->softcap;
-          cap[1] = w->softcap;
           aa.ptr = sc;
           aa.n = $(HL and "n * " .. T or T .. " * " .. SCW);
           aa.in = cap;
