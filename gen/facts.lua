@@ -69,6 +69,13 @@ M.isas = {
     max_tile = 32, head_lane_tile = 16, fallback = 1,
     groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true },
     cpuid = { "avx512f", "avx512bw", "avx512vl" }, xcr0 = 0xe6 },
+  -- AVX-512 with the pair dot products: vdpbf16ps (AVX512-BF16) scores bf16 q
+  -- against bf16 K with exact products; vpdpbusd (AVX512-VNNI) is reserved for
+  -- the int8 kernels. cpuid lists what it adds to its fallback's features.
+  { name = "avx512bf16", enum = "FD_ISA_AVX512_BF16", text = "AVX-512+BF16+VNNI", short = "AVX-512-BF16", W = 16,
+    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 2,
+    groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true, bf16 = true, vnni = true },
+    cpuid = { "avx512_bf16", "avx512_vnni" }, xcr0 = 0xe6 },
 }
 -- The instruction groups a record may name, in this order in generated C.
 M.GROUPS = { "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "bf16", "vnni" }

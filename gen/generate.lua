@@ -105,6 +105,7 @@ local function add_simd(p)
   end
   p.HL = simd.head_lanes(p.ISA, p)
   p.Q_SPLIT = simd.bf16_split(p.ISA, p)
+  p.DPBF16 = simd.dpbf16(p.ISA, p)
   p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
   p.simd_scores = function() return simd.scores(p.ISA, p) end
   -- paged kernels: the scores of a piece's last AHEAD_ROWS rows without the lookahead

@@ -258,14 +258,19 @@ local function prologue(b, fields, save)
 end
 
 -- Convert the group's rows (count in r12) from K into the f32 staging block at
--- rbx, row stride D floats; int8/fp8 rows are scaled by their k_scale here.
-local function stage_rows(b, p)
+-- rbx, row stride D floats; int8/fp8 rows are scaled by their k_scale here;
+-- raw: the rows' bytes copied unconverted (bf16 for the dpbf16 kernels).
+local function stage_rows(b, p, raw)
   local W, NCH, esz = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE]
   local v0, tmp, sreg = b.x and 19 or 11, b.x and 21 or 13, b.x and 22 or 14
   b.gp("mov %rbx, %r13")
   b.gp("5:")
   if p.QUANT and not b.x then b.v("vbroadcastss", b.r(sreg), mem("r9", 0)) end
-  for c = 0, NCH - 1 do
+  for c = 0, raw and math.floor(p.D * esz / 64) - 1 or -1 do
+    b.v("vmovups", b.r(v0 + c % 2), mem("rsi", c * 64))
+    b.v("vmovups", mem("r13", c * 64), b.r(v0 + c % 2))
+  end
+  for c = 0, raw and -1 or NCH - 1 do
     local vr = b.r(v0 + c % 2)
     load_kv(b, p.KV_DTYPE, vr, mem("rsi", c * W * esz), b.r(tmp))
     if p.QUANT then
@@ -283,12 +288,12 @@ local function stage_rows(b, p)
 end
 
 -- Stage the next min(count, rcx) rows (count in r12) and take them from rcx.
-local function stage_group(b, p, count)
+local function stage_group(b, p, count, raw)
   b.gp(("mov $%d, %%r12"):format(count))
   b.gp("cmp %r12, %rcx")
   b.gp("cmovb %rcx, %r12")
   b.gp("sub %r12, %rcx")
-  stage_rows(b, p)
+  stage_rows(b, p, raw)
 end
 
 -- End a staged kernel's group loop (label 1, while rows remain in rcx) and its statement.
@@ -353,7 +358,36 @@ end
 -- d-block keeps the widening load.
 function M.bf16_split(isa, p)
   return evex(GEOM[isa]) and GEOM[isa].nregs >= 32 and facts.dtypes[p.KV_DTYPE].name == "bf16"
-    and M.direct_rows(isa, p) ~= nil and p.T <= 12
+    and M.direct_rows(isa, p) ~= nil and p.T <= 12 and not M.dpbf16(isa, p)
+end
+
+-- Whether the direct scores kernel takes bf16 pair dot products (vdpbf16ps,
+-- a record with the bf16 group): q and K bf16, whole 32-element d-blocks, up
+-- to 12 heads (q in registers 16..27, the scale in 29). The products of two
+-- bf16 values are exact in f32; q is read unscaled as bf16 (each head's row of
+-- the q buffer holds its raw bf16 values, templates/decode.c.tpl) and each
+-- group's scores are multiplied by the scale after the reduction.
+function M.dpbf16(isa, p)
+  local g = GEOM[isa]
+  return g.groups.bf16 == true and facts.dtypes[p.KV_DTYPE].name == "bf16" and facts.dtypes[p.Q_DTYPE].name == "bf16"
+    and p.D % 32 == 0 and (M.head_lanes(isa, p) or M.direct_rows(isa, p) ~= nil and p.T <= 12)
+end
+
+-- One 32-element d-block c of the dpbf16 scores: K rows into registers, then
+-- one vdpbf16ps per (row, head) into its accumulator.
+local function dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs)
+  local T = p.T
+  if q_in_regs then
+    for h = 0, T - 1 do b.v("vmovups", b.r(qbase + h), mem("rdi", h * p.D * 4 + c * 64)) end
+  end
+  for r = 0, R - 1 do
+    local kr = b.r(kreg + r % 2)
+    b.v("vmovups", kr, mem(r == 0 and "rsi" or ROW_PTR[r], c * 64))
+    for h = 0, T - 1 do
+      local q = q_in_regs and b.r(qbase + h) or mem("rdi", h * p.D * 4 + c * 64)
+      b.v("vdpbf16ps", b.r(slot_of(b.isa, h * R + r)), q, kr)
+    end
+  end
 end
 
 -- Load d-block c of a K row at base as f32 into register kr.
@@ -409,10 +443,13 @@ local function scores_direct(isa, p, R)
   b.gp("push %r15")
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
-  local split = M.bf16_split(isa, p)
+  local split, dp = M.bf16_split(isa, p), M.dpbf16(isa, p)
   if split then
     b.gp(("mov %d(%%rax), %%r11"):format(ARG.consts))
     b.v("vmovups", b.r(29), mem("r11", C.hi16))
+  elseif dp then
+    b.gp(("mov %d(%%rax), %%r11"):format(ARG.scl))
+    b.v("vbroadcastss", b.r(29), mem("r11", 0))
   end
   b.gp(("imul $%d, %%r8, %%rax"):format(R))
   b.gp("test %rcx, %rcx")
@@ -427,7 +464,7 @@ local function scores_direct(isa, p, R)
     while ahead * R < M.K_ROWS_AHEAD do ahead = ahead * 2 end
     if not p.NO_AHEAD then prefetch_group_ahead(b, p, R, ahead) end
   end
-  for c = 0, NCH - 1 do
+  for c = 0, dp and -1 or NCH - 1 do
     if q_in_regs then
       for h = 0, T - 1 do b.v("vmovups", b.r(qbase + h), mem("rdi", (h * p.D + c * W) * 4)) end
     end
@@ -441,11 +478,13 @@ local function scores_direct(isa, p, R)
       end
     end
   end
-  for L = R * T, W - 1 do
+  for L = dp and 0 or R * T, W - 1 do
     local z = b.r(slot_of(isa, L), "xmm")
     b.v("vxorps", z, z, z)
   end
+  for c = 0, dp and math.floor(p.D / 32) - 1 or -1 do dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs) end
   tree(b, kreg)
+  if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
   if R * 4 ~= 16 and R * 4 ~= 32 then b.v("vmovups", mem("rbx", 0), b.r(0)) end
   b.gp("push %rax")
   for h = 0, T - 1 do store_lanes(b, p, h, R) end
@@ -488,27 +527,37 @@ local HL_KEYS, HL_QCOLS = 8, 16
 -- acc[r] += q column d (the 16 heads' q[t][d]) * K[r][d] broadcast from the
 -- stage; acc[r] is the score vector of key r, stored at sc[(i + r) * 16].
 -- A short last group leaves stale staged rows; their rows of sc are never read.
+-- With dpbf16 (M.dpbf16), the rows are staged as raw bf16 and each q column
+-- register holds the pairs (q[t][2j], q[t][2j+1]) of the 16 heads: one
+-- vdpbf16ps with K[r][2j..2j+1] broadcast adds two d-steps; the scale follows.
 local function scores_hl(isa, p)
   local b = new_block(isa, p)
-  local T, KG, QC = p.T, HL_KEYS, HL_QCOLS
-  prologue(b, { "src", "ptr", "sc", "n", "stride", "consts", "stage", "pf" }, true)
+  local T, KG, QC, dp = p.T, HL_KEYS, HL_QCOLS, M.dpbf16(isa, p)
+  prologue(b, dp and { "src", "ptr", "sc", "n", "stride", "scl", "consts", "stage", "pf" }
+                 or { "src", "ptr", "sc", "n", "stride", "consts", "stage", "pf" }, true)
+  if dp then b.v("vbroadcastss", b.r(KG + QC), mem("r9", 0)) end
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
   b.gp("1:")
-  stage_group(b, p, KG)
+  stage_group(b, p, KG, dp)
   for r = 0, KG - 1 do
     local z = b.r(r, "xmm")
     b.v("vxorps", z, z, z)
   end
-  for d0 = 0, p.D - 1, QC do
-    for j = 0, QC - 1 do b.v("vmovups", b.r(KG + j), mem("rdi", (d0 + j) * T * 4)) end
+  local step = dp and 2 or 1   -- d-steps per q column register
+  for d0 = 0, p.D - 1, QC * step do
+    for j = 0, QC - 1 do b.v("vmovups", b.r(KG + j), mem("rdi", (math.floor(d0 / step) + j) * T * 4)) end
     for j = 0, QC - 1 do
       for r = 0, KG - 1 do
-        b.v("vfmadd231ps", b.r(r), b.r(KG + j), mem("rbx", (r * p.D + d0 + j) * 4, nil, nil, true))
+        if dp then b.v("vdpbf16ps", b.r(r), b.r(KG + j), mem("rbx", r * p.D * 4 + (d0 + 2 * j) * 2, nil, nil, true))
+        else b.v("vfmadd231ps", b.r(r), b.r(KG + j), mem("rbx", (r * p.D + d0 + j) * 4, nil, nil, true)) end
       end
     end
   end
-  for r = 0, KG - 1 do b.v("vmovups", mem("rdx", r * T * 4), b.r(r)) end
+  for r = 0, KG - 1 do
+    if dp then b.v("vmulps", b.r(r), b.r(r), b.r(KG + QC)) end
+    b.v("vmovups", mem("rdx", r * T * 4), b.r(r))
+  end
   b.gp(("add $%d, %%rdx"):format(KG * T * 4))
   return close_group_loop(b)
 end

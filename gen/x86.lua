@@ -98,6 +98,9 @@ local OPS = {
   { "vfmadd231ps",  "VE", "0F38", "66", 0xB8, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfnmadd213ps", "VE", "0F38", "66", 0xAC, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfnmadd231ps", "VE", "0F38", "66", 0xBC, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  -- dot products of pairs into f32 / int32 lanes (AVX512-BF16, AVX512-VNNI)
+  { "vdpbf16ps",    "E",  "0F38", "F3", 0x52, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  { "vpdpbusd",     "E",  "0F38", "66", 0x50, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   -- scalar single arithmetic
   { "vaddss",       "VE", "0F",   "F3", 0x58, 0, "RVM",  "X,X,XM32",    "s",   "t1s", "" },
   { "vsubss",       "VE", "0F",   "F3", 0x5C, 0, "RVM",  "X,X,XM32",    "s",   "t1s", "" },

@@ -73,7 +73,7 @@ typedef enum fd_layout { FD_BHSD = 0, FD_BSHD = 1, FD_PAGED = 2 } fd_layout;
 typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
 /* ISA choices for fd_config.isa_limit and fd_plan_opts.isa: the tiling-key isa
    digit plus one, so that 0 (a zeroed struct) means "best available". */
-enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3 };
+enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3, FD_ISA_AVX512_BF16 = 4 };
 /* fd_shape.features bits (docs/DESIGN.md "What serving engines need"). This
    build serves FD_ALIBI, FD_SINK_LOGITS, FD_NEW_KV and FD_SHARED_KV; a
    shape that sets another is refused with FD_EUNSUPPORTED naming it. */
@@ -88,8 +88,8 @@ typedef struct fd_config {
                                else ~/.cache/flashdecode. Created if missing; when no compiler runs or
                                it cannot be created or written, the context uses tcc and fd_errmsg(ctx)
                                says why (also on stderr) */
-  int isa_limit;            /* FD_ISA_AUTO: best supported (lowered by $FD_MAX_ISA=0|1|2, a key digit);
-                               FD_ISA_C / FD_ISA_AVX2 / FD_ISA_AVX512: the highest allowed */
+  int isa_limit;            /* FD_ISA_AUTO: best supported (lowered by $FD_MAX_ISA=0|1|2|3, a key digit);
+                               FD_ISA_C / FD_ISA_AVX2 / FD_ISA_AVX512 / FD_ISA_AVX512_BF16: the highest allowed */
   int max_kernels;          /* kernel-cache bound; 0 = none: the least recently used kernel no live
                                plan uses is evicted (recompiled on next use); in-use ones never are */
   int check_inputs;         /* 1: fd_run first reads every q, K, V, scale and mask value the run will use and
@@ -192,7 +192,7 @@ typedef struct fd_plan_opts {
   int splits;               /* splits of every (batch, kv head) range; above kv_len it is rounded down to
                                kv_len; batch x n_kv_heads x splits at most FD_MAX_SPLIT_ITEMS */
   int threads;              /* at most the context's threads (so at most FD_MAX_THREADS) */
-  int isa;                  /* FD_ISA_C, FD_ISA_AVX2 or FD_ISA_AVX512 */
+  int isa;                  /* FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512 or FD_ISA_AVX512_BF16 */
 } fd_plan_opts;
 
 int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **plan);

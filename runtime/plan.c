@@ -228,7 +228,7 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
   if (o->threads < 0 || o->threads > ctx->threads)
     return fd_fail(ctx, FD_EINVAL, "opts.threads %d is outside 0..%d (the context's threads)", o->threads, ctx->threads);
   if (o->isa < 0 || o->isa > FD_ISA_COUNT)
-    return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512 or 0)", o->isa);
+    return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512, FD_ISA_AVX512_BF16 or 0)", o->isa);
   if (o->isa - 1 > ctx->max_isa)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.isa %d is not available in this context (isa digit %d at most)", o->isa, ctx->max_isa);
   return FD_OK;

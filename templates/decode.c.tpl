@@ -54,7 +54,18 @@ void fd_k$(KEY)(const fd_work *w) {
     float scale = w->scale;
     aa.consts = &fd_simd_c;
     aa.in = &scale;
-@   if HL then
+@   if HL and DPBF16 then
+    /* head-lane tiles with vdpbf16ps: q pair columns, the 32-bit word
+       qbuf[tile][j][t] = raw bf16 q[tile * T + t][2j] | q[..][2j + 1] << 16 */
+    (void)aa;
+    for (tp = 0; tp < nh; tp += $(T)) {
+      const fd_u16 *qs = (const fd_u16 *)w->q + (fd_i64)(tp / th) * w->tok_stride + (fd_i64)(tp % th) * $(D);
+      fd_u32 *qd = (fd_u32 *)(qbuf + tp * $(D));
+      for (h = 0; h < $(T); h++)
+        for (d = 0; d < $(D); d += 2)
+          qd[d / 2 * $(T) + h] = (fd_u32)qs[h * $(D) + d] | (fd_u32)qs[h * $(D) + d + 1] << 16;
+    }
+@   elseif HL then
     /* head-lane tiles: q columns, qbuf[tile][d][t] = q[tile * T + t][d] */
     for (tp = 0; tp < nh; tp += $(T)) {
       aa.src = (const $(QT) *)w->q + (fd_i64)(tp / th) * w->tok_stride + (fd_i64)(tp % th) * $(D);
@@ -63,6 +74,15 @@ void fd_k$(KEY)(const fd_work *w) {
 $(simd_qload())
       for (h = 0; h < $(T); h++)
         for (d = 0; d < $(D); d++) qbuf[tp * $(D) + d * $(T) + h] = stage[h * $(D) + d];
+    }
+@   elseif DPBF16 then
+    /* vdpbf16ps scores read q as bf16 pairs: each head's row of qbuf holds its
+       raw bf16 q (unscaled: the scores kernel scales its sums) */
+    (void)aa;
+    for (h = 0; h < nh; h++) {
+      const $(QT) *qs = (const $(QT) *)w->q + (fd_i64)(h / th) * w->tok_stride + (fd_i64)(h % th) * $(D);
+      $(QT) *qd = ($(QT) *)(qbuf + h * $(D));
+      for (d = 0; d < $(D); d++) qd[d] = qs[d];
     }
 @   else
     for (tk = 0; tk < w->q_len; tk++) {
@@ -131,7 +151,7 @@ $(simd_qload())
 @   if QUANT then
         aa.scl_stride = $(PAGED and "4" or "w->scale_stride * 4");
 @   else
-        aa.scl = 0;
+        aa.scl = $(DPBF16 and "&w->scale" or "0");
         aa.scl_stride = 0;
 @   end
 @   if PAGED then

@@ -5,6 +5,7 @@ local T = require("check")
 local generate = require("generate")
 local space = require("space")
 local files = require("files")
+local facts = require("facts")
 local interp = arg[-1] or "lua5.4"
 
 -- Run a shell command; return its combined output and whether it succeeded.
@@ -100,7 +101,7 @@ T.raises("shape y: field kv_dtype", "bad dtype in a shape refused", space.load_s
 write("tiny.lua", "return { { name = 't', batch = 1, n_q_heads = 4, n_kv_heads = 2, head_dim = 32, kv_len = {64}," ..
       " kv_dtype = 'f16' } }")
 local out, ok = sh(interp .. " gen/fdgen.lua gen " .. tmp .. "/tiny.lua -o " .. tmp .. "/out")
-local n = #space.CHUNKS * 2 * 2 * 3      -- chunks x tiles {1,2} x flag sets x isas {0,1,2}
+local n = #space.CHUNKS * 2 * 2 * (#facts.isas + 1)   -- chunks x tiles {1,2} x flag sets x isa records
 T.ok(ok and out:find(n .. " variants", 1, true) and out:find("(" .. n .. " rewritten)", 1, true), "fdgen gen writes " .. n .. " variants", out)
 local index = files.read(tmp .. "/out/index.tsv") or ""
 T.eq(select(2, index:gsub("\n", "")), n + 1, "index lists every variant")

@@ -205,7 +205,7 @@ static int isa_fits(fd_ctx *ctx, int isa, const nf_shape *s) {
 /* q, K, V, mask x NaN/+Inf/-Inf, f32 KV, for every shape, ISA and split count on ctx. */
 static void f32_matrix(fd_ctx *ctx, int n_shapes, const char *tag) {
   for (int si = 0; si < n_shapes; si++)
-    for (int isa = FD_ISA_C; isa <= FD_ISA_AVX512; isa++) {
+    for (int isa = FD_ISA_C; isa < FD_ISA_C + FD_ISA_COUNT; isa++) {
       if (!isa_fits(ctx, isa, &SHAPES[si])) continue;
       for (int sp = 0; sp < 3; sp++)
         for (int at = AT_Q; at <= AT_MASK; at++)
@@ -228,7 +228,7 @@ static void dtype_cases(fd_ctx *ctx) {
     { FD_FP8_E5M2, AT_V, NAN }, { FD_FP8_E5M2, AT_V, INFINITY }, { FD_FP8_E5M2, AT_V, -INFINITY },
     { FD_FP8_E5M2, AT_KSCALE, NAN }, { FD_FP8_E5M2, AT_VSCALE, INFINITY },
   };
-  for (int isa = FD_ISA_C; isa <= FD_ISA_AVX512; isa++) {
+  for (int isa = FD_ISA_C; isa < FD_ISA_C + FD_ISA_COUNT; isa++) {
     if (!isa_fits(ctx, isa, &SHAPES[0])) continue;
     for (size_t c = 0; c < sizeof C / sizeof *C; c++)
       for (int sp = 0; sp < 2; sp++) {
@@ -248,7 +248,7 @@ static void each_config(fd_ctx *ctx, kproblem *p, const char *tag,
   float *out = malloc(n * 4), *lse = malloc(nl * 4);
   double *rout = malloc(n * 8), *rlse = malloc(nl * 8);
   ref_attention(r, rout, rlse);
-  for (int isa = FD_ISA_C; isa <= FD_ISA_AVX512; isa++) {
+  for (int isa = FD_ISA_C; isa < FD_ISA_C + FD_ISA_COUNT; isa++) {
     if (isa - 1 > fd_ctx_max_isa(ctx)) continue;
     for (int sp = 0; sp < 3; sp++) {
       char name[192];
