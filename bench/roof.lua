@@ -13,7 +13,8 @@
 -- record (gen/facts.lua isas[].groups) has the "bf16" group and q and K are
 -- bf16, else the f32 FMA rate. The rates are measured at the probe's vector
 -- width (`lanes` f32 lanes); a kernel of an ISA with W lanes is credited
--- rate * W / lanes (same instruction rate, fewer lanes: portable C W = 1).
+-- rate * W / lanes (same instruction rate, fewer lanes: portable C W = 1 under
+-- tcc; the cc backend's gcc vectorizes portable C, so there it gets the full width).
 local facts = require("facts")
 
 local M = {}
@@ -52,7 +53,7 @@ end
 
 -- The compute ceiling of a run. run: { n_q_heads, n_kv_heads, q_len (default
 -- 1), q_dtype, kv_dtype, isa (digit or name; nil: the probe's full width, f32
--- FMA) }; rates: { fma, bf16 (nil: absent), lanes (default 16) } in G
+-- FMA), backend ("tcc", "cc", ...) }; rates: { fma, bf16 (nil: absent), lanes (default 16) } in G
 -- multiply-adds/s. Returns { gbs = ceiling GB/s, G, esz, scores = "bf16" |
 -- "fma", r_scores, r_pv, label = "f32 FMA" | "bf16 dot + f32 FMA" }, or nil
 -- without an FMA rate.
@@ -62,7 +63,9 @@ function M.ceiling(run, rates)
   local esz = M.element_bytes(run.kv_dtype)
   local rec = M.isa_record(run.isa)
   local lanes = rates.lanes or 16
-  local scale = rec and rec.W and math.min(rec.W, lanes) / lanes or 1
+  local W = rec and rec.W
+  if W == 1 and run.backend == "cc" then W = nil end      -- gcc vectorizes portable C: the probe's width
+  local scale = W and math.min(W, lanes) / lanes or 1
   local r_pv = rates.fma * scale
   local scores = M.scores_arith(run.isa, run.q_dtype, run.kv_dtype)
   if scores == "bf16" and not (rates.bf16 and rates.bf16 > 0) then scores = "fma" end   -- rate absent

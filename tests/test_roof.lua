@@ -65,6 +65,9 @@ near(c.gbs, 12.5, "q_len 4: 12.5")
 -- Lane width: AVX2 (8 of 16 lanes) half, portable C (1 lane) a sixteenth.
 near(roof.ceiling(llama("f16", { isa = "avx2" }), rates).gbs, 25, "avx2: half the lanes")
 near(roof.ceiling(llama("f16", { isa = "c" }), rates).gbs, 50 / 16, "portable C: one lane")
+near(roof.ceiling(llama("f16", { isa = "c", backend = "tcc" }), rates).gbs, 50 / 16, "portable C under tcc: one lane")
+near(roof.ceiling(llama("f16", { isa = "c", backend = "cc" }), rates).gbs, 50, "portable C under cc (gcc vectorizes): full width")
+near(roof.ceiling(llama("f16", { isa = "avx2", backend = "cc" }), rates).gbs, 25, "avx2 under cc: half the lanes")
 near(roof.ceiling(llama("f16", { isa = "avx2" }), { fma = 100, lanes = 8 }).gbs, 50, "ymm probe: avx2 at full rate")
 near(roof.ceiling(llama("f16", { isa = "gcc -O3" }), rates).gbs, 50, "unknown isa: probe width")
 -- No FMA rate: no ceiling, the roof is the bandwidth.
