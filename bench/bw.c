@@ -128,6 +128,108 @@ double fdb_fma_gfmas(int threads, int reps) {
 double fdb_fma_gfmas(int threads, int reps) { (void)threads; (void)reps; return 0; }
 #endif
 
+/* The dot-product probes: AVX512-BF16 vdpbf16ps (32 bf16 multiply-adds per zmm
+   instruction into 16 f32 sums) and AVX512-VNNI vpdpbusd (64 u8 x s8
+   multiply-adds per zmm instruction into 16 int32 sums), 12 independent
+   accumulator chains per thread like the FMA probe. Each body is compiled for
+   its target only (function attribute, asm chain steps) and run only where
+   CPUID and XGETBV say the CPU and the OS have it; elsewhere the rate is -1. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+/* 1 when CPUID reports leaf/subleaf register bit (reg 0 eax .. 3 edx). */
+static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+  unsigned r[4] = { 0, 0, 0, 0 };
+  if (__get_cpuid_max(0, NULL) < leaf) return 0;
+  __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
+  return (int)((r[reg] >> bit) & 1u);
+}
+
+/* AVX-512F with the zmm state saved by the OS (XCR0 bits 1, 2, 5, 6, 7). */
+static int has_avx512_state(void) {
+  if (!cpuid_bit(1, 0, 2, 27) || !cpuid_bit(7, 0, 1, 16)) return 0;   /* OSXSAVE, AVX512F */
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  return (lo & 0xe6u) == 0xe6u;
+}
+
+int fdb_has_bf16_dot(void) { return has_avx512_state() && cpuid_bit(7, 1, 0, 5); }    /* AVX512_BF16 */
+int fdb_has_int8_dot(void) { return has_avx512_state() && cpuid_bit(7, 0, 2, 11); }   /* AVX512_VNNI */
+
+#define FDB_DOT(ins, a) __asm__ volatile(ins " %2, %1, %0" : "+v"(a) : "v"(x), "v"(y))
+#define FDB_DOT12(ins)                                                                  \
+  for (long i = 0; i < iters; i++) {                                                    \
+    FDB_DOT(ins, a0); FDB_DOT(ins, a1); FDB_DOT(ins, a2); FDB_DOT(ins, a3);             \
+    FDB_DOT(ins, a4); FDB_DOT(ins, a5); FDB_DOT(ins, a6); FDB_DOT(ins, a7);             \
+    FDB_DOT(ins, a8); FDB_DOT(ins, a9); FDB_DOT(ins, a10); FDB_DOT(ins, a11);           \
+  }
+
+/* One thread's `iters` rounds of 12 vdpbf16ps; a sum of the accumulators. */
+__attribute__((target("avx512f"), noinline)) static double bf16_body(long iters) {
+  __m512i x = _mm512_set1_epi32(0x3a833a83), y = x;            /* bf16 pairs of ~0.001 */
+  __m512 a0 = _mm512_set1_ps(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+         a9 = a0, a10 = a0, a11 = a0;
+  FDB_DOT12("vdpbf16ps")
+  return _mm512_reduce_add_ps(a0) + _mm512_reduce_add_ps(a5) + _mm512_reduce_add_ps(a11);
+}
+
+/* One thread's `iters` rounds of 12 vpdpbusd; a sum of the accumulators. */
+__attribute__((target("avx512f"), noinline)) static double int8_body(long iters) {
+  __m512i x = _mm512_set1_epi32(0x01010101), y = x;
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+          a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  FDB_DOT12("vpdpbusd")
+  return (double)_mm512_reduce_add_epi32(a0) + _mm512_reduce_add_epi32(a5) + _mm512_reduce_add_epi32(a11);
+}
+
+/* Seconds for `threads` threads each running body(iters). */
+static double timed_body(int threads, long iters, double (*body)(long)) {
+  double t0 = fdb_now(), total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  total += body(iters);
+  double dt = fdb_now() - t0;
+  fdb_sink = total;
+  return dt;
+}
+
+/* Best-of-reps rate in G multiply-adds/s of body, `per_ins` multiply-adds per instruction. */
+static double body_rate(int threads, int reps, double (*body)(long), int per_ins) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  const long iters = 4000000;
+  double best = 1e30;
+  timed_body(threads, iters / 8, body);        /* warm-up: threads started, clocks up */
+  for (int r = 0; r < reps; r++) {
+    double dt = timed_body(threads, iters, body);
+    if (dt < best) best = dt;
+  }
+  return (double)iters * 12 * per_ins * threads / best * 1e-9;
+}
+
+double fdb_bf16_gdots(int threads, int reps) {
+  return fdb_has_bf16_dot() ? body_rate(threads, reps, bf16_body, 32) : -1;
+}
+double fdb_int8_gdots(int threads, int reps) {
+  return fdb_has_int8_dot() ? body_rate(threads, reps, int8_body, 64) : -1;
+}
+#else
+int fdb_has_bf16_dot(void) { return 0; }
+int fdb_has_int8_dot(void) { return 0; }
+double fdb_bf16_gdots(int threads, int reps) { (void)threads; (void)reps; return -1; }
+double fdb_int8_gdots(int threads, int reps) { (void)threads; (void)reps; return -1; }
+#endif
+
+/* f32 lanes of the FMA probe's vector (16 zmm, 8 ymm, 0 without FMA). */
+int fdb_fma_lanes(void) {
+#if defined(__AVX512F__)
+  return 16;
+#elif defined(__FMA__)
+  return 8;
+#else
+  return 0;
+#endif
+}
+
 /* Fill the buffer from the threads that will read it (first touch). */
 static void first_touch(float *buf, size_t n, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)

@@ -16,6 +16,24 @@ double fdb_read_bw_gbs(size_t bytes, int threads, int reps);
    thread in registers, best of reps; 0 where the build has no FMA. */
 double fdb_fma_gfmas(int threads, int reps);
 
+/* f32 lanes per instruction of the FMA probe (16 zmm, 8 ymm; 0 without FMA). */
+int fdb_fma_lanes(void);
+
+/* 1 when CPUID (and XGETBV: the OS saves the zmm state) says the CPU has
+   AVX512-BF16 (vdpbf16ps) / AVX512-VNNI (vpdpbusd); else 0. */
+int fdb_has_bf16_dot(void);
+int fdb_has_int8_dot(void);
+
+/* Peak bf16 dot-product rate in G multiply-adds/s over `threads` OpenMP
+   threads (0 = all): 12 independent vdpbf16ps zmm chains per thread, 32
+   multiply-adds per instruction, best of reps; -1 (absent) without AVX512-BF16. */
+double fdb_bf16_gdots(int threads, int reps);
+
+/* Peak int8 dot-product rate in G multiply-adds/s: 12 independent vpdpbusd zmm
+   chains per thread, 64 multiply-adds per instruction, best of reps; -1
+   (absent) without AVX512-VNNI. */
+double fdb_int8_gdots(int threads, int reps);
+
 /* Evict the caches of every core: all threads read and write a buffer of
    4x the last-level cache (allocated once, kept until exit). */
 void fdb_flush_caches(void);

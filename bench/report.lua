@@ -1,5 +1,8 @@
 -- The benchmark's report: results/bench/<name>.tsv (every figure, one row per
 -- measurement) and results/bench/<name>.md (tables, method, charts).
+local roofline_rule = require("bench.roof")
+local facts = require("facts")
+
 local M = {}
 
 local MiB = 2 ^ 20
@@ -53,7 +56,7 @@ M.klen = klen
 local COLS = { "kind", "shape", "kv_len", "capacity", "variant", "backend", "isa", "cache", "threads", "reps",
   "median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "kv_bytes", "gbs", "pct_bw", "speedup_vs_vanilla",
   "plan_ms", "first_run_ms", "compile_ms", "key", "split_key", "chunk", "group_tile", "splits",
-  "from_table", "max_abs_diff_vs_vanilla", "status", "when" }
+  "from_table", "max_abs_diff_vs_vanilla", "status", "when", "gmacs", "ceiling_gbs", "roof_gbs", "pct_roof", "bound" }
 
 -- One TSV line from a table keyed by column name ("-" for missing).
 local function tsv_line(t)
@@ -77,8 +80,43 @@ local function run_cols(kind, r, cache, bw_all)
     gbs = g, pct_bw = pct, speedup_vs_vanilla = r["speedup_" .. cache], plan_ms = r.plan_ms,
     first_run_ms = r.first_ms, compile_ms = r.compile_ms, key = r.key, split_key = r.split_key ~= "" and r.split_key or nil,
     chunk = r.chunk, group_tile = r.group_tile, splits = r.splits, from_table = r.from_table,
-    max_abs_diff_vs_vanilla = r.diff, status = r.status }
+    max_abs_diff_vs_vanilla = r.diff, status = r.status,
+    ceiling_gbs = r.roof and r.roof.ceiling and r.roof.ceiling.gbs, roof_gbs = r.roof and r.roof.roof,
+    pct_roof = g and r.roof and g / r.roof.roof * 100, bound = r.roof and r.roof.bound }
 end
+
+-- The measured rates for a thread count ({ fma, bf16, int8, lanes }; the
+-- all-thread ones for counts not measured) and the read bandwidth it is held to.
+local function rates_for(i, threads)
+  return (i.rates and (i.rates[threads] or i.rates[i.threads])) or { fma = i.fma_all },
+         threads == 1 and i.bw_one or i.bw_all
+end
+
+-- Set row.roof (bench/roof.lua: roof, bound, ceiling) of every run and thread
+-- row from its shape, its kernel's ISA and the rates and bandwidth of its
+-- thread count.
+function M.annotate(res)
+  local i, by = res.info, {}
+  for _, sh in ipairs(res.shapes) do by[sh.shape.name] = sh.shape end
+  local function one(r)
+    local s = by[r.shape]
+    local rates, bw = rates_for(i, r.threads)
+    if s and bw then
+      r.roof = roofline_rule.roof({ n_q_heads = s.n_q_heads, n_kv_heads = s.n_kv_heads, q_len = s.q_len,
+        q_dtype = s.q_dtype, kv_dtype = s.kv_dtype, isa = r.isa, backend = r.backend }, rates, bw)
+    end
+  end
+  for _, r in ipairs(res.runs) do one(r) end
+  for _, r in ipairs(res.threads or {}) do one(r) end
+end
+
+-- The arithmetic rates of a run: label, probe name and the instruction's multiply-adds.
+local RATES = {
+  { key = "fma", shape = "f32-fma", what = "f32 FMA", ins = "vfmadd132ps" },
+  { key = "bf16", shape = "bf16-dot", what = "bf16 dot", ins = "vdpbf16ps", has = "has_bf16", feature = "AVX512-BF16" },
+  { key = "int8", shape = "int8-dot", what = "int8 dot", ins = "vpdpbusd", has = "has_int8", feature = "AVX512-VNNI" },
+}
+M.RATES = RATES
 
 -- The TSV text: metadata comments, a header, bandwidth, runs and thread rows.
 function M.tsv(res)
@@ -90,6 +128,13 @@ function M.tsv(res)
     L[#L + 1] = tsv_line { kind = "bandwidth", shape = ("read-sum-%dMiB"):format(b.bytes / MiB), variant = i.bw_kernel,
       threads = b.threads, reps = i.cfg.bw_reps, kv_bytes = b.bytes, gbs = b.gbs, cache = b.resident and "resident" or "dram",
       when = b.when, status = "ok" }
+  end
+  for _, k in ipairs(RATES) do
+    for t, rt in pairs(i.rates or {}) do
+      L[#L + 1] = tsv_line { kind = "rate", shape = k.shape, variant = ("%s x12 chains, %d f32 lanes"):format(k.ins, rt.lanes or 0),
+        threads = t, reps = i.rate_reps, gmacs = rt[k.key], when = "best of start, end",
+        status = rt[k.key] and "ok" or ("absent (no %s)"):format(k.feature or "FMA") }
+    end
   end
   for _, r in ipairs(res.runs) do
     for _, c in ipairs { "cold", "warm" } do L[#L + 1] = tsv_line(run_cols("run", r, c, i.bw_all)) end
@@ -134,34 +179,44 @@ local function headline(res)
   return md_table(head, rows)
 end
 
-local ELEM = { f32 = 4, f16 = 2, bf16 = 2, i8 = 1, fp8_e4m3 = 1, fp8_e5m2 = 1 }   -- bytes per KV element
+-- A kernel's ISA name from a run row (the key digit after planning).
+local function isa_name(r)
+  if type(r.isa) == "number" then return facts.isas[r.isa] and facts.isas[r.isa].name or tostring(r.isa) end
+  return tostring(r.isa or "-")
+end
 
--- The roofline of each shape at its longest length: every K and V element
--- feeds G = Hq/Hkv f32 multiply-adds, so at the measured FMA peak the kernels
--- cannot read more than peak * bytes / G GB/s, whatever the memory does.
+-- The roofline of each shape at its longest length, every variant (cold): the
+-- compute ceiling of the arithmetic its kernel uses (bench/roof.lua), the roof
+-- min(ceiling, read bandwidth), and the kernel against both.
 local function roofline(res)
   local i, rows = res.info, {}
   if not i.fma_all or i.fma_all <= 0 then return nil end
   for _, sh in ipairs(res.shapes) do
     local s, n = sh.shape, sh.lens[#sh.lens]
-    local G, esz = s.n_q_heads / s.n_kv_heads, ELEM[s.kv_dtype] or 2
-    local ceil = i.fma_all * esz / G
-    local roof = math.min(ceil, i.bw_all)
-    local row = { s.name, klen(n), f(G, 0), f(ceil, 1), f(roof, 1) }
-    for _, v in ipairs { "tcc", "tcc/avx512" } do
-      local cell = "-"
-      for _, r in ipairs(sh.runs) do
-        local g = r.len == n and r.variant == v and M.gbs(r, "cold", i.bw_all)
-        if g then
-          cell = ("%s GB/s: %s%% of best bw, %s%% of median bw, %s%% of roof"):format(f(g, 1), f(g / i.bw_all * 100, 0),
-            f(g / i.bw_all_median * 100, 0), f(g / roof * 100, 0))
-        end
+    for _, r in ipairs(sh.runs) do
+      if r.len == n and r.roof then
+        local g = M.gbs(r, "cold", i.bw_all)
+        local c = r.roof.ceiling
+        rows[#rows + 1] = { s.name, klen(n), c and f(c.G, 0) or "-", r.variant, isa_name(r), f(r.threads, 0),
+          c and f(c.gbs, 1) or "-", c and (c.scores == "bf16" and "bf16 dot" or "f32 FMA") or "-", f(r.roof.roof, 1),
+          r.roof.bound, g and f(g, 1) or "failed", g and f(g / i.bw_all * 100, 0) or "-",
+          g and i.bw_all_median and f(g / i.bw_all_median * 100, 0) or "-", g and f(g / r.roof.roof * 100, 0) or "-" }
       end
-      row[#row + 1] = cell
     end
-    rows[#rows + 1] = row
   end
-  return md_table({ "shape", "kv_len", "G", "compute ceiling GB/s", "roof GB/s", "tcc", "tcc/avx512" }, rows)
+  return md_table({ "shape", "kv_len", "G", "variant", "isa", "threads", "ceiling GB/s", "scores by", "roof GB/s",
+    "bound", "GB/s", "% best bw", "% median bw", "% roof" }, rows)
+end
+
+-- "X G/s with N threads, Y with 1" for one rate, or why it is absent.
+local function rate_text(i, k)
+  local all, one = i.rates and i.rates[i.threads] or {}, i.rates and i.rates[1] or {}
+  if not all[k.key] then
+    return ("%s (`%s`): absent (%s)"):format(k.what, k.ins, k.feature and ("the CPU has no " .. k.feature)
+      or "the benchmark build has no FMA")
+  end
+  return ("%s (`%s`): **%s G/s with %d threads**, %s with 1"):format(k.what, k.ins, f(all[k.key], 0), i.threads,
+    f(one[k.key], 0))
 end
 
 -- The plan table of one shape (plan creation, compile time, what runs).
@@ -245,6 +300,10 @@ function M.md(res, charts)
   add(("- Read bandwidth (%s sum, %d MiB buffer, best over the run: %d repetitions at the start and at the end, 3 after each shape): **%s GB/s with %d threads** (median of the %d samples %s GB/s), %s GB/s with 1 thread; LLC-resident (%d MiB): %s GB/s with %d threads")
     :format(i.bw_kernel, i.cfg.bw_bytes / MiB, i.cfg.bw_reps, f(i.bw_all, 1), i.threads, i.bw_all_n or 0,
       f(i.bw_all_median, 1), f(i.bw_one, 1), i.llc / 2 / MiB, f(i.bw_llc, 1), i.threads))
+  local rt = {}
+  for _, k in ipairs(RATES) do rt[#rt + 1] = rate_text(i, k) end
+  add(("- Arithmetic peaks (G multiply-adds/s, 12 independent register chains per thread, best of %d at the start and at the end of the run, the higher kept): %s")
+    :format(i.rate_reps or 5, table.concat(rt, "; ")))
   local bwrows = {}
   for _, b in ipairs(res.bw) do
     bwrows[#bwrows + 1] = { b.when, ("%d MiB"):format(b.bytes / MiB), b.resident and "LLC" or "DRAM", tostring(b.threads), f(b.gbs, 1) }
@@ -270,8 +329,10 @@ function M.md(res, charts)
   if roof then
     add("## Roofline: memory or multiply-adds")
     add("")
-    add(("Peak f32 multiply-add rate measured in this run (12 independent FMA chains per thread): **%s G FMA/s with %d threads**, %s with 1. Every K and V element feeds G = Hq/Hkv multiply-adds, so the kernels cannot read the cache faster than that peak times the element size over G (the compute ceiling); the roof is the lower of it and the best read bandwidth above. On a shared machine the read bandwidth can move between levels during a run (see the samples below): each kernel is compared with the best sample and with the median one.")
-      :format(f(i.fma_all, 0), i.threads, f(i.fma_one, 0)))
+    local rt2 = {}
+    for _, k in ipairs(RATES) do rt2[#rt2 + 1] = rate_text(i, k) end
+    add(("Peak rates measured in this run (12 independent chains per thread): %s. Every K element feeds G = Hq/Hkv·q_len score multiply-adds and every V element G P·V multiply-adds, so one (K, V) element pair takes at least G/r_scores + G/r_pv and the kernels cannot read the cache faster than the compute ceiling 2·element_bytes / (G/r_scores + G/r_pv) (int8 and fp8 KV in their real byte). r_pv is the f32 FMA rate; r_scores is the bf16 dot rate when the kernel's ISA record has the bf16 group and q and K are bf16 (\"scores by\"), else the f32 FMA rate. A kernel of an ISA with fewer f32 lanes than the probe (%d) is credited the rate times its lanes over the probe's (portable C under tcc: one lane; under cc gcc vectorizes it: the probe's width); vanilla is counted at the probe's width. Above 100%% of the roof means a rate was measured low (load from elsewhere during the probes) or the kernel does fewer multiply-adds than counted. The roof is min(ceiling, best read bandwidth of the run) at the run's thread count (1-thread plans: the 1-thread rates and bandwidth); \"bound\" names what sets it. On a shared machine the read bandwidth can move between levels during a run (see the samples below): each kernel is compared with the best sample and with the median one.")
+      :format(table.concat(rt2, "; "), i.rates and i.rates[i.threads] and i.rates[i.threads].lanes or 16))
     add("")
     add(roof)
     add("")
@@ -359,6 +420,7 @@ end
 -- Write the TSV and the Markdown report; returns their paths.
 function M.write(res, cfg, charts)
   res.info.peers = peers_section(cfg.out, res.info.machine.slug)
+  M.annotate(res)
   local base = cfg.out .. "/" .. res.info.name
   return { write(base .. ".tsv", M.tsv(res)), write(base .. ".md", M.md(res, charts or {})) }
 end

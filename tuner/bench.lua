@@ -86,6 +86,29 @@ local function best_bandwidth(info, bw)
   end
 end
 
+-- The arithmetic peaks of the roofline, with all threads and with 1 (G
+-- multiply-adds/s, 12 independent register chains per thread, best of 5):
+-- f32 FMA, bf16 dot products (vdpbf16ps) and int8 dot products (vpdpbusd);
+-- a dot rate the CPU lacks (CPUID) is nil: absent, not 0.
+-- Measured at the start and at the end of the run; the higher of the two is
+-- kept (load from elsewhere only lowers them), like the bandwidth.
+-- info.rates[threads] = { fma, bf16, int8, lanes }; info.fma_all, fma_one kept.
+local function arithmetic_rates(info, progress, when)
+  local function rate(x) x = tonumber(x) return x and x > 0 and x or nil end
+  local function best(a, b) return (a and b) and math.max(a, b) or a or b end
+  info.rates, info.rate_reps = info.rates or {}, 5
+  for _, t in ipairs(info.threads > 1 and { info.threads, 1 } or { 1 }) do
+    progress:step(("arithmetic peaks, %d thread(s), %s"):format(t, when))
+    local old = info.rates[t] or {}
+    info.rates[t] = { fma = best(old.fma, rate(fdb.fdb_fma_gfmas(t, info.rate_reps))),
+                      bf16 = best(old.bf16, rate(fdb.fdb_bf16_gdots(t, info.rate_reps))),
+                      int8 = best(old.int8, rate(fdb.fdb_int8_gdots(t, info.rate_reps))),
+                      lanes = tonumber(fdb.fdb_fma_lanes()) }
+  end
+  info.has_bf16, info.has_int8 = fdb.fdb_has_bf16_dot() ~= 0, fdb.fdb_has_int8_dot() ~= 0
+  info.fma_all, info.fma_one = info.rates[info.threads].fma, info.rates[1].fma
+end
+
 -- Contexts and variants: per backend the planner's own choice (tuned table or
 -- heuristic) and each ISA forced (portable C first); then vanilla. Failures
 -- become notes.
@@ -130,7 +153,7 @@ local function lengths(s) return QUICK and (s.quick or { s.kv_len[1] }) or s.kv_
 
 -- Count the progress steps of the whole run.
 local function count_steps(shapes, vs, N)
-  local n = 8
+  local n = 12
   for _, s in ipairs(shapes) do
     n = n + #lengths(s) * (#vs + 1)
     if s[QUICK and "quick_threads_at" or "threads_at"] then n = n + N * (#vs + 1) end
@@ -149,7 +172,7 @@ local function main()
   local res = { info = info, notes = notes, variants = vs, shapes = {}, runs = {}, threads = {} }
   res.bw = bandwidth(info, progress, "start")
   best_bandwidth(info, res.bw)
-  info.fma_all, info.fma_one = fdb.fdb_fma_gfmas(info.threads, 5), fdb.fdb_fma_gfmas(1, 5)
+  arithmetic_rates(info, progress, "start")
   for _, s in ipairs(shapes) do
     local r = M.bench_shape(s, lengths(s), vs, info, CFG, progress)
     res.shapes[#res.shapes + 1] = r
@@ -159,6 +182,7 @@ local function main()
                             gbs = fdb.fdb_read_bw_gbs(CFG.bw_bytes, info.threads, 3), resident = false }
   end
   for _, r in ipairs(bandwidth(info, progress, "end")) do res.bw[#res.bw + 1] = r end
+  arithmetic_rates(info, progress, "end")
   best_bandwidth(info, res.bw)
   progress:done()
   info.seconds = fdb.fdb_now() - t0

@@ -1,0 +1,87 @@
+-- The roofline of a decode-attention run (bench/report.lua's roofline table),
+-- in one place: which arithmetic a kernel uses, its compute ceiling in GB/s of
+-- KV read and the roof min(ceiling, read bandwidth). Pure Lua (lua5.4 and
+-- LuaJIT; tests/test_roof.lua checks it with known numbers).
+--
+-- Each K element feeds G score multiply-adds and each V element G P.V
+-- multiply-adds, G = Hq / Hkv * q_len (query rows per K/V row). At r_scores and
+-- r_pv multiply-adds per second, one (K, V) element pair takes
+-- G / r_scores + G / r_pv seconds, so the kernel cannot read faster than
+--     ceiling = 2 * element_bytes / (G / r_scores + G / r_pv)
+-- (element_bytes the KV dtype's real size: 1 for int8 and fp8). r_pv is the
+-- f32 FMA rate; r_scores is the bf16 dot-product rate when the kernel's ISA
+-- record (gen/facts.lua isas[].groups) has the "bf16" group and q and K are
+-- bf16, else the f32 FMA rate. The rates are measured at the probe's vector
+-- width (`lanes` f32 lanes); a kernel of an ISA with W lanes is credited
+-- rate * W / lanes (same instruction rate, fewer lanes: portable C W = 1 under
+-- tcc; the cc backend's gcc vectorizes portable C, so there it gets the full width).
+local facts = require("facts")
+
+local M = {}
+
+-- The ISA record of a digit or name, or nil (vanilla, unknown).
+function M.isa_record(isa)
+  if type(isa) == "number" then return facts.isas[isa] end
+  if type(isa) == "string" then
+    local d = facts.value(facts.isas, isa)
+    return d and facts.isas[d]
+  end
+  return nil
+end
+
+-- A dtype's name from a name or an enum value.
+local function dtype_name(dt)
+  if type(dt) == "number" then return facts.dtypes[dt] and facts.dtypes[dt].name end
+  return dt
+end
+
+-- Bytes per KV element of a dtype (name or enum value).
+function M.element_bytes(dt)
+  local d = facts.value(facts.dtypes, dtype_name(dt))
+  return d and facts.dtypes[d].size or error("roof: unknown dtype " .. tostring(dt), 2)
+end
+
+-- The arithmetic of the scores of a run: "bf16" (vdpbf16ps) when the ISA record
+-- has the bf16 group and q and K are bf16, else "fma" (f32 FMA).
+function M.scores_arith(isa, q_dtype, kv_dtype)
+  local rec = M.isa_record(isa)
+  if rec and rec.groups and rec.groups.bf16 and dtype_name(q_dtype) == "bf16" and dtype_name(kv_dtype) == "bf16" then
+    return "bf16"
+  end
+  return "fma"
+end
+
+-- The compute ceiling of a run. run: { n_q_heads, n_kv_heads, q_len (default
+-- 1), q_dtype, kv_dtype, isa (digit or name; nil: the probe's full width, f32
+-- FMA), backend ("tcc", "cc", ...) }; rates: { fma, bf16 (nil: absent), lanes (default 16) } in G
+-- multiply-adds/s. Returns { gbs = ceiling GB/s, G, esz, scores = "bf16" |
+-- "fma", r_scores, r_pv, label = "f32 FMA" | "bf16 dot + f32 FMA" }, or nil
+-- without an FMA rate.
+function M.ceiling(run, rates)
+  if not rates.fma or rates.fma <= 0 then return nil end
+  local G = run.n_q_heads / run.n_kv_heads * math.max(1, run.q_len or 1)
+  local esz = M.element_bytes(run.kv_dtype)
+  local rec = M.isa_record(run.isa)
+  local lanes = rates.lanes or 16
+  local W = rec and rec.W
+  if W == 1 and run.backend == "cc" then W = nil end      -- gcc vectorizes portable C: the probe's width
+  local scale = W and math.min(W, lanes) / lanes or 1
+  local r_pv = rates.fma * scale
+  local scores = M.scores_arith(run.isa, run.q_dtype, run.kv_dtype)
+  if scores == "bf16" and not (rates.bf16 and rates.bf16 > 0) then scores = "fma" end   -- rate absent
+  local r_scores = scores == "bf16" and rates.bf16 * scale or r_pv
+  local gbs = 2 * esz / (G / r_scores + G / r_pv)
+  return { gbs = gbs, G = G, esz = esz, scores = scores, r_scores = r_scores, r_pv = r_pv,
+           label = scores == "bf16" and "bf16 dot + f32 FMA" or "f32 FMA" }
+end
+
+-- The roof of a run at read bandwidth bw (GB/s): { roof = min(ceiling, bw),
+-- bound = "memory" or the ceiling's label, ceiling = M.ceiling's table }; with
+-- no FMA rate the roof is bw, bound "memory".
+function M.roof(run, rates, bw)
+  local c = M.ceiling(run, rates)
+  if not c or c.gbs >= bw then return { roof = bw, bound = "memory", ceiling = c } end
+  return { roof = c.gbs, bound = c.label, ceiling = c }
+end
+
+return M

@@ -1,0 +1,86 @@
+-- The benchmark's roofline rule (bench/roof.lua) with known numbers: the
+-- compute ceiling 2 * element_bytes / (G / r_scores + G / r_pv), the bf16 dot
+-- rate only for an ISA record with the bf16 group and bf16 q and K, int8 KV in
+-- its real bytes, q_len in G, the ISA's lane width, an absent rate, and the
+-- roof min(ceiling, bandwidth) with what bounds it. Pure Lua: lua5.4 and LuaJIT.
+package.path = "tests/?.lua;gen/?.lua;./?.lua;" .. package.path
+local T = require("check")
+local facts = require("facts")
+local roof = require("bench.roof")
+
+local function near(got, want, name)
+  return T.ok(got ~= nil and math.abs(got - want) <= 1e-9 * math.abs(want), name,
+              ("got %s, want %s"):format(tostring(got), tostring(want)))
+end
+
+-- An ISA record with the bf16 group: the generator's own when it has one, else
+-- a test record appended to the facts for this process only.
+local bf16_isa, added
+for d = 0, #facts.isas do
+  if facts.isas[d].groups.bf16 then bf16_isa = facts.isas[d].name break end
+end
+if not bf16_isa then
+  added = #facts.isas + 1
+  facts.isas[added] = { name = "test_bf16", W = 16, groups = { fma = true, bf16 = true } }
+  bf16_isa = "test_bf16"
+end
+
+local rates = { fma = 100, bf16 = 300, int8 = 600, lanes = 16 }
+local function llama(dt, extra)
+  local r = { n_q_heads = 32, n_kv_heads = 8, q_dtype = dt, kv_dtype = dt, isa = "avx512" }
+  for k, v in pairs(extra or {}) do r[k] = v end
+  return r
+end
+
+-- f32 FMA for scores and P.V: 2 * 2 / (4/100 + 4/100) = 50 GB/s.
+local c = roof.ceiling(llama("bf16"), rates)
+near(c.gbs, 50, "bf16 on avx512 (no bf16 group): f32 FMA ceiling 50")
+T.eq(c.scores, "fma", "avx512: scores by f32 FMA")
+T.eq(c.G, 4, "Llama G = 4")
+-- bf16 dot scores: 2 * 2 / (4/300 + 4/100) = 75 GB/s.
+c = roof.ceiling(llama("bf16", { isa = bf16_isa }), rates)
+near(c.gbs, 75, "bf16 q and K on a bf16 record: ceiling 75")
+T.eq(c.label, "bf16 dot + f32 FMA", "bf16 record: label")
+near(c.r_scores, 300, "r_scores = bf16 rate")
+near(c.r_pv, 100, "r_pv = f32 FMA rate")
+-- The key digit works as well as the name.
+near(roof.ceiling(llama("bf16", { isa = facts.value(facts.isas, bf16_isa) }), rates).gbs, 75, "isa by digit")
+-- dtypes as enum values (2 = bf16).
+near(roof.ceiling(llama(facts.value(facts.dtypes, "bf16"), { isa = bf16_isa }), rates).gbs, 75, "dtype by enum value")
+-- bf16 K with f32 q, or f16 everything, on the bf16 record: f32 FMA.
+near(roof.ceiling(llama("bf16", { isa = bf16_isa, q_dtype = "f32" }), rates).gbs, 50, "f32 q: f32 FMA")
+near(roof.ceiling(llama("f16", { isa = bf16_isa }), rates).gbs, 50, "f16: f32 FMA")
+-- The bf16 rate absent (no AVX512-BF16 here): f32 FMA, not 0.
+near(roof.ceiling(llama("bf16", { isa = bf16_isa }), { fma = 100, lanes = 16 }).gbs, 50, "bf16 rate absent: f32 FMA")
+-- int8 and fp8 KV in their real bytes: 2 * 1 / (8/100) = 25.
+near(roof.ceiling(llama("i8", { q_dtype = "f32" }), rates).gbs, 25, "int8 KV: 1 byte")
+near(roof.ceiling(llama("fp8", { q_dtype = "f32" }), rates).gbs, 25, "fp8 KV: 1 byte")
+near(roof.ceiling(llama("f32"), rates).gbs, 100, "f32 KV: 4 bytes")
+-- Falcon-40B (G = 16): 2 * 2 / (32/100) = 12.5; q_len 4 multiplies G.
+near(roof.ceiling({ n_q_heads = 128, n_kv_heads = 8, q_dtype = "f16", kv_dtype = "f16", isa = "avx512" }, rates).gbs,
+     12.5, "Falcon G = 16: 12.5")
+c = roof.ceiling(llama("bf16", { q_len = 4 }), rates)
+T.eq(c.G, 16, "q_len 4: G = 16")
+near(c.gbs, 12.5, "q_len 4: 12.5")
+-- Lane width: AVX2 (8 of 16 lanes) half, portable C (1 lane) a sixteenth.
+near(roof.ceiling(llama("f16", { isa = "avx2" }), rates).gbs, 25, "avx2: half the lanes")
+near(roof.ceiling(llama("f16", { isa = "c" }), rates).gbs, 50 / 16, "portable C: one lane")
+near(roof.ceiling(llama("f16", { isa = "c", backend = "tcc" }), rates).gbs, 50 / 16, "portable C under tcc: one lane")
+near(roof.ceiling(llama("f16", { isa = "c", backend = "cc" }), rates).gbs, 50, "portable C under cc (gcc vectorizes): full width")
+near(roof.ceiling(llama("f16", { isa = "avx2", backend = "cc" }), rates).gbs, 25, "avx2 under cc: half the lanes")
+near(roof.ceiling(llama("f16", { isa = "avx2" }), { fma = 100, lanes = 8 }).gbs, 50, "ymm probe: avx2 at full rate")
+near(roof.ceiling(llama("f16", { isa = "gcc -O3" }), rates).gbs, 50, "unknown isa: probe width")
+-- No FMA rate: no ceiling, the roof is the bandwidth.
+T.eq(roof.ceiling(llama("f16"), { fma = 0 }), nil, "no FMA rate: no ceiling")
+local r = roof.roof(llama("f16"), { fma = 0 }, 40)
+T.ok(r.roof == 40 and r.bound == "memory", "no FMA rate: memory roof")
+-- The roof: min(ceiling, bandwidth) and what bounds it.
+r = roof.roof(llama("f16"), rates, 60)
+T.ok(r.roof == 50 and r.bound == "f32 FMA", "bw 60 > ceiling 50: f32 FMA bound", r.bound)
+r = roof.roof(llama("f16"), rates, 40)
+T.ok(r.roof == 40 and r.bound == "memory", "bw 40 < ceiling 50: memory bound", r.bound)
+r = roof.roof(llama("bf16", { isa = bf16_isa }), rates, 80)
+T.ok(math.abs(r.roof - 75) < 1e-9 and r.bound == "bf16 dot + f32 FMA", "bw 80 > bf16 ceiling 75", r.bound)
+
+if added then facts.isas[added] = nil end
+T.done()
