@@ -67,7 +67,7 @@ T.raises("field kv_dtype", "kv dtype digit out of range", key.decode, "102561280
 T.raises("field out_dtype", "out dtype digit out of range", key.decode, "10256128040005220")
 T.raises("field mask_mode", "mask mode digit out of range", key.decode, "10256128040032220")
 T.raises("field layout", "layout digit out of range", key.decode, "10256128040002223")
-T.raises("field isa", "isa digit out of range", key.decode, "10256128043002220")
+T.raises("field isa", "isa digit out of range", key.decode, "10256128049002220")
 T.raises("field flags", "reserved flag bit", key.decode, "10256128040402220")
 T.raises("field template", "template 0", key.decode, "256128040002220")
 T.raises("field template", "template 2", key.decode, "20256128040002220")
