@@ -44,7 +44,7 @@ void fd_k$(KEY)(const fd_work *w) {
 @ end
   const int th = w->tok_heads;
   int h, d, tp;
-@ if ISA > 0 and not HL then
+@ if ISA > 0 and not HL and not DPBF16 then
   int tk;
 @ end
   /* q in f32, pre-scaled; state records start empty (m = -inf, l = 0). */
