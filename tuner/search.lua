@@ -33,6 +33,7 @@ M.FLUSH_S = 0.01         -- the virtual cost of a cache flush (and a plan), seco
 M.MAX_SPLITS = 16        -- the most splits tried
 M.ITEMS_PER_THREAD = 16  -- the most work items (kv rows x splits) per thread tried
 M.FINE_BEST = 3          -- the fine pass measures the neighbours of this many best kernels
+M.isas_of = nil          -- isa digits with a kernel for (head_dim, tile): gen/space.lua's unless set (tests)
 
 -- Integer clamp.
 local function clamp(x, lo, hi) return math.max(lo, math.min(hi, x)) end
