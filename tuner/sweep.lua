@@ -21,7 +21,7 @@
 --                      missing or refused: the heuristic stands in, and the report says so
 --   SWEEP_REPORT=path  the report (default results/tuned/sweep-<machine>[-<set>].md); its log: .log
 --   SWEEP_TOP=n        configurations of the sweep re-measured (default 5)
---   SWEEP_ROUNDS=n     paired rounds (default 15; 6 is the fewest with a 95% interval)
+--   SWEEP_ROUNDS=n     paired rounds (default 31, the tuner's cap; 6 is the fewest with a 95% interval)
 --   SWEEP_PRUNE=x      prune kernels slower than x times the fastest in step 1 (default 2; 0: none)
 --   FD_TUNE_STOP_AFTER=N, TUNE_PROGRESS=0|1   as for tuner/tune.lua
 local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
@@ -57,7 +57,7 @@ local function settings(a)
   local tp = sys.env("TUNE_PROGRESS", nil)
   return { shapes = shapes, machine = machine, report = report, log = report:gsub("%.md$", "") .. ".log",
            table = sys.env("SWEEP_TABLE", ("%sresults/tuned/%s-%s.tsv"):format(home, machine, set)),
-           top = num("SWEEP_TOP", "5"), rounds = math.max(6, num("SWEEP_ROUNDS", "15")), prune = num("SWEEP_PRUNE", "2"),
+           top = num("SWEEP_TOP", "5"), rounds = math.max(6, num("SWEEP_ROUNDS", "31")), prune = num("SWEEP_PRUNE", "2"),
            stop_after = num("FD_TUNE_STOP_AFTER", "0"), progress = tp and tp ~= "0" or nil }
 end
 
