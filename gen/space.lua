@@ -5,8 +5,20 @@ local simd = require("simd")
 local facts = require("facts")
 local M = {}
 
-M.CHUNKS = { 32, 64, 128, 256, 512 }   -- keys per chunk the tuner may try
+-- Keys per chunk the tuner may try, up to facts.MAX_CHUNK (sc[] holds
+-- group_tile * chunk floats on the stack: 256 KiB at tile 16, chunk 4096).
+M.CHUNKS = { 32, 64, 128, 256, 512, 1024, 2048, 4096 }
+M.SHORT_CHUNKS = { 16 }                -- tried for MHA (G = 1) too: one score row per chunk is cheap
 M.MAX_TILE = 16                        -- largest group tile generated
+assert(M.CHUNKS[#M.CHUNKS] <= facts.MAX_CHUNK, "space: a chunk above facts.MAX_CHUNK")
+
+-- The chunks worth trying for G query heads per kv head, shortest first.
+function M.chunks(G)
+  local out = {}
+  if G == 1 then for _, c in ipairs(M.SHORT_CHUNKS) do out[#out + 1] = c end end
+  for _, c in ipairs(M.CHUNKS) do out[#out + 1] = c end
+  return out
+end
 
 -- Group tiles for G query heads per kv head: divisors of G up to MAX_TILE.
 function M.tiles(G)
@@ -102,7 +114,7 @@ end
 function M.variants(s)
   local out, G = {}, s.n_q_heads / s.n_kv_heads
   local flag_sets = { s.lse and key.FLAG_LSE or 0, key.FLAG_SPLIT }
-  for _, chunk in ipairs(M.CHUNKS) do
+  for _, chunk in ipairs(M.chunks(G)) do
     for _, tile in ipairs(M.tiles(G)) do
       for _, isa in ipairs(M.isas(s.head_dim, tile)) do
         for _, flags in ipairs(flag_sets) do

@@ -288,6 +288,18 @@ static void conversions(void) {
           bad < 0 ? 0 : t_f32_to_e5m2(t_e5m2_to_f32((uint8_t)bad)));
 }
 
+/* The tuner's longest chunks (gen/space.lua: up to FD_MAX_CHUNK 4096) with
+   the largest group tile 16 (8 where the isa holds no 16: sc[] is tile *
+   chunk floats on the stack), over lengths of one partial and several chunks. */
+static void long_chunks(void) {
+  static const int chunks[] = { 1024, 2048, 4096 };
+  for (int c = 0; c < 3; c++)
+    for (int tile = 16; tile >= 8; tile -= 8) {
+      run_case(1, 16, 1, 128, 5000, 2, 2, 2, 0, 0, chunks[c], tile, 1, 5000 + c * 10 + tile);
+      run_case(2, 32, 2, 64, 9000, 0, 1, 0, 2, 1, chunks[c], tile, 3, 5100 + c * 10 + tile);
+    }
+}
+
 int main(void) {
   conversions();
   int best = fd_cpu_max_isa();
@@ -302,6 +314,7 @@ int main(void) {
     masked_rows();
     huge_logit();
     output_rounding();
+    long_chunks();
   }
   printf("note: head_dim 7 has no SIMD variant (not a multiple of the vector); portable C covers it\n");
   kx_cleanup();

@@ -7,7 +7,9 @@
 # the bad shapes and arguments the library refuses, case by case; batches of
 # uneven lengths through the header's fdt_run and the library's exec.c giving
 # the same work items, item by item, and bit-identical outputs; then the same
-# for this machine's table from `make tune` when it belongs to this build.
+# for this machine's table from `make tune` when it belongs to this build;
+# search coverage and its log notes; the exhaustive sweep on a tiny row
+# (report columns, resume, restart after a stop, a missing table).
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -56,7 +58,7 @@ check "tiny tune exits 0" has "$out" "header $tmp/t.h (written)"
 check "table has a row per shape and bucket" test "$(grep -c $'\ttiny-' "$tmp/t.tsv")" -eq 8
 check "table ends with its row count" test "$(tail -n 1 "$tmp/t.tsv")" = $'end\t8'
 check "table header is fd_tuned_table_header()" bash -c "$LUAJIT tuner/tuned.lua check $tmp/t.tsv"
-check "summary names every bucket" test "$(grep -c '^tiny-' <<<"$out")" -eq 8
+check "summary names every bucket" test "$(grep '^tiny-' <<<"$out" | grep -vc ' searched ')" -eq 8
 check "log holds a line per measurement" test "$(measurements "$tmp/t.log")" -ge 20
 check "tuned rows no slower than the heuristic (recorded)" \
   awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
@@ -84,6 +86,12 @@ check "a second run measures nothing" has "$out" "(0 measurements, $n reused fro
 check "a second run leaves the table and header" has "$out" "t.tsv (unchanged)"
 check "  ... and the header" has "$out" "t.h (unchanged)"
 check "a second run logs no decision twice" test -z "$(grep '^#decision' "$tmp/t.log" | sort | uniq -d)"
+
+check "summary prints what the search covered per row" test "$(grep -cE '^tiny-.* searched [0-9]+/[0-9]+ kernels \([0-9]+ pruned\), [0-9]+ decomp\., [0-9]+ configs' <<<"$out")" -eq 8
+check "log has a #coverage line per row, with its 11 fields" \
+  awk -F'\t' '$1 == "#coverage" { n++; if (NF != 12) bad = 1 } END { exit bad || n != 8 }' "$tmp/t.log"
+check "log's #pruned lines say why (tiny lengths prune long chunks)" grep -q $'^#pruned\t.*\tchunk 4096 >= 2 x the length' "$tmp/t.log"
+check "a second run logs no note twice" test -z "$(grep -E '^#(pruned|coverage)' "$tmp/t.log" | sort | uniq -d)"
 
 # --- 2. interrupted and resumed -------------------------------------------
 tune r FD_TUNE_STOP_AFTER=12 >"$tmp/r1.out" 2>&1
@@ -173,7 +181,40 @@ check "uneven: the program with the library's internals builds" gcc -std=c11 -O2
 check "uneven: header and exec.c give the same work items and bit-identical outputs (B=5, lengths 1..4096, mirrored)" \
   "$tmp/uneven.int" --uneven "$tmp/uneven.tsv"
 
-# --- 5. this machine's table from `make tune` -------------------------------
+# --- 5. the exhaustive sweep (tuner/sweep.lua) on one tiny row ----------------
+cat > "$tmp/sweep.lua" <<'LUA'
+return {
+  { name = "tiny-gqa", batch = 1, n_q_heads = 4, n_kv_heads = 1, head_dim = 64, q_dtype = "f32",
+    kv_dtype = "f16", out_dtype = "f32", kv_len = { 200 } },
+}
+LUA
+# Sweep the tiny row into $tmp/$1.{md,log}.
+sweep() { local n=$1; shift; env SWEEP_REPORT="$tmp/$n.md" SWEEP_TABLE="$tmp/t.tsv" SWEEP_ROUNDS=6 SWEEP_TOP=2 "$@" \
+  "$LUAJIT" tuner/sweep.lua "$tmp/sweep.lua"; }
+out=$(sweep s 2>&1)
+check "sweep exits 0 and prints its runtime" has "$out" "sweep took"
+check "sweep report has the columns" grep -qF '| row | len | configs swept | exhaustive best c/t/s/p/isa | tuned pick | heuristic | tuned/best [95% CI] | tuned/heuristic [95% CI] | within 3% | not slower than heuristic |' "$tmp/s.md"
+check "sweep report has the row, its ratios and intervals" \
+  grep -qE '^\| tiny-gqa \| 200 \| [0-9]+ \(.*\| [0-9.]+ \[[0-9.]+\.\.[0-9.]+\] \| [0-9.]+ \[[0-9.]+\.\.[0-9.]+\] \| (yes|no) \| (yes|no) \|$' "$tmp/s.md"
+check "sweep report has the totals" grep -q "of the exhaustive best on [01] of 1 rows" "$tmp/s.md"
+check "sweep used the tuned table's pick" bash -c "! grep -q 'no table pick' $tmp/s.md"
+swept=$(grep -oE '^\| tiny-gqa \| 200 \| [0-9]+' "$tmp/s.md" | grep -oE '[0-9]+$')
+check "sweep timed every kernel x decomposition that survived (>= 20 configs)" test "${swept:-0}" -ge 20
+check "sweep logged pruned kernels with why" grep -q $'^#pruned\t.*\tchunk 512 >= 2 x the length 200' "$tmp/s.log"
+check "sweep logged its paired rounds" test "$(grep -c $'\ts6\t' "$tmp/s.log")" -ge 3
+n=$(measurements "$tmp/s.log")
+out=$(sweep s 2>&1)
+check "a second sweep measures nothing" has "$out" "(0 measurements, $n reused)"
+sweep s2 FD_TUNE_STOP_AFTER=7 >"$tmp/s2.out" 2>&1
+check "a sweep stopped by FD_TUNE_STOP_AFTER exits 3" test $? -eq 3
+out=$(sweep s2 2>&1)
+check "the restarted sweep reuses the 7" has "$out" " 7 reused)"
+check "  ... and writes the report" test -s "$tmp/s2.md"
+out=$(sweep s3 SWEEP_TABLE="$tmp/none.tsv" 2>&1)
+check "a missing tuned table: the heuristic stands in, said" has "$out" "none.tsv is missing"
+check "  ... in the report too" grep -q "no table pick" "$tmp/s3.md"
+
+# --- 6. this machine's table from `make tune` -------------------------------
 mt=results/tuned/$($F machine).tsv
 if [ -f "$mt" ] && $LUAJIT tuner/tuned.lua check "$mt" >/dev/null 2>&1; then
   check "machine table: tuned rows no slower than the heuristic by 3% (final verification)" \

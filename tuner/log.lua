@@ -13,14 +13,26 @@
 -- "<slow/fast>x fast <n> <lo..hi> slow <n> <lo..hi>") and which config was
 -- kept. Decisions derive from the v<round> lines, so resuming recomputes
 -- them (and writes a decision line only once).
+-- Notes of the search, one line each, written once and parsed back on
+-- resume (a malformed one is skipped with a warning, as a measurement is):
+-- "#pruned" TAB then NOTES.pruned (what was left out of the search and why:
+-- a kernel, a chunk, an isa) and "#coverage" TAB then NOTES.coverage (what
+-- the search measured of the space: kernels measured of the space's,
+-- kernels pruned, decompositions measured, configurations measured).
 local stats = require("tuner.stats")
 
 local M = {}
 M.FIELDS = { "build", "shape", "bucket", "len", "cache", "stage", "config", "key", "status", "median_us", "times_us", "name" }
 M.DECISION_FIELDS = { "build", "shape", "bucket", "len", "cache", "challenger", "heuristic", "rounds", "cap", "ratio_ci",
                       "median", "coverage", "decision", "stop", "levels", "kept", "name" }
+M.NOTES = {
+  pruned = { "build", "shape", "bucket", "len", "cache", "what", "why", "name" },
+  coverage = { "build", "shape", "bucket", "len", "cache", "kernels", "space", "pruned", "decompositions", "configs", "name" },
+}
 M.COMMENT = "# flashdecode tuning log: " .. table.concat(M.FIELDS, " ") .. "\n"
   .. "# #decision " .. table.concat(M.DECISION_FIELDS, " ") .. "\n"
+  .. "# #pruned " .. table.concat(M.NOTES.pruned, " ") .. "\n"
+  .. "# #coverage " .. table.concat(M.NOTES.coverage, " ") .. "\n"
 
 -- A text field with tabs and newlines replaced.
 local function clean(s) return (tostring(s):gsub("[\t\r\n]", " ")) end
@@ -60,13 +72,18 @@ end
 -- malformed line, e.g. one cut by an interruption, is skipped with a
 -- warning naming it), then append.
 function M.open(path, build)
-  local L = { path = path, build = build, index = {}, reused = 0, written = 0, old = 0, decisions = {} }
+  local L = { path = path, build = build, index = {}, reused = 0, written = 0, old = 0, decisions = {},
+              notes = {} }
   local fh = io.open(path, "rb")
   if fh then
     local n = 0
     for line in fh:lines() do
       n = n + 1
       if line:sub(1, 10) == "#decision\t" then L.decisions[line] = true
+      elseif M.note_kind(line) then
+        local r, why = M.parse_note(line)
+        if not r then io.stderr:write(("tune: %s:%d: skipped: %s\n"):format(path, n, why))
+        else L.notes[line] = r end
       elseif line ~= "" and line:sub(1, 1) ~= "#" then
         local r, why = M.parse(line)
         if not r then io.stderr:write(("tune: %s:%d: skipped: %s\n"):format(path, n, why))
@@ -121,6 +138,51 @@ function M:decision(r)
   local line = M.format_decision(r)
   if self.decisions[line] then return end
   self.decisions[line] = true
+  self.fh:write(line, "\n")
+  self.fh:flush()
+end
+
+-- The kind of a note line ("pruned", "coverage"), or nil.
+function M.note_kind(line)
+  local kind = line:match("^#(%a+)\t")
+  return kind and M.NOTES[kind] and kind or nil
+end
+
+-- A note record r of kind (fields of NOTES[kind]) as a log line.
+function M.format_note(kind, r)
+  local f = {}
+  for i, name in ipairs(M.NOTES[kind]) do
+    if r[name] == nil then error(("log: %s note: field %s is missing"):format(kind, name), 0) end
+    f[i] = clean(r[name])
+  end
+  return "#" .. kind .. "\t" .. table.concat(f, "\t")
+end
+
+-- A note line as a record (with kind; bucket, len and the counts as numbers), or nil and why.
+function M.parse_note(line)
+  local kind = M.note_kind(line)
+  if not kind then return nil, "is not a note line" end
+  local f = {}
+  for x in (line .. "\t"):gmatch("([^\t]*)\t") do f[#f + 1] = x end
+  local names = M.NOTES[kind]
+  if #f - 1 ~= #names then return nil, ("#%s has %d fields, want %d"):format(kind, #f - 1, #names) end
+  local r = { kind = kind }
+  for i, name in ipairs(names) do r[name] = f[i + 1] end
+  for _, name in ipairs { "bucket", "len", "kernels", "space", "pruned", "decompositions", "configs" } do
+    if r[name] ~= nil then
+      r[name] = tonumber(r[name])
+      if not r[name] then return nil, ("#%s: field %s is not a number"):format(kind, name) end
+    end
+  end
+  return r
+end
+
+-- Append note r of kind (see format_note) unless the same line is on record.
+function M:note(kind, r)
+  r.build = self.build
+  local line = M.format_note(kind, r)
+  if self.notes[line] then return end
+  self.notes[line] = r
   self.fh:write(line, "\n")
   self.fh:flush()
 end

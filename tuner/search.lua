@@ -1,9 +1,15 @@
 -- The search for one (shape, bucket) job, within a time budget:
 --   1. the heuristic's configuration, quick (1 repetition) -> the run's cost;
---   2. quick pass over the kernels (chunk x group tile x ISA) at the
---      heuristic's splits and threads, nearest the heuristic first (and the
---      previous bucket's ranking of the same shape), as many as the budget allows;
---   3. quick pass over splits x threads for the best two kernels;
+--   2. quick passes over the kernels (chunk x group tile x ISA, gen/space.lua:
+--      chunks 32..4096 and 16 for MHA, every divisor tile up to 16, every isa
+--      up to the context's) at the heuristic's splits and threads, coarse to
+--      fine: (a) every other chunk from the heuristic's, every tile and isa,
+--      nearest the heuristic first (the previous bucket's best three of the
+--      same shape before them); (b) the neighbours (one chunk, tile or isa
+--      step) of the best three so far; as many as the budget allows. Kernels
+--      that cannot run or repeat another's work are pruned, each logged
+--      ("#pruned" lines, tuner/log.lua) with why;
+--   3. quick pass over splits (up to 16) x threads for the best two kernels;
 --   4. refine the best few (warm-up + several repetitions, median);
 --   5. verify: the refined winner and the heuristic interleaved in paired
 --      rounds, added in batches until tuner/stats.lua decides (win, lose, tie)
@@ -16,7 +22,7 @@
 -- resumed run takes exactly the decisions of the interrupted one.
 local space = require("space")
 local measure = require("tuner.measure")
-local sys = require("tuner.sys")
+local facts = require("facts")
 
 local M = {}
 M.REFINE_S = 0.25        -- timed seconds aimed at per refined configuration
@@ -24,14 +30,19 @@ M.VERIFY_S = 0.6         -- seconds aimed at per configuration in verification: 
 M.MIN_ROUNDS = 6         -- the fewest rounds with a 95% sign-test interval (tuner/stats.lua)
 M.LONG_S = 0.05          -- quick runs longer than this skip the warm-up (a run that long is its own)
 M.FLUSH_S = 0.01         -- the virtual cost of a cache flush (and a plan), seconds
+M.MAX_SPLITS = 16        -- the most splits tried
+M.ITEMS_PER_THREAD = 16  -- the most work items (kv rows x splits) per thread tried
+M.FINE_BEST = 3          -- the fine pass measures the neighbours of this many best kernels
+M.isas_of = nil          -- isa digits with a kernel for (head_dim, tile): gen/space.lua's unless set (tests)
 
 -- Integer clamp.
 local function clamp(x, lo, hi) return math.max(lo, math.min(hi, x)) end
 
--- Split counts to try: 1, the heuristic's, powers of two up to 8 items per
--- thread (no piece shorter than 128 keys), and the count that fills the threads.
+-- Split counts to try: 1, the heuristic's, powers of two up to MAX_SPLITS
+-- and ITEMS_PER_THREAD work items per thread (no piece shorter than 128
+-- keys), and the count that fills the threads.
 function M.split_choices(items, threads, len, h)
-  local most = math.max(1, math.min(math.floor(8 * threads / items), math.floor(len / 128)))
+  local most = math.max(1, math.min(M.MAX_SPLITS, math.floor(M.ITEMS_PER_THREAD * threads / items), math.floor(len / 128)))
   local out, seen = {}, {}
   local function add(s) if s >= 1 and s <= math.max(most, h) and not seen[s] then seen[s] = true; out[#out + 1] = s end end
   add(1); add(h); add(math.ceil(threads / items))
@@ -54,24 +65,58 @@ local function index_of(list, v)
   for i, x in ipairs(list) do if x == v then return i end end
 end
 
+-- The kernel name of chunk, tile and isa.
+local function kname(chunk, tile, isa) return ("c%d.t%d.i%d"):format(chunk, tile, isa) end
+
+-- Why kernel (chunk, tile, isa) is left out for head_dim D at length len
+-- (nil when it is searched): a chunk at least twice the length does the
+-- work of the half one; an isa above the context's or without a kernel for
+-- (D, tile) cannot run.
+function M.prune_reason(chunk, tile, isa, D, len, max_isa, isas_of)
+  if isa > max_isa then return ("isa %d above the context's %d"):format(isa, max_isa) end
+  if not index_of(isas_of(D, tile), isa) then
+    return ("isa %d has no kernel for head_dim %d, group tile %d (gen/simd.lua)"):format(isa, D, tile)
+  end
+  if chunk >= 2 * len then return ("chunk %d >= 2 x the length %d: one chunk of %d holds every key"):format(chunk, len, chunk / 2) end
+end
+
 -- Every kernel (chunk, tile, isa) of the shape, nearest the heuristic first;
 -- kernels the prior ranking names come before the others, in its order.
-function M.kernels(G, max_isa, h, prior)
-  local tiles, out = space.tiles(G), {}
-  for isa = 0, max_isa do
-    for ci, chunk in ipairs(space.CHUNKS) do
+-- j: { G, max_isa, D, len }. Returns the kernels searched and those pruned
+-- ({ name, why }); coarse = true on the kernels of the coarse pass: every
+-- other chunk from the heuristic's (every tile and isa).
+function M.kernels(j, h, prior)
+  local chunks, tiles, out, pruned = space.chunks(j.G), space.tiles(j.G), {}, {}
+  local hc = index_of(chunks, h.chunk) or 3
+  for isa = 0, #facts.isas do
+    for ci, chunk in ipairs(chunks) do
       for ti, tile in ipairs(tiles) do
-        local dist = math.abs(ci - (index_of(space.CHUNKS, h.chunk) or 3)) + math.abs(ti - (index_of(tiles, h.tile) or 1))
-                     + math.abs(isa - h.isa)
-        local k = { chunk = chunk, tile = tile, isa = isa }
-        local name = ("c%d.t%d.i%d"):format(chunk, tile, isa)
-        k.order = prior and prior[name] or (1000 + dist * 100 + #out)
-        k.name = name
-        out[#out + 1] = k
+        local name = kname(chunk, tile, isa)
+        local why = M.prune_reason(chunk, tile, isa, j.D, j.len, j.max_isa, M.isas_of or space.isas)
+        if why then
+          if isa <= j.max_isa then pruned[#pruned + 1] = { name = name, why = why } end
+        else
+          local dist = math.abs(ci - hc) + math.abs(ti - (index_of(tiles, h.tile) or 1)) + math.abs(isa - h.isa)
+          local k = { chunk = chunk, tile = tile, isa = isa, name = name, ci = ci, ti = ti,
+                      coarse = (ci - hc) % 2 == 0 or (prior and prior[name] and prior[name] <= 3) or false }
+          k.order = prior and prior[name] or (1000 + dist * 100 + #out)
+          out[#out + 1] = k
+        end
       end
     end
   end
   table.sort(out, function(a, b) return a.order < b.order end)
+  return out, pruned
+end
+
+-- The kernels of list ks next to kernel k: the chunk or the tile one step
+-- off (same isa), or the isa one step off (same chunk and tile).
+function M.neighbours(ks, k)
+  local out = {}
+  for _, o in ipairs(ks) do
+    local dc, dt, di = math.abs(o.ci - k.ci), math.abs(o.ti - k.ti), math.abs(o.isa - k.isa)
+    if dc + dt + di == 1 then out[#out + 1] = o end
+  end
   return out
 end
 
@@ -122,16 +167,73 @@ local function ranked(map)
 end
 M.ranked = ranked
 
--- Phase 2: the kernels at the heuristic's decomposition, as many as the budget allows.
+-- The measured kernels at decomposition h, fastest first (names of kernels()).
+local function best_kernels(st, h)
+  local out = {}
+  for _, r in ipairs(ranked(st.quick)) do
+    if r.c.splits == h.splits and r.c.threads == h.threads then out[#out + 1] = kernel_name(r.c) end
+  end
+  return out
+end
+
+-- Log why each pruned kernel ({ name, why }) was left out.
+local function log_pruned(j, pruned)
+  if not j.log.note then return end
+  for _, p in ipairs(pruned) do
+    j.log:note("pruned", { shape = j.sig, bucket = j.bucket, len = j.len, cache = j.cache, what = p.name,
+                           why = p.why, name = j.name })
+  end
+end
+
+-- Phase 2: the kernels at the heuristic's decomposition, coarse then fine,
+-- as many as the budget allows.
 local function kernel_pass(st, h, cost, warm, prior)
   local j = st.j
-  local ks = M.kernels(j.G, j.max_isa, h, prior)
-  local n_max = math.max(3, math.floor(0.45 * st.budget / cost))
-  st.planned = st.planned + math.min(#ks, n_max) - 1
-  for i, k in ipairs(ks) do
-    if i > n_max or (i > 3 and left(st) < 0.55 * st.budget) then break end
-    quick(st, config(k, h.splits, h.threads), warm)
+  local ks, pruned = M.kernels(j, h, prior)
+  st.space, st.pruned = #ks + #pruned, #pruned
+  log_pruned(j, pruned)
+  local n_max, n = math.max(3, math.floor(0.45 * st.budget / cost)), 0
+  local coarse, byname = {}, {}
+  for _, k in ipairs(ks) do
+    byname[k.name] = k
+    if k.coarse then coarse[#coarse + 1] = k end
   end
+  st.planned = st.planned + math.min(#coarse, n_max) - 1
+  for i, k in ipairs(coarse) do
+    if i > n_max or (i > 3 and left(st) < 0.6 * st.budget) then break end
+    quick(st, config(k, h.splits, h.threads), warm)
+    n = i
+  end
+  for i, name in ipairs(best_kernels(st, h)) do
+    if i > M.FINE_BEST or not byname[name] then break end
+    for _, o in ipairs(M.neighbours(ks, byname[name])) do
+      if n >= n_max or left(st) < 0.55 * st.budget then return end
+      local c = config(o, h.splits, h.threads)
+      if not st.quick[measure.config_name(c)] then st.planned = st.planned + 1; n = n + 1; quick(st, c, warm) end
+    end
+  end
+end
+
+-- What the search measured: kernels (of the space and pruned), decompositions
+-- (splits x threads) and configurations.
+local function coverage(st)
+  local ks, ds, nk, nd, nc = {}, {}, 0, 0, 0
+  for _, r in pairs(st.quick) do
+    nc = nc + 1
+    local k, d = kernel_name(r.c), r.c.splits .. "x" .. r.c.threads
+    if not ks[k] then ks[k] = true; nk = nk + 1 end
+    if not ds[d] then ds[d] = true; nd = nd + 1 end
+  end
+  return { kernels = nk, space = st.space or 0, pruned = st.pruned or 0, decompositions = nd, configs = nc }
+end
+M.coverage_of = coverage
+
+-- Log the coverage cv of job j.
+local function log_coverage(j, cv)
+  if not j.log.note then return end
+  local r = { shape = j.sig, bucket = j.bucket, len = j.len, cache = j.cache, name = j.name }
+  for k, v in pairs(cv) do r[k] = v end
+  j.log:note("coverage", r)
 end
 
 -- Phase 3: splits x threads for the best two kernels so far.
@@ -200,9 +302,11 @@ local function search(j, budget, prior)
   local warm = cost < M.LONG_S
   kernel_pass(st, h, cost, warm, prior)
   decomposition_pass(st, h, cost, warm)
+  local res_cov = coverage(st)
+  log_coverage(j, res_cov)
   local best = refine(st, cost)
   local hname = measure.config_name(h)
-  local res = { h = h, quick = st.quick, n = st.n, spent = st.spent }
+  local res = { h = h, quick = st.quick, n = st.n, spent = st.spent, coverage = res_cov }
   if not best or best.config == hname then
     local hr = st.refined[hname] or hq
     res.c, res.key, res.median_us, res.heuristic_us = h, hr.key, hr.median_us, hr.median_us

@@ -91,7 +91,7 @@ end
 local function prepare(j, w, ctx, log, cfg, bar)
   local info = fd.ctx_info(ctx)
   j.w, j.ctx, j.log, j.cache, j.threads, j.max_isa = w, ctx, log, cfg.cache, info.threads, info.max_isa
-  j.G = w.n.n_q_heads / w.n.n_kv_heads
+  j.G, j.D = w.n.n_q_heads / w.n.n_kv_heads, w.n.head_dim
   j.items = w.n.batch * w.n.n_kv_heads
   j.on_measure = function()
     if cfg.stop_after > 0 and log.written >= cfg.stop_after then
@@ -155,6 +155,14 @@ local function decision_text(r)
   return cfg_text(r.challenger.c), stats.ci_text(d), s .. (r.win and "; winner kept" or "; heuristic kept")
 end
 
+-- What the search of a result covered: "34/120 kernels (8 pruned), 12 decomp., 50 configs".
+local function coverage_text(r)
+  local c = r.coverage
+  if not c then return "-" end
+  return ("%d/%d kernels (%d pruned), %d decomp., %d configs"):format(c.kernels, c.space, c.pruned, c.decompositions,
+                                                                      c.configs)
+end
+
 -- Print the summary table.
 local function summary(jobs, results, cfg, secs, log)
   print(("tuned %d shape/bucket pairs of %s in %.0f s (%d measurements, %d reused from the log)"):format(
@@ -165,6 +173,7 @@ local function summary(jobs, results, cfg, secs, log)
   print(("%-20s %7s %7s  %-22s %-22s %9s %7s %9s %8s %5s  %-22s %-12s %s"):format("shape", "len", "bucket",
     "chosen c/t/s/p/isa", "heuristic", "ms", "GB/s", "heur. ms", "speedup", "busy", "challenger", "ratio 95% CI",
     "decision"))
+  local covered = {}
   for i, j in ipairs(jobs) do
     local r = results[i]
     if r.failed then
@@ -174,8 +183,11 @@ local function summary(jobs, results, cfg, secs, log)
       print(("%-20s %7d %7d  %-22s %-22s %9.2f %7.2f %9.2f %7.2fx %5.2f  %-22s %-12s %s"):format(j.name, j.len,
         j.bucket, cfg_text(r.c), cfg_text(r.h), r.median_us / 1e3, j.bytes / (r.median_us * 1e3), r.heuristic_us / 1e3,
         r.heuristic_us / r.median_us, r.others, ch, ci, dec))
+      covered[#covered + 1] = ("%-20s %7d  searched %s"):format(j.name, j.len, coverage_text(r))
     end
   end
+  print("search coverage per row (kernels measured of the space's, pruned ones in the log's #pruned lines):")
+  for _, l in ipairs(covered) do print(l) end
   print("ratio 95% CI: the challenger's time over the heuristic's, a sign-test interval of the median per-round\n"
     .. "ratio (tuner/stats.lua); the challenger is kept only when the whole interval lies below 1")
   print(("table  %s (%s)\nlog    %s"):format(cfg.table, cfg.written and "written" or "unchanged", cfg.log))

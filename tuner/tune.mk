@@ -8,7 +8,7 @@
 # `make export`: re-export the machine's table to its header.
 # `make tune-verify`: re-measure the machine's table against the heuristic.
 # `make test-tune`: the tuner and export tests (tests/test_tune.sh).
-.PHONY: tune export tune-verify test-tune
+.PHONY: tune export tune-verify test-tune tune-sweep
 
 tune: deps lib $(B)/fdgen
 	FD_LIB=$(B)/libflashdecode.so FDGEN=$(B)/fdgen $(LUAJIT) tuner/tune.lua
@@ -21,3 +21,11 @@ tune-verify: deps lib $(B)/fdgen
 
 test-tune: all
 	bash tests/test_tune.sh
+
+# `make tune-sweep`: time every configuration of each row of SHAPES (default
+# tuner/shapes/unseen.lua), re-measure the best few with the tuned table's pick
+# and the heuristic in paired rounds, and write results/tuned/sweep-<machine>.md
+# (tuner/sweep.lua; SWEEP_TABLE, SWEEP_TOP, SWEEP_ROUNDS, SWEEP_PRUNE).
+SWEEP_SHAPES = $(if $(SHAPES),$(SHAPES),tuner/shapes/unseen.lua)
+tune-sweep: deps lib $(B)/fdgen
+	FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/sweep.lua $(SWEEP_SHAPES)

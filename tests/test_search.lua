@@ -1,0 +1,99 @@
+-- The tuner's search space and order (tuner/search.lua, gen/space.lua) and
+-- its log notes (tuner/log.lua): chunks up to 4096 and 16 for MHA, split
+-- choices up to 16, pruned kernels with their reasons, the coarse-to-fine
+-- order (every other chunk first, then neighbours), and "#pruned" /
+-- "#coverage" lines that round-trip and are written once across a resume.
+-- Pure Lua (the FFI-bound modules are stubbed): runs on lua5.4 and LuaJIT.
+package.path = "tests/?.lua;./?.lua;./gen/?.lua;" .. package.path
+package.loaded["tuner.measure"] = {}   -- search.lua's timing side is not exercised here
+local T = require("check")
+local space = require("space")
+local search = require("tuner.search")
+local tlog = require("tuner.log")
+
+-- List as comma text.
+local function csv(t) return table.concat(t, ",") end
+
+-- The space's chunks.
+T.eq(csv(space.chunks(4)), "32,64,128,256,512,1024,2048,4096", "chunks for GQA: 32..4096")
+T.eq(csv(space.chunks(1)), "16,32,64,128,256,512,1024,2048,4096", "chunks for MHA start at 16")
+T.eq(csv(space.tiles(16)), "1,2,4,8,16", "every divisor tile up to 16")
+
+-- Split choices: up to 16, bounded by items per thread and 128-key pieces.
+T.eq(csv(search.split_choices(1, 2, 131072, 2)), "1,2,4,8,16", "one kv row, 2 threads, 128k: splits up to 16")
+T.eq(csv(search.split_choices(1, 16, 131072, 16)), "1,2,4,8,16", "16 threads: still at most 16 splits")
+T.eq(csv(search.split_choices(4, 2, 32768, 1)), "1,2,4,8", "4 kv rows, 2 threads: 16 items per thread")
+T.eq(csv(search.split_choices(1, 2, 300, 1)), "1,2", "300 keys: no piece under 128 keys")
+T.eq(csv(search.split_choices(32, 2, 4096, 1)), "1", "32 kv rows on 2 threads: no split")
+
+-- Kernels of a job: isas stubbed (portable C always, isa 1 for even tiles, isa 2 beyond the context).
+search.isas_of = function(_, tile) return tile % 2 == 0 and { 0, 1 } or { 0 } end
+local h = { chunk = 256, tile = 4, isa = 1, splits = 1, threads = 2 }
+local j = { G = 4, D = 128, len = 700, max_isa = 1 }
+local ks, pruned = search.kernels(j, h, nil)
+local names, why = {}, {}
+for _, k in ipairs(ks) do names[k.name] = k end
+for _, p in ipairs(pruned) do why[p.name] = p.why end
+T.ok(names["c4096.t4.i1"] == nil and why["c4096.t4.i1"]:find("chunk 4096 >= 2 x the length 700", 1, true),
+  "a chunk of twice the length is pruned with its reason", why["c4096.t4.i1"])
+T.ok(names["c1024.t4.i1"] ~= nil, "chunk 1024 searched at length 700")
+T.ok(why["c256.t1.i1"] and why["c256.t1.i1"]:find("no kernel for head_dim 128, group tile 1", 1, true),
+  "an isa without a kernel for the tile is pruned naming head_dim and tile", why["c256.t1.i1"])
+T.ok(why["c256.t4.i2"] == nil and names["c256.t4.i2"] == nil, "isas above the context's are neither searched nor logged")
+T.eq(#ks + #pruned, 8 * 3 * 2, "searched + pruned = the whole space up to the context's isa")
+T.eq(ks[1].name, "c256.t4.i1", "the heuristic's kernel first")
+
+-- Coarse to fine: coarse kernels are every other chunk from the heuristic's, before the others in distance order.
+local coarse_ok, seen_fine = true, false
+for _, k in ipairs(ks) do
+  local even = ({ [64] = 1, [256] = 1, [1024] = 1, [4096] = 1 })[k.chunk]
+  if (k.coarse and true or false) ~= (even == 1) then coarse_ok = false end
+end
+T.ok(coarse_ok, "coarse kernels: chunks 64, 256, 1024 (every other from the heuristic's 256)")
+local order_ok = true
+for i = 2, #ks do if ks[i].order < ks[i - 1].order then order_ok = false end end
+T.ok(order_ok, "kernels sorted nearest the heuristic first")
+local nb = {}
+for _, o in ipairs(search.neighbours(ks, names["c256.t4.i1"])) do nb[#nb + 1] = o.name end
+table.sort(nb)
+T.eq(csv(nb), "c128.t4.i1,c256.t2.i1,c256.t4.i0,c512.t4.i1", "neighbours: one chunk, tile or isa step")
+local prior = { ["c32.t1.i0"] = 1 }
+local kp = search.kernels(j, h, prior)
+T.ok(kp[1].name == "c32.t1.i0" and kp[1].coarse, "the prior's best kernel first, and in the coarse pass")
+
+-- Log notes: format, parse, round trip, errors naming the field.
+local note = { build = "b1", shape = "sig", bucket = 1024, len = 700, cache = "cold", what = "c4096.t4.i1",
+               why = "chunk 4096 >= 2 x the length 700", name = "tiny" }
+local line = tlog.format_note("pruned", note)
+T.ok(line:sub(1, 8) == "#pruned\t", "a pruned note starts with #pruned and a tab", line)
+local back = tlog.parse_note(line)
+T.ok(back and back.what == note.what and back.why == note.why and back.bucket == 1024 and back.len == 700,
+  "a pruned note parses back")
+T.eq(tlog.format_note("pruned", back), line, "a pruned note round-trips")
+local cov = { build = "b1", shape = "sig", bucket = 1024, len = 700, cache = "cold", kernels = 34, space = 120,
+              pruned = 12, decompositions = 9, configs = 50, name = "tiny" }
+local cl = tlog.format_note("coverage", cov)
+local cb = tlog.parse_note(cl)
+T.ok(cb and cb.kernels == 34 and cb.space == 120 and cb.decompositions == 9, "a coverage note parses back")
+T.eq(tlog.format_note("coverage", cb), cl, "a coverage note round-trips")
+T.raises("field why is missing", "a note without a field is refused naming it", tlog.format_note, "pruned",
+  { build = "b", shape = "s", bucket = 1, len = 1, cache = "cold", what = "x", name = "n" })
+local _, err = tlog.parse_note("#coverage\tb\ts\t1\t1\tcold\tx\t1\t1\t1\t1\tn")
+T.ok(err and err:find("field kernels", 1, true), "a malformed coverage note is refused naming the field", err)
+
+-- Written once, read back on resume (the log file, no measurements).
+local path = os.tmpname()
+os.remove(path)
+local L = tlog.open(path, "b1")
+L:note("pruned", note); L:note("pruned", note); L:note("coverage", cov)
+L:close()
+local L2 = tlog.open(path, "b1")
+L2:note("pruned", note); L2:note("coverage", cov)
+L2:close()
+local n, lines = 0, {}
+for l in io.lines(path) do if tlog.note_kind(l) then n = n + 1; lines[#lines + 1] = l end end
+T.eq(n, 2, "each note written once across a resume")
+T.ok(L2.notes[line] ~= nil and L2.notes[line].why == note.why, "a resumed log parsed the notes back")
+os.remove(path)
+
+T.done()
