@@ -142,6 +142,7 @@ local function c_model(out)
   out[#out + 1] = ("static const char *const fd_model_limit_names[FD_MODEL_NLIMITS] = { %s };"):format(
     names(facts.MODEL_LIMITS))
   for i, n in ipairs(facts.MODEL_LIMITS) do out[#out + 1] = ("#define FD_MODEL_%s %d"):format(n:upper(), i - 1) end
+  out[#out + 1] = ("#define FD_MODEL_MARGIN %.17g"):format(facts.MODEL_MARGIN)
   out[#out + 1] = ("typedef struct fd_model_vars { double %s; } fd_model_vars;"):format(
     table.concat(facts.MODEL_VARS, ", "))
   out[#out + 1] = "static inline double fd_model_eq(double a, double b) { return a == b ? 1.0 : 0.0; }"

@@ -140,6 +140,11 @@ M.MODEL_FEATURES = {
   { "short", "ln(max(1, chunk * splits / len))" },
 }
 M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max" }
+-- The planner takes the model's best only when it predicts it at least this
+-- much faster than the heuristic's configuration (a log-time difference:
+-- 0.03 is 3%), else the heuristic's configuration, so a near tie of the model
+-- never moves the planner off the heuristic.
+M.MODEL_MARGIN = 0.03
 
 -- The cost model's features as a Lua function of a table of MODEL_VARS:
 -- returns the list of feature values (MODEL_FEATURES' order).

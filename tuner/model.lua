@@ -215,6 +215,16 @@ function M.rank(model, s, len, max_isa, threads, k)
   return best
 end
 
+-- The planner's decision (runtime/plan.c decide_bucket) for s at len given
+-- the heuristic's configuration h: the model's best when its score is more
+-- than MODEL_MARGIN below h's, else h; returns the configuration and whether
+-- it is the model's.
+function M.decide(model, s, len, max_isa, threads, h)
+  local best = M.rank(model, s, len, max_isa, threads, 1)[1]
+  if best and best.score < M.score(model, M.features(s, len, h)) - facts.MODEL_MARGIN then return best, true end
+  return h, false
+end
+
 -- The model as table lines: "model" TAB name TAB value, features then limits.
 function M.lines(model)
   local out = {}
