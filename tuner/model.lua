@@ -258,13 +258,15 @@ end
 -- first over the job's best, and the same for the heuristic (the job's first
 -- measurement, search.lua's phase 1). Returns per-shape and overall figures.
 function M.loso(path, lambda)
-  local all = M.observations(path)
+  local all = type(path) == "table" and path or M.observations(path)
   local shapes, order = {}, {}
   for _, o in ipairs(all) do if not shapes[o.sig] then shapes[o.sig] = {}; order[#order + 1] = o.sig end end
   local out = { shapes = {} }
   local regrets, hregrets = {}, {}
   for _, sig in ipairs(order) do
-    local model = M.fit(M.observations(path, function(x) return x == sig end), lambda)
+    local rest = {}
+    for _, o in ipairs(all) do if o.sig ~= sig then rest[#rest + 1] = o end end
+    local model = M.fit(rest, lambda)
     local jobs, jorder = {}, {}
     for _, o in ipairs(all) do
       if o.sig == sig and o.stage == "quick" then
@@ -331,8 +333,9 @@ local function main(a)
     os.exit(2)
   end
   if a[1] == "fit" and a[2] then
-    local model = M.fit(M.observations(a[2]))
-    for _, l in ipairs(M.report(model, os.getenv("FD_MODEL_LOSO") ~= "0" and M.loso(a[2]) or nil)) do print(l) end
+    local obs = M.observations(a[2])
+    local model = M.fit(obs)
+    for _, l in ipairs(M.report(model, os.getenv("FD_MODEL_LOSO") ~= "0" and M.loso(obs) or nil)) do print(l) end
     if a[3] then print(("%s: model %s"):format(a[3], M.write_into(a[3], model) and "written" or "unchanged")) end
   elseif a[1] == "predict" and a[2] and a[3] then
     local opt = { threads = 2, ["max-isa"] = 2, top = 5 }
