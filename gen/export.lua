@@ -98,6 +98,23 @@ function M.model_value(v)
   return x and x == x and x > -math.huge and x < math.huge and x or nil
 end
 
+-- The cost model (tuner/model.lua) from its lines' values by name:
+-- { coef (by MODEL_FEATURES index), limits (by MODEL_LIMITS name) }; raises
+-- why when a name is unknown or missing. The exported header ignores it.
+function M.model_from_fields(fields)
+  local m, known = { coef = {}, limits = {} }, {}
+  for _, f in ipairs(facts.MODEL_FEATURES) do known[f[1]] = true end
+  for _, n in ipairs(facts.MODEL_LIMITS) do known[n] = true end
+  for name in pairs(fields) do if not known[name] then error(("unknown model name '%s'"):format(name), 0) end end
+  for i, f in ipairs(facts.MODEL_FEATURES) do
+    m.coef[i] = tonumber(fields[f[1]]) or error(("the model has no coefficient for feature %s"):format(f[1]), 0)
+  end
+  for _, n in ipairs(facts.MODEL_LIMITS) do
+    m.limits[n] = tonumber(fields[n]) or error(("the model has no limit %s"):format(n), 0)
+  end
+  return m
+end
+
 -- Parse tuned-table text: { header (text), identity = {library=..}, rows };
 -- any defect raises "path:line: why" (the table is taken whole or not at all).
 function M.parse(text, path)
@@ -127,7 +144,7 @@ function M.parse(text, path)
       if tonumber(count) ~= #t.rows then bad(("the end line counts %s rows but the table has %d"):format(count, #t.rows)) end
       if i ~= #lines or text:sub(-1) ~= "\n" then n = i + 1; bad("text after the end line") end
       if model then
-        local ok, m = pcall(require("tuner.model").from_fields, model)
+        local ok, m = pcall(M.model_from_fields, model)
         if not ok then bad(m) end
         t.model = m
       end

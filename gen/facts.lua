@@ -139,7 +139,10 @@ M.MODEL_FEATURES = {
   { "splits", "ln(splits)" }, { "splits_len", "ln(splits) * ln(len)" }, { "splits_rows", "ln(splits) * ln(rows)" },
   { "short", "ln(max(1, chunk * splits / len))" },
 }
-M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max" }
+-- items_max: the most split work items per thread (batch x n_kv_heads x
+-- splits / threads) among the measurements with splits > 1; a candidate with
+-- more splits than one must stay within it (the log holds no evidence beyond).
+M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max", "items_max" }
 -- The planner takes the model's best only when it predicts it at least this
 -- much faster than the heuristic's configuration (a log-time difference:
 -- 0.03 is 3%), else the heuristic's configuration, so a near tie of the model

@@ -39,7 +39,8 @@ static void keep_best(fd_model_pick *out, int *n, int k, const fd_model_pick *c)
 
 /* Rank the candidates: isa, chunk (powers of two from 32 within the model's
    limits and FD_MAX_CHUNK), tile (divisors of G up to 16 and the isa's
-   max_tile), splits (1 to the bound), threads (1 to the bound). */
+   max_tile), splits (1 to the bound; more than one only within the model's
+   items_max split items per thread), threads (1 to the bound). */
 int fd_model_rank(const fd_model *m, const fd_shape *s, int64_t len, int max_isa, int threads, fd_model_pick *out, int k) {
   if (!m || !m->present || k < 1) return 0;
   int G = s->n_q_heads / s->n_kv_heads, n = 0;
@@ -60,6 +61,7 @@ int fd_model_rank(const fd_model *m, const fd_shape *s, int64_t len, int max_isa
         if (G % tile) continue;
         for (int sp = 1; sp <= smax; sp++)
           for (int th = 1; th <= tmax; th++) {
+            if (sp > 1 && (double)rows * sp > m->limit[FD_MODEL_ITEMS_MAX] * th) continue;   /* beyond the evidence */
             fd_model_pick c = { chunk, tile, isa, sp, th, 0 };
             c.score = fd_model_score(m, s, len, &c);
             keep_best(out, &n, k, &c);

@@ -11,7 +11,7 @@
 typedef struct fd_model {
   int present;                         /* 0: the table has no model lines */
   double coef[FD_MODEL_NFEATURES];     /* by feature, MODEL_FEATURES' order */
-  double limit[FD_MODEL_NLIMITS];      /* by MODEL_LIMITS: chunk_min, chunk_max, splits_max, threads_max */
+  double limit[FD_MODEL_NLIMITS];      /* by MODEL_LIMITS: chunk_min, chunk_max, splits_max, threads_max, items_max */
 } fd_model;
 
 /* One configuration and its score (predicted log time, up to a constant of the job). */

@@ -86,8 +86,8 @@ for i = 1, nf do
 end
 T.ok(worst < 1e-6, ("the fit recovers every coefficient (worst %s off by %.3g)"):format(facts.MODEL_FEATURES[math.max(at, 1)][1], worst))
 T.ok(m.r2 > 0.999999, ("R^2 of an exact model is 1 (%.9f)"):format(m.r2))
-T.ok(m.limits.chunk_min == 32 and m.limits.chunk_max == 512 and m.limits.splits_max == 8 and m.limits.threads_max == 4,
-  "limits: the measured ranges of chunk, splits and threads")
+T.ok(m.limits.chunk_min == 32 and m.limits.chunk_max == 512 and m.limits.splits_max == 8 and m.limits.threads_max == 4
+  and m.limits.items_max == 8 * 64, "limits: the measured ranges of chunk, splits, threads and split items per thread")
 local m2 = model.fit(model.observations(path), 1e-12)
 local same = true
 for i = 1, nf do same = same and m2.coef[i] == m.coef[i] end
@@ -108,7 +108,8 @@ local all = model.candidates(m, s, 4096, 2, 4)
 local best = math.huge
 for _, c in ipairs(all) do
   best = math.min(best, model.score(m, model.features(s, 4096, c)))
-  T.ok(c.chunk <= facts.MAX_CHUNK and 4 % c.tile == 0 and c.isa <= 2 and c.splits <= 8 and c.threads <= 4, "candidate valid")
+  T.ok(c.chunk <= facts.MAX_CHUNK and 4 % c.tile == 0 and c.isa <= 2 and c.splits <= 8 and c.threads <= 4 and
+    (c.splits == 1 or 8 * c.splits <= m.limits.items_max * c.threads), "candidate valid")
 end
 T.ok(top[1].score == best, "the first is the best of every candidate")
 local h = { chunk = 256, tile = 4, isa = 2, splits = 1, threads = 4 }

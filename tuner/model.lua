@@ -137,7 +137,7 @@ function M.fit(obs, lambda)
   local A, b = {}, {}
   for i = 1, nf do A[i] = {}; b[i] = 0; for j = 1, nf do A[i][j] = 0 end end
   local jobs, sst = {}, 0
-  local lim = { chunk_min = math.huge, chunk_max = 0, splits_max = 0, threads_max = 0 }
+  local lim = { chunk_min = math.huge, chunk_max = 0, splits_max = 0, threads_max = 0, items_max = 0 }
   for _, o in ipairs(obs) do
     local x = o.dx
     for i = 1, nf do
@@ -152,6 +152,9 @@ function M.fit(obs, lambda)
     jobs[o.job] = true
     lim.chunk_min, lim.chunk_max = math.min(lim.chunk_min, o.c.chunk), math.max(lim.chunk_max, o.c.chunk)
     lim.splits_max, lim.threads_max = math.max(lim.splits_max, o.c.splits), math.max(lim.threads_max, o.c.threads)
+    if o.c.splits > 1 then
+      lim.items_max = math.max(lim.items_max, math.ceil(o.shape.batch * o.shape.n_kv_heads * o.c.splits / o.c.threads))
+    end
   end
   if #obs == 0 then error("model: no cold-cache measurements to fit", 0) end
   for i = 1, nf do for j = 1, i - 1 do A[i][j] = A[j][i] end end
@@ -179,7 +182,8 @@ end
 -- Every candidate configuration for shape s at len keys, in the order
 -- runtime/model.c enumerates them: isa 0..max_isa, chunks of M.CHUNKS within
 -- the model's limits, tiles dividing G (up to M.MAX_TILE and the isa's
--- max_tile), splits 1..the bound, threads 1..the bound.
+-- max_tile), splits 1..the bound, threads 1..the bound; more than one split
+-- only within items_max split items per thread.
 function M.candidates(model, s, len, max_isa, threads)
   local out, G, rows = {}, s.n_q_heads / s.n_kv_heads, s.batch * s.n_kv_heads
   local L = model.limits
@@ -192,7 +196,9 @@ function M.candidates(model, s, len, max_isa, threads)
           if G % tile == 0 then
             for splits = 1, math.max(1, smax) do
               for th = 1, math.max(1, tmax) do
-                out[#out + 1] = { chunk = chunk, tile = tile, isa = isa, splits = splits, threads = th }
+                if splits == 1 or rows * splits <= L.items_max * th then
+                  out[#out + 1] = { chunk = chunk, tile = tile, isa = isa, splits = splits, threads = th }
+                end
               end
             end
           end
@@ -237,20 +243,8 @@ function M.lines(model)
   return out
 end
 
--- A model from the fields of its lines ({ name = value text }); raises why.
-function M.from_fields(fields)
-  local m, known = { coef = {}, limits = {} }, {}
-  for i, f in ipairs(facts.MODEL_FEATURES) do known[f[1]] = i end
-  for _, n in ipairs(facts.MODEL_LIMITS) do known[n] = true end
-  for name in pairs(fields) do if not known[name] then error(("unknown model name '%s'"):format(name), 0) end end
-  for i, f in ipairs(facts.MODEL_FEATURES) do
-    m.coef[i] = tonumber(fields[f[1]]) or error(("the model has no coefficient for feature %s"):format(f[1]), 0)
-  end
-  for _, n in ipairs(facts.MODEL_LIMITS) do
-    m.limits[n] = tonumber(fields[n]) or error(("the model has no limit %s"):format(n), 0)
-  end
-  return m
-end
+-- A model from the values of its lines by name (gen/export.lua's, which the table parser uses); raises why.
+function M.from_fields(fields) return require("export").model_from_fields(fields) end
 
 -- Leave-one-shape-out ranking quality on the quick jobs of obs: per shape,
 -- fit without it, then in each of its quick jobs (at least 5 configurations)
@@ -319,11 +313,12 @@ function M.report(model, loso)
   return out
 end
 
--- Write model into the tuned table at path (its model lines replaced); true when changed.
+-- Write model into the tuned table at path (its model lines, valid or not, replaced); true when changed.
 function M.write_into(path, model)
   local tuned = require("tuner.tuned")
   local files = require("files")
-  local t = require("export").parse(assert(files.read(path), path .. ": cannot read"), path)
+  local text = assert(files.read(path), path .. ": cannot read")
+  local t = require("export").parse(text:gsub("\n" .. facts.MODEL_LINE .. "\t[^\n]*", ""), path)   -- the old model replaced
   return files.write_if_changed(path, tuned.format(t.header, t.rows, model))
 end
 

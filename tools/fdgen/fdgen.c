@@ -499,6 +499,8 @@ static int cmd_predict(const command *c, const run_opts *o) {
   }
   fd_shape s = sh[0].shape;
   if (o->kv_len) s.kv_len = o->kv_len;
+  if (s.layout == FD_PAGED && s.pool_pages < 1 && s.page_size > 0)   /* a pool of every row's pages */
+    s.pool_pages = (int64_t)s.batch * ((s.kv_len + s.page_size - 1) / s.page_size);
   print_shape(stdout, sh[0].name, &s);
   free(sh);
   fd_table *t = fd_table_load(o->table, err, sizeof err);
