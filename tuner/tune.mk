@@ -21,3 +21,11 @@ tune-verify: deps lib $(B)/fdgen
 
 test-tune: all
 	bash tests/test_tune.sh
+
+# `make tune-model-eval`: the cost model on shapes left out of its fit
+#   (tuner/model_eval.lua): the model's pick, the tuned pick and the heuristic
+#   timed interleaved per row of results/tuned/<machine>.tsv (and
+#   <machine>-unseen.tsv); writes results/tuned/model-<machine>.md.
+.PHONY: tune-model-eval
+tune-model-eval: deps lib $(B)/fdgen
+	FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/model_eval.lua
