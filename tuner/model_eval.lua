@@ -186,7 +186,7 @@ local function main(a)
   fit = "Fit on the whole log:\n\n    " .. fit
   local ctx = fd.create {}
   local info = fd.ctx_info(ctx)
-  local models, results, t0 = {}, {}, sys.now()
+  local models, results, t0, cpu0 = {}, {}, sys.now(), sys.cpu_sample()
   local bar = progress.new(#rows)
   for k, r in ipairs(rows) do
     bar:job(k, r.name, r.bucket, r.bucket)
@@ -198,6 +198,9 @@ local function main(a)
     results[k] = eval_row(ctx, info, r, shape_for(r, shapes), models[r.shape], o, bar)
   end
   bar:done()
+  local cores = machine.info().cores
+  fit = fit .. ("\n\nOther processes kept %.2f of the %d cores busy during the measurements (noisy above 0.2)."):format(
+    sys.others_cores(cpu0, sys.cpu_sample(), cores), cores)
   local text, w5, nw, n = report(results, o, sys.now() - t0, fit)
   files.write_if_changed(o.out, text)
   io.write(text)
