@@ -115,7 +115,7 @@ static const command COMMANDS[] = {
   { .name = "predict", .bit = C_PREDICT, .args = "--table TABLE --shape NAME|SPEC [options]",
     .summary = "show a tuned table's cost model's best configurations for a shape",
     .about = "Ranks the configurations the planner may take (chunk, group tile, isa, splits, threads) for the\n"
-             "shape at its kv length by the cost model TABLE carries (README: Tuned table), prints the best\n"
+             "shape at its kv length by the cost model TABLE carries (README: the cost model), prints the best\n"
              "five with the predicted time relative to the heuristic's configuration, and what the planner\n"
              "takes with TABLE (a row, the model, or the heuristic).",
     .example = "fdgen predict --table results/tuned/amd-epyc-2c.tsv --shape batch=2,n_q_heads=32,n_kv_heads=8,"
