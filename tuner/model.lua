@@ -260,6 +260,7 @@ function M.loso(path, lambda)
   for _, sig in ipairs(order) do
     local rest = {}
     for _, o in ipairs(all) do if o.sig ~= sig then rest[#rest + 1] = o end end
+    if #rest == 0 then goto next_shape end            -- a log of one shape: nothing to fit without it
     local model = M.fit(rest, lambda)
     local jobs, jorder = {}, {}
     for _, o in ipairs(all) do
@@ -287,6 +288,7 @@ function M.loso(path, lambda)
     out.shapes[#out.shapes + 1] = { sig = sig, jobs = #rs, median = rs[math.ceil(#rs / 2)], hmedian = hs[math.ceil(#hs / 2)],
                                     within5 = 0, r2 = model.r2 }
     for _, r in ipairs(rs) do if r <= 1.05 then out.shapes[#out.shapes].within5 = out.shapes[#out.shapes].within5 + 1 end end
+    ::next_shape::
   end
   table.sort(regrets); table.sort(hregrets)
   local w5, hw5 = 0, 0

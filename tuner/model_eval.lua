@@ -100,7 +100,8 @@ local function eval_row(ctx, info, r, s, m, o, bar)
   local t = { chunk = f.chunk, tile = f.group_tile, isa = f.isa, splits = r.splits, threads = r.threads }
   local h = measure.heuristic(j)
   local ns = facts.parse_signature(r.shape)
-  local pick, from_model = model.decide(m, ns, math.min(r.bucket, len), info.max_isa, info.threads, h)
+  local pick, from_model = h, false
+  if m then pick, from_model = model.decide(m, ns, math.min(r.bucket, len), info.max_isa, info.threads, h) end
   local cfgs = {}
   for _, c in ipairs { pick, t, h } do cfgs[measure.config_name(c)] = c end
   local res = { r = r, len = len, m = pick, t = t, h = h, from_model = from_model }
@@ -193,7 +194,8 @@ local function main(a)
     if not models[r.shape] then
       local rest = {}
       for _, x in ipairs(obs) do if x.sig ~= r.shape then rest[#rest + 1] = x end end
-      models[r.shape] = model.fit(rest)
+      local okf, m = pcall(model.fit, rest)
+      models[r.shape] = okf and m or false     -- no other shape measured: the heuristic's configuration
     end
     results[k] = eval_row(ctx, info, r, shape_for(r, shapes), models[r.shape], o, bar)
   end

@@ -202,8 +202,8 @@ local function fit_model(path)
   local ok2, model = ok, nil
   if ok then ok2, model = pcall(model_lib.fit, obs) end
   if not ok or not ok2 then return nil, { "cost model: not fitted: " .. tostring(ok and model or obs) } end
-  local loso = os.getenv("TUNE_MODEL_LOSO") ~= "0" and model_lib.loso(obs) or nil
-  return model, model_lib.report(model, loso)
+  local okl, loso = pcall(function() return os.getenv("TUNE_MODEL_LOSO") ~= "0" and model_lib.loso(obs) or nil end)
+  return model, model_lib.report(model, okl and loso or nil)
 end
 
 -- Main: load shapes, tune, write the table, print the summary.
