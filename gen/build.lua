@@ -125,6 +125,35 @@ local function c_table_and_asm(out)
   end
 end
 
+-- C lines of the cost model (gen/facts.lua MODEL_*): names, the inputs and
+-- fd_model_features(), from the same expression text tuner/model.lua compiles.
+local function c_model(out)
+  local function names(list, get)
+    local t = {}
+    for _, x in ipairs(list) do t[#t + 1] = ('"%s"'):format(get and get(x) or x) end
+    return table.concat(t, ", ")
+  end
+  out[#out + 1] = "#include <math.h>"
+  out[#out + 1] = ('#define FD_MODEL_LINE "%s"'):format(facts.MODEL_LINE)
+  out[#out + 1] = ("#define FD_MODEL_NFEATURES %d\n#define FD_MODEL_NLIMITS %d"):format(#facts.MODEL_FEATURES,
+    #facts.MODEL_LIMITS)
+  out[#out + 1] = ("static const char *const fd_model_feature_names[FD_MODEL_NFEATURES] = { %s };"):format(
+    names(facts.MODEL_FEATURES, function(f) return f[1] end))
+  out[#out + 1] = ("static const char *const fd_model_limit_names[FD_MODEL_NLIMITS] = { %s };"):format(
+    names(facts.MODEL_LIMITS))
+  for i, n in ipairs(facts.MODEL_LIMITS) do out[#out + 1] = ("#define FD_MODEL_%s %d"):format(n:upper(), i - 1) end
+  out[#out + 1] = ("#define FD_MODEL_MARGIN %.17g"):format(facts.MODEL_MARGIN)
+  out[#out + 1] = ("typedef struct fd_model_vars { double %s; } fd_model_vars;"):format(
+    table.concat(facts.MODEL_VARS, ", "))
+  out[#out + 1] = "static inline double fd_model_eq(double a, double b) { return a == b ? 1.0 : 0.0; }"
+  out[#out + 1] = "/* The cost model's features of inputs v into f[FD_MODEL_NFEATURES]. */"
+  out[#out + 1] = "static inline void fd_model_features(const fd_model_vars *v, double *f) {"
+  for i, f in ipairs(facts.MODEL_FEATURES) do
+    out[#out + 1] = ("  f[%d] = %s;   /* %s */"):format(i - 1, facts.model_c_expr(f[2]), f[1])
+  end
+  out[#out + 1] = "}"
+end
+
 -- The C header of the key fields and the shared facts (gen/key.lua, gen/facts.lua).
 local function keydefs()
   local out = { BANNER, "#ifndef FD_KEYDEFS_H", "#define FD_KEYDEFS_H", "",
@@ -190,6 +219,7 @@ local function keydefs()
   c_isas(out)
   c_shape(out)
   c_table_and_asm(out)
+  c_model(out)
   out[#out + 1] = "#endif"
   return table.concat(out, "\n") .. "\n"
 end

@@ -89,6 +89,32 @@ local function parse_row(line, bad)
   return r
 end
 
+-- A model line's value: [-]digits[.digits][e[+-]digits], finite (as
+-- runtime/table.c takes); the number, or nil.
+function M.model_value(v)
+  local m, e = v:match("^(%-?%d+%.?%d*)(.*)$")
+  if not m or (e ~= "" and not e:match("^[eE][-+]?%d+$")) or m:sub(-1) == "." or #v >= 64 then return nil end
+  local x = tonumber(v)
+  return x and x == x and x > -math.huge and x < math.huge and x or nil
+end
+
+-- The cost model (tuner/model.lua) from its lines' values by name:
+-- { coef (by MODEL_FEATURES index), limits (by MODEL_LIMITS name) }; raises
+-- why when a name is unknown or missing. The exported header ignores it.
+function M.model_from_fields(fields)
+  local m, known = { coef = {}, limits = {} }, {}
+  for _, f in ipairs(facts.MODEL_FEATURES) do known[f[1]] = true end
+  for _, n in ipairs(facts.MODEL_LIMITS) do known[n] = true end
+  for name in pairs(fields) do if not known[name] then error(("unknown model name '%s'"):format(name), 0) end end
+  for i, f in ipairs(facts.MODEL_FEATURES) do
+    m.coef[i] = tonumber(fields[f[1]]) or error(("the model has no coefficient for feature %s"):format(f[1]), 0)
+  end
+  for _, n in ipairs(facts.MODEL_LIMITS) do
+    m.limits[n] = tonumber(fields[n]) or error(("the model has no limit %s"):format(n), 0)
+  end
+  return m
+end
+
 -- Parse tuned-table text: { header (text), identity = {library=..}, rows };
 -- any defect raises "path:line: why" (the table is taken whole or not at all).
 function M.parse(text, path)
@@ -108,15 +134,32 @@ function M.parse(text, path)
   n = 7
   if lines[7] ~= M.COLUMNS then bad("the columns line is not '" .. M.COLUMNS:gsub("\t", " ") .. "'") end
   local t = { header = table.concat(lines, "\n", 1, 7) .. "\n", identity = ident, rows = {} }
+  local model, known = nil, {}
+  for _, f in ipairs(facts.MODEL_FEATURES) do known[f[1]] = true end
+  for _, l in ipairs(facts.MODEL_LIMITS) do known[l] = true end
   for i = 8, #lines do
     n = i
     local count = lines[i]:match("^end\t(%d+)$")
     if count then
       if tonumber(count) ~= #t.rows then bad(("the end line counts %s rows but the table has %d"):format(count, #t.rows)) end
       if i ~= #lines or text:sub(-1) ~= "\n" then n = i + 1; bad("text after the end line") end
+      if model then
+        local ok, m = pcall(M.model_from_fields, model)
+        if not ok then bad(m) end
+        t.model = m
+      end
       return t
     end
-    t.rows[#t.rows + 1] = parse_row(lines[i], bad)
+    local f = fields_of(lines[i])
+    if f[1] == facts.MODEL_LINE then     -- the cost model (tuner/model.lua), after the rows
+      if #f ~= 3 then bad(("a model line has %d fields, want 3 (model, name, value)"):format(#f)) end
+      if not known[f[2]] then bad(("model name '%s' is not a feature or limit of gen/facts.lua"):format(f[2])) end
+      model = model or {}
+      if model[f[2]] then bad(("model name '%s' is given twice"):format(f[2])) end
+      if not M.model_value(f[3]) then bad(("model value '%s' is not a finite number"):format(f[3])) end
+      model[f[2]] = f[3]
+    elseif model then bad("a row after the model lines")
+    else t.rows[#t.rows + 1] = parse_row(lines[i], bad) end
   end
   n = #lines + 1
   bad("truncated (no end line)")

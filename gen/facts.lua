@@ -113,6 +113,69 @@ M.TABLE_IDENTITY = { "library", "templates", "tcc", "cpu", "features" }
 M.TABLE_COLUMNS = { "shape", "bucket", "key", "splits", "threads", "median_us", "gbps", "heuristic_us", "name",
                     "ratio_ci" }
 
+-- The cost model (tuner/model.lua fits it, runtime/model.c evaluates it): a
+-- linear model of log(time) within one measured job (the job's own mean taken
+-- out, so only the configuration's terms and their products with the shape's
+-- matter), written into the tuned table as lines "model" TAB name TAB value
+-- before the end line. MODEL_VARS: the inputs, each a double: G query heads
+-- per kv head, D head_dim, kvb kv element bytes, rows batch x n_kv_heads, len
+-- keys, q query tokens (at least 1), paged 1 for the paged layout, then the
+-- configuration: chunk, tile, isa digit, splits, threads. MODEL_FEATURES: name
+-- and expression, in the subset of syntax C and Lua share (+ - * / and the
+-- functions ln, max, eq: 1 when equal else 0); gen/build.lua turns them into
+-- fd_model_features() in fd_keydefs.h, M.model_features() compiles the same
+-- text for Lua: one definition. MODEL_LIMITS: the range of the fitted
+-- measurements the planner keeps its candidates inside (no extrapolation).
+M.MODEL_LINE = "model"
+M.MODEL_VARS = { "G", "D", "kvb", "rows", "len", "q", "paged", "chunk", "tile", "isa", "splits", "threads" }
+M.MODEL_FEATURES = {
+  { "isa_c", "eq(isa, 0)" }, { "isa_avx2", "eq(isa, 1)" },
+  { "isa_c_g", "eq(isa, 0) * ln(G)" }, { "isa_avx2_g", "eq(isa, 1) * ln(G)" },
+  { "isa_c_d", "eq(isa, 0) * ln(D)" }, { "isa_avx2_d", "eq(isa, 1) * ln(D)" },
+  { "chunk", "ln(chunk)" }, { "chunk2", "ln(chunk) * ln(chunk)" },
+  { "chunk_g", "ln(chunk) * ln(G)" }, { "chunk_len", "ln(chunk) * ln(len)" }, { "chunk_d", "ln(chunk) * ln(D)" },
+  { "chunk_c", "ln(chunk) * eq(isa, 0)" }, { "chunk_avx2", "ln(chunk) * eq(isa, 1)" },
+  { "chunk_kvb", "ln(chunk) * kvb" }, { "chunk_rows", "ln(chunk) * ln(rows)" },
+  { "chunk_q", "ln(chunk) * ln(q)" }, { "chunk_paged", "ln(chunk) * paged" },
+  { "tiles", "ln(G / tile)" }, { "tiles2", "ln(G / tile) * ln(G / tile)" },
+  { "tiles_c", "ln(G / tile) * eq(isa, 0)" }, { "tiles_avx2", "ln(G / tile) * eq(isa, 1)" },
+  { "tiles_d", "ln(G / tile) * ln(D)" }, { "tiles_q", "ln(G / tile) * ln(q)" },
+  { "tile_lane", "eq(tile, 16) * eq(isa, 2)" },
+  { "idle", "ln(max(1, threads / (rows * splits)))" },
+  { "threads", "ln(threads)" }, { "threads_rows", "ln(threads) * ln(rows)" }, { "threads_len", "ln(threads) * ln(len)" },
+  { "splits", "ln(splits)" }, { "splits_len", "ln(splits) * ln(len)" }, { "splits_rows", "ln(splits) * ln(rows)" },
+  { "short", "ln(max(1, chunk * splits / len))" },
+}
+-- items_max: the most split work items per thread (batch x n_kv_heads x
+-- splits / threads) among the measurements with splits > 1; a candidate with
+-- more splits than one must stay within it (the log holds no evidence beyond).
+M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max", "items_max" }
+-- The planner takes the model's best only when it predicts it at least this
+-- much faster than the heuristic's configuration (a log-time difference:
+-- 0.03 is 3%), else the heuristic's configuration, so a near tie of the model
+-- never moves the planner off the heuristic.
+M.MODEL_MARGIN = 0.03
+
+-- The cost model's features as a Lua function of a table of MODEL_VARS:
+-- returns the list of feature values (MODEL_FEATURES' order).
+function M.model_features()
+  local env = { ln = math.log, max = math.max, eq = function(a, b) return a == b and 1 or 0 end }
+  local body = {}
+  for i, f in ipairs(M.MODEL_FEATURES) do body[i] = f[2] end
+  local src = "local v = ...\nlocal " .. table.concat(M.MODEL_VARS, ", ") .. " = "
+  for i, n in ipairs(M.MODEL_VARS) do src = src .. (i > 1 and ", " or "") .. "v." .. n end
+  src = src .. "\nreturn { " .. table.concat(body, ", ") .. " }"
+  return assert(load(src, "=MODEL_FEATURES", "t", env))
+end
+
+-- A MODEL_FEATURES expression as C over struct pointer v (fd_model_vars *).
+function M.model_c_expr(e)
+  local known = {}
+  for _, n in ipairs(M.MODEL_VARS) do known[n] = "v->" .. n end
+  known.ln, known.max, known.eq = "log", "fmax", "fd_model_eq"
+  return (e:gsub("[%a_][%w_]*", function(id) return assert(known[id], "MODEL_FEATURES: unknown name " .. id) end))
+end
+
 -- The shape signature (tuned tables' shape column): fd_shape fields joined by
 -- '.', each its prefix then its value (an integer, or the name of its enum
 -- value); a field with `omit = v` is left out when its value is at most v

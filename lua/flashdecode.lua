@@ -494,7 +494,7 @@ local function info_of(plan, kv_len, ctx)
   if rc ~= 0 then return nil, failure(rc, ctx, "fd_plan_info_get") end
   return { key = ffi.string(i.key), split_key = ffi.string(i.split_key), chunk = i.chunk,
            group_tile = i.group_tile, splits = i.splits, threads = i.threads, isa = i.isa,
-           from_table = i.from_table ~= 0, kernels_compiled = i.kernels_compiled,
+           from_table = i.from_table ~= 0, from_model = i.from_table == 2, kernels_compiled = i.kernels_compiled,
            compile_ms = tonumber(i.compile_ms) }
 end
 

@@ -203,7 +203,8 @@ typedef struct fd_plan_info {
   char split_key[24];       /* tiling key of the split kernel ("" when unsplit) */
   int chunk, group_tile, splits, threads;
   int isa;                  /* the key's isa digit: 0 portable C, 1 AVX2, 2 AVX-512 */
-  int from_table;           /* 1 when a tuned-table row chose it */
+  int from_table;           /* 1 when a tuned-table row chose it, 2 when the table's cost model did
+                               (no row for the shape and length; README "the cost model") */
   int kernels_compiled;     /* kernels this plan generated and compiled (not already cached) */
   double compile_ms;        /* time spent generating and compiling them */
 } fd_plan_info;

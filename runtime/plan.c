@@ -3,6 +3,7 @@
    the keys it needs and sizes the scratch fd_run uses. It never runs kernels. */
 #include "internal.h"
 #include "key.h"
+#include "model.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -275,9 +276,11 @@ static int bucket_splits(const fd_plan *p, const fd_plan_opts *o, const fd_bucke
 }
 
 /* Decide one bucket: table row (unless chunk, tile, splits or threads are
-   forced; a forced isa keeps the row's other choices), then forced options,
-   then the heuristic. A deterministic context uses no table row: every
-   bucket gets the same chunk, tile and isa, none chosen from the threads. */
+   forced; a forced isa keeps the row's other choices), then, when the table
+   has no row for it and nothing is forced, the table's cost model (the best
+   of its candidates: runtime/model.c; from_table 2), then forced options,
+   then the heuristic. A deterministic context uses neither: every bucket
+   gets the same chunk, tile and isa, none chosen from the threads. */
 static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts *o, fd_bucket *b) {
   const fd_ctx *ctx = p->ctx;
   const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || p->split_keys ? NULL
@@ -295,6 +298,18 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
     b->from_table = 1;
     b->splits = fd_bucket_splits(row->splits, b->max_len, p->shape.kv_len);   /* as the exported header */
     b->threads = row->threads < ctx->threads ? row->threads : ctx->threads;
+    return;
+  }
+  fd_model_pick pick;
+  int forced = o->chunk || o->group_tile || o->splits || o->threads || o->isa || p->split_keys;
+  if (!forced && ctx->table && fd_model_rank(&ctx->table->model, &p->shape, len, ctx->max_isa, ctx->threads, &pick, 1)) {
+    b->from_table = 2;   /* the model decides: its best, or the heuristic's when not FD_MODEL_MARGIN better */
+    fd_model_pick h = { b->chunk, b->tile, b->isa, b->splits, b->threads, 0 };
+    if (pick.score < fd_model_score(&ctx->table->model, &p->shape, len, &h) - FD_MODEL_MARGIN) {
+      /* valid by construction: chunk <= FD_MAX_CHUNK, tile divides G, isa <= max, splits bounded */
+      b->chunk = pick.chunk; b->tile = pick.tile; b->isa = pick.isa;
+      b->splits = pick.splits; b->threads = pick.threads;
+    }
   }
 }
 
@@ -340,7 +355,7 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
     int lower = fd_isa_table[b->isa].fallback;
     if (rc != FD_ECOMPILE || b->forced_isa || lower < 0) return fd_fail(p->ctx, rc, "%s", err);
     b->isa = lower;
-    if (!b->tile_forced && !b->from_table) b->tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
+    if (!b->tile_forced && b->from_table != 1) b->tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   }
 }
 
@@ -415,7 +430,7 @@ static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
     memset(b, 0, sizeof *b);
     b->max_len = len;
     decide_bucket(p, sig, o, b);
-    if (b->from_table) adopt_table_key(p, sig, b);
+    if (b->from_table == 1) adopt_table_key(p, sig, b);
     int rc = compile_bucket(p, b);
     if (rc) return rc;
     if (b->splits > p->max_splits) p->max_splits = b->splits;

@@ -4,12 +4,16 @@
      library <v> / templates <hash> / tcc <v> / cpu <model> / features <list>
      columns shape bucket key splits threads median_us gbps heuristic_us name ratio_ci
      <one row per shape and bucket>
+     [model <name> <value>: the cost model (tuner/model.lua), optional, after the rows:
+      every feature of gen/facts.lua MODEL_FEATURES and limit of MODEL_LIMITS once]
      end <number of rows>
    All or nothing (FFTW's rule): any difference in the header, a NUL byte, a
    malformed row (a shape that is not a signature, a bucket that is not a power
    of two, a key that does not decode or does not fit its row's shape, splits,
    threads or chunk outside what the planner takes, a name empty or too long
    for fd_table_row.name, a ratio_ci that is not "-" or "lo..hi"), two rows for one shape and bucket, a
+   model line with an unknown or repeated name or a value that is not a finite
+   decimal, a row after a model line, a model missing a name, a
    missing or wrong end line or any byte after it refuses the whole table, and
    the note names the line and why. */
 #include "table.h"
@@ -286,14 +290,73 @@ static fd_table_row *grow(fd_table *t, size_t *cap) {
   return &t->rows[t->n];
 }
 
-/* Parse rows up to the end line. */
+/* One model line's name and value into m (seen[] marks names given); 0, or -1 with why. */
+static int parse_model_line(char *line, fd_model *m, char *seen, char *why, size_t n) {
+  char *f[3];
+  int k = split_fields(line, f, 3);
+  if (k != 3) {
+    snprintf(why, n, "a model line has %s%d fields, want 3 (model, name, value)", k > 3 ? "more than " : "", k > 3 ? 3 : k);
+    return -1;
+  }
+  int idx = -1;
+  for (int i = 0; i < FD_MODEL_NFEATURES + FD_MODEL_NLIMITS && idx < 0; i++)
+    if (!strcmp(f[1], i < FD_MODEL_NFEATURES ? fd_model_feature_names[i] : fd_model_limit_names[i - FD_MODEL_NFEATURES]))
+      idx = i;
+  if (idx < 0) { snprintf(why, n, "model name '%.40s' is not a feature or limit of gen/facts.lua", f[1]); return -1; }
+  if (seen[idx]) { snprintf(why, n, "model name '%s' is given twice", f[1]); return -1; }
+  /* [-]digits[.digits][e[+-]digits], finite: gen/export.lua model_value */
+  const char *v = f[2];
+  size_t i = *v == '-', a = strspn(v + i, "0123456789");
+  int ok = a > 0 && strlen(v) < 64;
+  i += a;
+  if (ok && v[i] == '.') { size_t b = strspn(v + i + 1, "0123456789"); ok = b > 0; i += 1 + b; }
+  if (ok && (v[i] == 'e' || v[i] == 'E')) {
+    i += 1 + (v[i + 1] == '+' || v[i + 1] == '-');
+    size_t b = strspn(v + i, "0123456789");
+    ok = b > 0;
+    i += b;
+  }
+  double x = ok && !v[i] ? strtod(v, NULL) : NAN;
+  if (!isfinite(x)) { snprintf(why, n, "model value '%.40s' is not a finite number", v); return -1; }
+  seen[idx] = 1;
+  if (idx < FD_MODEL_NFEATURES) m->coef[idx] = x;
+  else m->limit[idx - FD_MODEL_NFEATURES] = x;
+  m->present = 1;
+  return 0;
+}
+
+/* A model with every name given, 0; else -1 with why naming the first missing. */
+static int check_model(const fd_model *m, const char *seen, char *why, size_t n) {
+  if (!m->present) return 0;
+  for (int i = 0; i < FD_MODEL_NFEATURES + FD_MODEL_NLIMITS; i++)
+    if (!seen[i]) {
+      snprintf(why, n, "the model has no %s %s", i < FD_MODEL_NFEATURES ? "coefficient for feature" : "limit",
+               i < FD_MODEL_NFEATURES ? fd_model_feature_names[i] : fd_model_limit_names[i - FD_MODEL_NFEATURES]);
+      return -1;
+    }
+  return 0;
+}
+
+/* Parse rows (then the model's lines) up to the end line. */
 static int parse_rows(const char *path, char *p, int first_line, fd_table *t, char *note, size_t notelen) {
   size_t cap = 0;
+  char seen[FD_MODEL_NFEATURES + FD_MODEL_NLIMITS] = { 0 };
   for (int line = first_line; *p; line++) {
     char *e = strchr(p, '\n');
     if (!e) break;
     *e = 0;
-    if (!strncmp(p, "end\t", 4)) return check_end(path, p, e + 1, line, t, note, notelen);
+    if (!strncmp(p, "end\t", 4)) {
+      char why[256];
+      if (check_model(&t->model, seen, why, sizeof why)) return refuse(note, notelen, path, line, why);
+      return check_end(path, p, e + 1, line, t, note, notelen);
+    }
+    if (!strncmp(p, FD_MODEL_LINE "\t", sizeof FD_MODEL_LINE)) {
+      char why[256];
+      if (parse_model_line(p, &t->model, seen, why, sizeof why)) return refuse(note, notelen, path, line, why);
+      p = e + 1;
+      continue;
+    }
+    if (t->model.present) return refuse(note, notelen, path, line, "a row after the model lines");
     fd_table_row *r = grow(t, &cap);
     if (!r) return refuse(note, notelen, path, line, "out of memory");
     char why[512];

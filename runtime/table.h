@@ -4,6 +4,7 @@
 #define FD_TABLE_H
 #include "flashdecode.h"
 #include "key.h"
+#include "model.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,7 +18,11 @@ typedef struct fd_table_row {
   int line;                 /* the row's line in its file */
 } fd_table_row;
 
-typedef struct fd_table { fd_table_row *rows; size_t n; } fd_table;
+typedef struct fd_table {
+  fd_table_row *rows;
+  size_t n;
+  fd_model model;          /* the cost model's lines, when the table has them (model.present) */
+} fd_table;
 
 /* Load path; NULL with a sentence saying why in note (the table is refused whole). */
 fd_table *fd_table_load(const char *path, char *note, size_t notelen);

@@ -34,6 +34,7 @@ suite "public API vs double reference (tcc, cc; 1-4 threads)" "$B/test_api"
 suite "benchmark's vanilla baseline vs a double loop" "$B/check_vanilla"
 suite "bad input, tuned tables, lifetime, concurrency, 64-bit indexing" "$B/test_errors"
 suite "tuned tables refused whole, upper bounds" "$B/test_tables"
+suite "cost model: table model lines exact or refused naming the line, planner uses it only where no row fits, forced options and deterministic mode win, its pick vs double reference" "$B/test_model"
 suite "concurrency, destroy races, cc fallback, kernel-cache bound" "$B/test_concurrency"
 suite "process-wide kernel store: second context compiles nothing, spare bound" "$B/test_jit"
 suite "test_concurrency under ThreadSanitizer" env TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$B/tsan/test_concurrency"
@@ -53,7 +54,7 @@ suite "Python module vs numpy float64 reference" env FD_LIB="$B/libflashdecode.s
 suite "install, pkg-config, exported symbols, uninstall" bash tests/test_install.sh
 suite "libFuzzer: table loader, key codec, fd_kernel_source (4 s each, ASan + UBSan)" bash tests/fuzz/run.sh "$B/fuzz" "${FUZZ_SHORT_S:-4}"
 export FD_TEST_CACHE_DIR="$B/san/cache"
-for t in test_kernels test_api test_errors test_merge test_tables test_concurrency test_nonfinite test_determinism test_paged test_tokens test_shared test_schedule test_window; do
+for t in test_kernels test_api test_errors test_merge test_tables test_model test_concurrency test_nonfinite test_determinism test_paged test_tokens test_shared test_schedule test_window; do
   suite "$t under AddressSanitizer + UndefinedBehaviorSanitizer" "$B/san/$t"
 done
 

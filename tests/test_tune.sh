@@ -61,18 +61,32 @@ check "table header is fd_tuned_table_header()" bash -c "$LUAJIT tuner/tuned.lua
 check "summary names every bucket" test "$(grep '^tiny-' <<<"$out" | grep -vc ' searched ')" -eq 8
 check "log holds a line per measurement" test "$(measurements "$tmp/t.log")" -ge 20
 check "tuned rows no slower than the heuristic (recorded)" \
-  awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
+  awk -F'\t' 'NR > 7 && $1 != "end" && $1 != "model" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
 check "ratio_ci: '-' or a kept winner's interval, below 1" \
-  awk -F'\t' 'NR > 7 && $1 != "end" && !($10 == "-" || ($10 ~ /^[0-9.]+[.][.][0-9.]+$/ && substr($10, index($10, "..") + 2) + 0 <= 1)) {
+  awk -F'\t' 'NR > 7 && $1 != "end" && $1 != "model" && !($10 == "-" || ($10 ~ /^[0-9.]+[.][.][0-9.]+$/ && substr($10, index($10, "..") + 2) + 0 <= 1)) {
     print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
 # Decision lines: 18 fields; a row has an interval exactly when the log kept its challenger, with that interval.
 check "log decision lines have their 17 fields" \
   awk -F'\t' '$1 == "#decision" && NF != 18 { print; bad = 1 } END { exit bad }' "$tmp/t.log"
 check "table intervals are the log's decisions" \
   awk -F'\t' 'FNR == NR { if ($1 == "#decision" && $17 == "challenger") ci[$3 "@" $4] = $11; next }
-    FNR > 7 && $1 != "end" && $10 != (($1 "@" $2) in ci ? ci[$1 "@" $2] : "-") { print; bad = 1 } END { exit bad }' \
+    FNR > 7 && $1 != "end" && $1 != "model" && $10 != (($1 "@" $2) in ci ? ci[$1 "@" $2] : "-") { print; bad = 1 } END { exit bad }' \
   "$tmp/t.log" "$tmp/t.tsv"
 check "summary has the decision columns" has "$out" "ratio 95% CI"
+# The cost model (tuner/model.lua, runtime/model.c): fitted on the log and written before the end line;
+# fdgen predict (C) ranks exactly as tuner/model.lua predict (Lua) from the same features.
+check "the table carries the cost model's lines" grep -q $'^model\tchunk\t' "$tmp/t.tsv"
+check "make tune printed the model's fit" has "$out" "cost model: "
+for spec in batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtype=f16,kv_len=3000 \
+            batch=1,n_q_heads=12,n_kv_heads=1,head_dim=128,q_dtype=bf16,kv_dtype=bf16,out_dtype=bf16,kv_len=700 \
+            batch=4,n_q_heads=16,n_kv_heads=16,head_dim=32,kv_dtype=i8,layout=paged,page_size=16,kv_len=20000; do
+  pc=$($F predict --table "$tmp/t.tsv" --shape "$spec" --threads 2 2>&1)
+  mi=$(sed -n 's/.*max isa \([0-9]\).*/\1/p' <<<"$pc")
+  c=$(awk '$1 ~ /^[0-9]+$/ { print $2, $3 }' <<<"$pc")
+  l=$($LUAJIT tuner/model.lua predict "$tmp/t.tsv" "$spec" --threads 2 --max-isa "${mi:-0}" 2>&1 | awk -F'\t' '{ print $3, $4 }')
+  check "fdgen predict == tuner/model.lua predict: same configurations and scores ($spec)" \
+    bash -c '[ -n "$1" ] && [ "$1" = "$2" ] || { printf "C:\n%s\nLua:\n%s\n" "$1" "$2"; exit 1; }' _ "$c" "$l"
+done
 cat > "$tmp/ctx.lua" <<'LUA'
 package.path = "./?.lua;./gen/?.lua;./lua/?.lua;" .. package.path
 local fd = require("flashdecode")
@@ -128,7 +142,7 @@ package.path = "./?.lua;./gen/?.lua;./lua/?.lua;" .. package.path
 local tuned, files = require("tuner.tuned"), require("files")
 local text = files.read(arg[1])
 local t = tuned.load(arg[1])
-io.write(tuned.format(t.header, t.rows) == text and "same" or "differs", "\n")
+io.write(tuned.format(t.header, t.rows, t.model) == text and "same" or "differs", "\n")
 LUA
 check "a table read and written again is the same text (with an interval)" \
   test "$($LUAJIT "$tmp/roundtrip.lua" "$tmp/ci.tsv" 2>&1)" = same
@@ -165,12 +179,12 @@ for lua in lua5.4 "$LUAJIT"; do
     bash -c "$lua gen/fdgen.lua export $tmp/t.tsv -o $tmp/tiny.$lua.h 2>/dev/null && cmp $tmp/tiny.h $tmp/tiny.$lua.h"
 done
 # The same rows forced to 3 and 5 splits (the header's split and merge path).
-awk -F'\t' -v OFS='\t' 'NR > 7 && $1 != "end" { $4 = NR % 2 ? 3 : 5 } { print }' "$tmp/t.tsv" >"$tmp/split.tsv"
+awk -F'\t' -v OFS='\t' 'NR > 7 && $1 != "end" && $1 != "model" { $4 = NR % 2 ? 3 : 5 } { print }' "$tmp/t.tsv" >"$tmp/split.tsv"
 compare_table split "$tmp/split.tsv"
 # One executor: the tiny rows' keys on batches of 5 (rows of buckets 1024 and
 # 4096, split 5 and 16 ways) through the header and through exec.c: the same
 # work items, item by item, and the same outputs bit for bit (uneven lengths).
-awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", n; next }
+awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", n; next } $1 == "model" { next }
   !seen[$1]++ { s = $1; sub(/^b[0-9]+/, "b5", s)
     print s, 1024, $3, 5, $5, $6, $7, $8, $9, $10; print s, 4096, $3, 16, $5, $6, $7, $8, $9, $10; n += 2 }' \
   "$tmp/t.tsv" >"$tmp/uneven.tsv"
@@ -218,7 +232,7 @@ check "  ... in the report too" grep -q "no table pick" "$tmp/s3.md"
 mt=results/tuned/$($F machine).tsv
 if [ -f "$mt" ] && $LUAJIT tuner/tuned.lua check "$mt" >/dev/null 2>&1; then
   check "machine table: tuned rows no slower than the heuristic by 3% (final verification)" \
-    awk -F'\t' 'NR > 7 && $1 != "end" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$mt"
+    awk -F'\t' 'NR > 7 && $1 != "end" && $1 != "model" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$mt"
   compare_table machine "$mt"
 else
   echo "note: $mt missing or from another build (run make tune): its checks skipped"

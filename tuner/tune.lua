@@ -205,6 +205,19 @@ local function export_header(cfg)
   return out:find("(written)", 1, true) and "written" or "unchanged"
 end
 
+-- The cost model (tuner/model.lua) fitted on the whole log (every build's
+-- cold measurements), and its report lines; nil model (and a report line
+-- saying why) when it cannot be fitted: the table is then written without one.
+local function fit_model(path)
+  local model_lib = require("tuner.model")
+  local ok, obs = pcall(model_lib.observations, path)
+  local ok2, model = ok, nil
+  if ok then ok2, model = pcall(model_lib.fit, obs) end
+  if not ok or not ok2 then return nil, { "cost model: not fitted: " .. tostring(ok and model or obs) } end
+  local okl, loso = pcall(function() return os.getenv("TUNE_MODEL_LOSO") ~= "0" and model_lib.loso(obs) or nil end)
+  return model, model_lib.report(model, okl and loso or nil)
+end
+
 -- Main: load shapes, tune, write the table, print the summary.
 local function main(a)
   local cfg = settings(a)
@@ -219,9 +232,11 @@ local function main(a)
   end
   local rows, results, secs = run_jobs(jobs, cfg, ctx, log)
   log:close()
-  cfg.written = tuned.write(cfg.table, sys.table_header(), rows)
+  local model, fit_report = fit_model(cfg.log)
+  cfg.written = tuned.write(cfg.table, sys.table_header(), rows, model)
   if cfg.header then cfg.exported = export_header(cfg) end
   summary(jobs, results, cfg, secs, log)
+  for _, l in ipairs(fit_report) do print(l) end
   for _, r in ipairs(results) do if r.failed then os.exit(1) end end
 end
 

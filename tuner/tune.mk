@@ -29,3 +29,11 @@ test-tune: all
 SWEEP_SHAPES = $(if $(SHAPES),$(SHAPES),tuner/shapes/unseen.lua)
 tune-sweep: deps lib $(B)/fdgen
 	FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/sweep.lua $(SWEEP_SHAPES)
+
+# `make tune-model-eval`: the cost model on shapes left out of its fit
+#   (tuner/model_eval.lua): the model's pick, the tuned pick and the heuristic
+#   timed interleaved per row of results/tuned/<machine>.tsv (and
+#   <machine>-unseen.tsv); writes results/tuned/model-<machine>.md.
+.PHONY: tune-model-eval
+tune-model-eval: deps lib $(B)/fdgen
+	FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/model_eval.lua

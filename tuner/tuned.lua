@@ -28,18 +28,20 @@ function M.row_line(r)
     r.ratio_ci or "-" }, "\t")
 end
 
--- The full text of a table of rows under header (fd_tuned_table_header()).
-function M.format(header, rows)
+-- The full text of a table of rows under header (fd_tuned_table_header()),
+-- with the cost model's lines (tuner/model.lua) after the rows when given.
+function M.format(header, rows, model)
   local out = { header }
   for _, r in ipairs(rows) do out[#out + 1] = M.row_line(r) .. "\n" end
+  if model then for _, l in ipairs(require("tuner.model").lines(model)) do out[#out + 1] = l .. "\n" end end
   out[#out + 1] = ("end\t%d\n"):format(#rows)
   return table.concat(out)
 end
 
--- Write the table to path when its content changes; true when written.
-function M.write(path, header, rows)
+-- Write the table (and model, when given) to path when its content changes; true when written.
+function M.write(path, header, rows, model)
   files.mkdir(sys.dirname(path))
-  return files.write_if_changed(path, M.format(header, rows))
+  return files.write_if_changed(path, M.format(header, rows, model))
 end
 
 -- Compare a table's header with ours line by line; raises naming the line and field.

@@ -12,10 +12,12 @@
      key decodes (and re-encodes to itself), fits the shape as the Lua loader
      demands (head_dim, dtypes, mask mode, layout, flags 0), has a chunk the
      planner takes and a group tile dividing the shape's group; splits and
-     threads are in the planner's bounds; no two rows share a shape and bucket. */
+     threads are in the planner's bounds; no two rows share a shape and bucket;
+     a cost model (model lines) loads with every value finite, and identically from both. */
 #include "fuzz.h"
 #include "internal.h"
 #include "table.h"
+#include <math.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -96,11 +98,25 @@ static void check_row(const fd_table *t, const fd_table_row *r, const char *text
   if (fd_table_find(t, r->shape, r->bucket) != r) fuzz_fail("line %d: another row has shape %s, bucket %lld", r->line, r->shape, (long long)r->bucket);
 }
 
+/* A loaded cost model (its model lines): every coefficient and limit finite, a line per name in the text. */
+static void check_model(const fd_table *t, const char *text, size_t len) {
+  if (!t->model.present) {
+    for (size_t i = 0; i + 6 <= len; i++)
+      if ((i == 0 || text[i - 1] == '\n') && !memcmp(text + i, FD_MODEL_LINE "\t", 6)) fuzz_fail("model lines loaded as no model");
+    return;
+  }
+  for (int i = 0; i < FD_MODEL_NFEATURES; i++)
+    if (!isfinite(t->model.coef[i])) fuzz_fail("model coefficient %s is %g", fd_model_feature_names[i], t->model.coef[i]);
+  for (int i = 0; i < FD_MODEL_NLIMITS; i++)
+    if (!isfinite(t->model.limit[i])) fuzz_fail("model limit %s is %g", fd_model_limit_names[i], t->model.limit[i]);
+}
+
 /* Every invariant of a loaded table. */
 static void check_table(const fd_table *t, const char *text, size_t len) {
   if (memchr(text, 0, len)) fuzz_fail("a table with a NUL byte loaded");
   check_end_line(text, len, t->n);
   for (size_t i = 0; i < t->n; i++) check_row(t, &t->rows[i], text, len);
+  check_model(t, text, len);
 }
 
 /* The file loader on the same bytes (a memfd named path), checked against the in-memory one. */
@@ -111,6 +127,7 @@ static void check_file_loader(const char *path, int fd, const char *text, size_t
   if (!ft != !t || strcmp(fnote, note)) fuzz_fail("fd_table_load says '%s', fd_table_parse '%s'", fnote, note);
   if (ft && (ft->n != t->n || (t->n && memcmp(ft->rows, t->rows, t->n * sizeof *t->rows))))
     fuzz_fail("fd_table_load and fd_table_parse loaded different rows");
+  if (ft && memcmp(&ft->model, &t->model, sizeof t->model)) fuzz_fail("fd_table_load and fd_table_parse loaded different models");
   fd_table_free(ft);
 }
 

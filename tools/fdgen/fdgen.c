@@ -3,16 +3,19 @@
    `key`, `source`, `gen` and `export` run the embedded generator
    (gen/fdgen.lua, which holds their help); `run` plans and runs one shape on
    random inputs and checks it against the double-precision reference; `bench`
-   times planning, JIT and fd_run over a shape set; `machine` names this
-   machine. Usage errors exit 2, failures 1. */
+   times planning, JIT and fd_run over a shape set; `predict` shows a tuned
+   table's cost model's ranking for a shape; `machine` names this machine.
+   Usage errors exit 2, failures 1. */
 #include "flashdecode.h"
 #include "kcache.h"
 #include "key.h"
 #include "luagen.h"
+#include "table.h"
 #include "problem.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +33,7 @@ static double now_ms(void) {
 
 /* A C subcommand's parsed arguments (0 = the planner's or the default choice). */
 typedef struct run_opts {
-  const char *shape, *shapes, *report, *arg;   /* arg: the positional argument */
+  const char *shape, *shapes, *report, *arg, *table;   /* arg: the positional argument */
   int64_t kv_len;
   int splits, chunk, tile, threads, backend, reps, seed;
 } run_opts;
@@ -50,7 +53,7 @@ typedef struct command {
   handler run;
 } command;
 
-enum { C_RUN = 1, C_BENCH = 2, C_MACHINE = 4, C_HELP = 8 };
+enum { C_RUN = 1, C_BENCH = 2, C_MACHINE = 4, C_HELP = 8, C_PREDICT = 16 };
 
 /* One --name VALUE option: the commands taking it, where and how it is stored. */
 typedef struct option {
@@ -64,16 +67,18 @@ typedef struct option {
 #define OFF(f) offsetof(run_opts, f)
 static const option OPTIONS[] = {
   { "--shape", "NAME|SPEC", "a shape of the shape set, or an inline spec batch=1,n_q_heads=8,...,kv_len=N",
-    C_RUN, C_RUN, 's', OFF(shape), 0, 0 },
+    C_RUN | C_PREDICT, C_RUN | C_PREDICT, 's', OFF(shape), 0, 0 },
   { "--shapes", "FILE", "the shape set NAME is taken from (default tuner/shapes/default.lua)",
-    C_RUN, 0, 's', OFF(shapes), 0, 0 },
+    C_RUN | C_PREDICT, 0, 's', OFF(shapes), 0, 0 },
+  { "--table", "TABLE", "the tuned table whose cost model ranks the configurations", C_PREDICT, C_PREDICT, 's',
+    OFF(table), 0, 0 },
   { "-o", "REPORT", "write the report to REPORT instead of stdout", C_BENCH, 0, 's', OFF(report), 0, 0 },
-  { "--kv-len", "N", "kv length (default: the shape's largest)", C_RUN, 0, 'l', OFF(kv_len), 1, INT32_MAX },
+  { "--kv-len", "N", "kv length (default: the shape's largest)", C_RUN | C_PREDICT, 0, 'l', OFF(kv_len), 1, INT32_MAX },
   { "--splits", "N", "kv splits (default: the planner's choice)", C_RUN | C_BENCH, 0, 'i', OFF(splits), 0, INT_MAX },
   { "--chunk", "N", "kv chunk (default: the planner's choice)", C_RUN | C_BENCH, 0, 'i', OFF(chunk), 0, INT_MAX },
   { "--tile", "N", "group tile, query heads per kernel call (default: the planner's)", C_RUN | C_BENCH, 0, 'i',
     OFF(tile), 0, INT_MAX },
-  { "--threads", "N", "worker threads (default: one per core)", C_RUN | C_BENCH, 0, 'i', OFF(threads), 0, INT_MAX },
+  { "--threads", "N", "worker threads (default: one per core)", C_RUN | C_BENCH | C_PREDICT, 0, 'i', OFF(threads), 0, INT_MAX },
   { "--backend", "tcc|cc", "compile kernels with libtcc (default) or the system C compiler", C_RUN, 0, 'b',
     OFF(backend), 0, 0 },
   { "--seed", "N", "seed of the random inputs (default 1)", C_RUN, 0, 'i', OFF(seed), 0, INT_MAX },
@@ -84,6 +89,7 @@ static const option OPTIONS[] = {
 static int cmd_run(const command *c, const run_opts *o);
 static int cmd_bench(const command *c, const run_opts *o);
 static int cmd_machine(const command *c, const run_opts *o);
+static int cmd_predict(const command *c, const run_opts *o);
 static int cmd_help(const command *c, const run_opts *o);
 
 static const command COMMANDS[] = {
@@ -106,6 +112,14 @@ static const command COMMANDS[] = {
              "context: plan time, kernels compiled and JIT time per key, the key and splits chosen, and\n"
              "the median fd_run time and KV bandwidth (warm cache), as a Markdown table.",
     .example = "fdgen bench tuner/shapes/default.lua -o plan.md --reps 5", .run = cmd_bench },
+  { .name = "predict", .bit = C_PREDICT, .args = "--table TABLE --shape NAME|SPEC [options]",
+    .summary = "show a tuned table's cost model's best configurations for a shape",
+    .about = "Ranks the configurations the planner may take (chunk, group tile, isa, splits, threads) for the\n"
+             "shape at its kv length by the cost model TABLE carries (README: the cost model), prints the best\n"
+             "five with the predicted time relative to the heuristic's configuration, and what the planner\n"
+             "takes with TABLE (a row, the model, or the heuristic).",
+    .example = "fdgen predict --table results/tuned/amd-epyc-2c.tsv --shape batch=2,n_q_heads=32,n_kv_heads=8,"
+               "head_dim=128,kv_dtype=bf16,kv_len=8192", .run = cmd_predict },
   { .name = "machine", .bit = C_MACHINE, .args = "",
     .summary = "print this machine's name (the name of its tuned table)",
     .about = "Prints the CPU model and core count as one word, the name results/tuned/ files carry.",
@@ -459,6 +473,63 @@ static int cmd_bench(const command *c, const run_opts *o) {
   if (rep != stdout) fclose(rep);
   free(sh);
   return 0;
+}
+
+/* The plan's choice for s at its kv_len in a context of table (NULL: none) and threads; 0 or 1 on failure. */
+static int planned(const char *table, int threads, const fd_shape *s, fd_plan_info *info) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = threads, .table = table });
+  fd_plan *plan = NULL;
+  int rc = !ctx || fd_plan_create(ctx, s, &plan) || fd_plan_info_get(plan, s->kv_len, info);
+  if (rc) fprintf(stderr, "fdgen predict: %s\n", fd_errmsg(ctx));
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+  return rc;
+}
+
+/* `fdgen predict`: the cost model's five best configurations for a shape, against the heuristic. */
+static int cmd_predict(const command *c, const run_opts *o) {
+  fd_gen_shape *sh;
+  int n;
+  char err[4096];
+  int inline_spec = strchr(o->shape, '=') != NULL;
+  const char *src = inline_spec ? o->shape : o->shapes ? o->shapes : DEFAULT_SHAPES;
+  if (fd_gen_shapes(src, inline_spec ? NULL : o->shape, &sh, &n, err, sizeof err)) {
+    fprintf(stderr, "fdgen %s: %s\n", c->name, err);
+    return 2;
+  }
+  fd_shape s = sh[0].shape;
+  if (o->kv_len) s.kv_len = o->kv_len;
+  if (s.layout == FD_PAGED && s.pool_pages < 1 && s.page_size > 0)   /* a pool of every row's pages */
+    s.pool_pages = (int64_t)s.batch * ((s.kv_len + s.page_size - 1) / s.page_size);
+  print_shape(stdout, sh[0].name, &s);
+  free(sh);
+  fd_table *t = fd_table_load(o->table, err, sizeof err);
+  if (!t) { fprintf(stderr, "fdgen predict: %s\n", err); return 1; }
+  int rc = 1;
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads });
+  fd_plan_info h, with;
+  if (!t->model.present) fprintf(stderr, "fdgen predict: %s carries no cost model (no model lines)\n", o->table);
+  else if (ctx && !planned(NULL, o->threads, &s, &h) && !planned(o->table, o->threads, &s, &with)) {
+    int threads = fd_ctx_threads(ctx), max_isa = fd_ctx_max_isa(ctx);
+    int64_t len = fd_length_bucket(s.kv_len) < s.kv_len ? fd_length_bucket(s.kv_len) : s.kv_len;
+    fd_model_pick best[5], hp = { h.chunk, h.group_tile, h.isa, h.splits, h.threads, 0 };
+    int k = fd_model_rank(&t->model, &s, len, max_isa, threads, best, 5);
+    double hs = fd_model_score(&t->model, &s, len, &hp);
+    printf("cost model of %s, max isa %d, threads %d, length %lld\n", o->table, max_isa, threads, (long long)len);
+    printf("rank  config              score       predicted time / heuristic's\n");
+    for (int i = 0; i < k; i++)
+      printf("%4d  c%d.t%d.s%d.p%d.i%d%*s %10.6f  %.3f\n", i + 1, best[i].chunk, best[i].tile, best[i].splits,
+             best[i].threads, best[i].isa, 4, "", best[i].score, exp(best[i].score - hs));
+    printf("heur  c%d.t%d.s%d.p%d.i%d%*s %10.6f  1.000\n", hp.chunk, hp.tile, hp.splits, hp.threads, hp.isa, 4, "", hs);
+    printf("the planner takes the model's best only when it predicts it %.0f%% faster than the heuristic's\n",
+           100 * (1 - exp(-FD_MODEL_MARGIN)));
+    printf("the planner with this table: c%d.t%d.s%d.p%d.i%d (%s)\n", with.chunk, with.group_tile, with.splits,
+           with.threads, with.isa, with.from_table == 1 ? "its row" : with.from_table == 2 ? "the cost model" : "the heuristic");
+    rc = 0;
+  }
+  fd_destroy(ctx);
+  fd_table_free(t);
+  return rc;
 }
 
 /* `fdgen machine`: this machine's name (the tuned table's file name). */

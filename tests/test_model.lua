@@ -1,0 +1,154 @@
+-- The cost model (tuner/model.lua): the fit recovers known coefficients from
+-- a synthetic tuning log (a per-job constant added, which the fit must take
+-- out), the ranking and the planner's margin rule, and the model lines of a
+-- tuned table round-tripping through gen/export.lua's parser, which refuses a
+-- malformed model naming its line. Pure Lua: runs on lua5.4 and LuaJIT.
+package.path = "tests/?.lua;./?.lua;./gen/?.lua;" .. package.path
+local T = require("check")
+local model = require("tuner.model")
+local facts = require("facts")
+local tlog = require("tuner.log")
+local export = require("export")
+-- tuner/tuned.lua's format (it needs LuaJIT's FFI through tuner/sys.lua): rows, model lines, end.
+local tuned = {}
+function tuned.row_line(r)
+  return table.concat({ r.shape, r.bucket, r.key, r.splits, r.threads, "1.0", "1.000", "1.0", r.name, "-" }, "\t")
+end
+function tuned.format(header, rows, m)
+  local out = { header }
+  for _, r in ipairs(rows) do out[#out + 1] = tuned.row_line(r) .. "\n" end
+  if m then for _, l in ipairs(model.lines(m)) do out[#out + 1] = l .. "\n" end end
+  out[#out + 1] = ("end\t%d\n"):format(#rows)
+  return table.concat(out)
+end
+
+local nf = #facts.MODEL_FEATURES
+-- Known coefficients: distinct, of both signs.
+local truth = {}
+for i = 1, nf do truth[i] = ((i * 37) % 11 - 5) / 10 end
+
+-- A synthetic log: shapes of varied G, D, dtype, batch, q_len, layout; every
+-- configuration of a small grid per job; time = exp(truth . features + the job's constant).
+local shapes = {
+  "b1.hq32.hkv8.d128.qbf16.kvbf16.obf16.causal.bhsd", "b1.hq4.hkv1.d64.qf32.kvf16.of32.causal.bhsd",
+  "b4.hq16.hkv16.d64.qf32.kvf32.of32.mask.bshd", "b2.hq24.hkv4.d96.qf16.kvi8.of16.causal.paged",
+  "b8.hq8.hkv1.d256.qf32.kvbf16.of32.causal.bhsd.t4", "b1.hq12.hkv2.d128.qf32.kvf32.of32.full.bhsd.t2",
+  "b3.hq6.hkv3.d80.qf16.kvf16.of16.causal.bshd.t3", "b16.hq32.hkv2.d32.qf32.kvfp8.of32.causal.paged",
+  "b2.hq2.hkv1.d48.qbf16.kvbf16.obf16.mask.bhsd.t8",
+}
+local lines, nobs = { tlog.COMMENT }, 0
+for si, sig in ipairs(shapes) do
+  local s = assert(facts.parse_signature(sig), sig)
+  local G = s.n_q_heads / s.n_kv_heads
+  for _, len in ipairs { 200, 1024, 5000 } do
+    local job_const = si * 0.7 + len / 1000
+    for _, isa in ipairs { 0, 1, 2 } do
+      for _, chunk in ipairs { 32, 64, 128, 256, 512 } do
+        for tile = 1, G do
+          if G % tile == 0 and tile <= facts.isas[isa].max_tile then
+            for _, splits in ipairs { 1, 2, 3, 8 } do
+              for _, threads in ipairs { 1, 2, 4 } do
+                local c = { chunk = chunk, tile = tile, isa = isa, splits = splits, threads = threads }
+                local x = model.features(s, len, c)
+                local y = job_const
+                for i = 1, nf do y = y + truth[i] * x[i] end
+                local us = math.exp(y)
+                lines[#lines + 1] = table.concat({ "build1", sig, 1024, len, "cold", "quick", model.config_text(c), "-",
+                  "ok", ("%.17g"):format(us), ("%.17g"):format(us), "synthetic" }, "\t")
+                nobs = nobs + 1
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+end
+-- a warm-cache line and a failed line are no part of the fit
+lines[#lines + 1] = table.concat({ "build1", shapes[1], 1024, 1024, "warm", "quick", "c64.t4.s1.p1.i2", "-", "ok", "1.0",
+  "1.0", "synthetic" }, "\t")
+lines[#lines + 1] = table.concat({ "build1", shapes[1], 1024, 1024, "cold", "quick", "c64.t4.s1.p1.i2", "-",
+  "failed: no", "-", "-", "synthetic" }, "\t")
+local path = os.tmpname()
+local fh = assert(io.open(path, "wb"))
+fh:write(table.concat(lines, "\n"), "\n")
+fh:close()
+
+-- tlog.format writes times with one decimal; this log keeps full precision, so
+-- the fit sees the exact synthetic times.
+local obs = model.observations(path)
+T.ok(#obs == nobs, ("the cold, ok lines are the observations: %d (want %d)"):format(#obs, nobs))
+local m = model.fit(obs, 1e-12)
+local worst, at = 0, 0
+for i = 1, nf do
+  local d = math.abs(m.coef[i] - truth[i])
+  if d > worst then worst, at = d, i end
+end
+T.ok(worst < 1e-6, ("the fit recovers every coefficient (worst %s off by %.3g)"):format(facts.MODEL_FEATURES[math.max(at, 1)][1], worst))
+T.ok(m.r2 > 0.999999, ("R^2 of an exact model is 1 (%.9f)"):format(m.r2))
+T.ok(m.limits.chunk_min == 32 and m.limits.chunk_max == 512 and m.limits.splits_max == 8 and m.limits.threads_max == 4
+  and m.limits.items_max == 8 * 64, "limits: the measured ranges of chunk, splits, threads and split items per thread")
+local m2 = model.fit(model.observations(path), 1e-12)
+local same = true
+for i = 1, nf do same = same and m2.coef[i] == m.coef[i] end
+T.ok(same, "the same log gives bit-identical coefficients")
+-- the default ridge moves coefficients only along what the data hardly
+-- determines: its predictions stay those of the truth
+local md = model.fit(model.observations(path))
+T.ok(md.r2 > 0.999, ("the default ridge predicts as well (R^2 %.6f)"):format(md.r2))
+
+-- Ranking: the best candidate is the lowest score, ties in enumeration order, all valid.
+local s = facts.parse_signature(shapes[1])
+local top = model.rank(m, s, 4096, 2, 4, 5)
+T.ok(#top == 5, "rank returns k candidates")
+local ok_order = true
+for i = 2, #top do ok_order = ok_order and top[i - 1].score <= top[i].score end
+T.ok(ok_order, "rank sorts by score")
+local all = model.candidates(m, s, 4096, 2, 4)
+local best = math.huge
+for _, c in ipairs(all) do
+  best = math.min(best, model.score(m, model.features(s, 4096, c)))
+  T.ok(c.chunk <= facts.MAX_CHUNK and 4 % c.tile == 0 and c.isa <= 2 and c.splits <= 8 and c.threads <= 4 and
+    (c.splits == 1 or 8 * c.splits <= m.limits.items_max * c.threads), "candidate valid")
+end
+T.ok(top[1].score == best, "the first is the best of every candidate")
+local h = { chunk = 256, tile = 4, isa = 2, splits = 1, threads = 4 }
+local pick, from_model = model.decide(m, s, 4096, 2, 4, h)
+local hs = model.score(m, model.features(s, 4096, h))
+T.ok(from_model == (top[1].score < hs - facts.MODEL_MARGIN) and
+  (from_model and model.config_text(pick) == model.config_text(top[1]) or pick == h),
+  "decide: the model's best only when more than MODEL_MARGIN better than the heuristic's")
+local flat = { coef = {}, limits = m.limits }
+for i = 1, nf do flat.coef[i] = 0 end
+local p2, fm2 = model.decide(flat, s, 4096, 2, 4, h)
+T.ok(not fm2 and p2 == h, "a flat model keeps the heuristic's configuration")
+
+-- Table round trip: rows, then the model lines, then the end line.
+local header = "flashdecode tuned table 2\nlibrary\tx\ntemplates\tx\ntcc\tx\ncpu\tx\nfeatures\tx\n" .. export.COLUMNS .. "\n"
+local rows = { { shape = shapes[1], bucket = 1024, key = "10256128042002220", splits = 1, threads = 2, median_us = 1,
+                 gbps = 1, heuristic_us = 1, name = "r" } }
+local text = tuned.format(header, rows, m)
+local t = export.parse(text, "t.tsv")
+same = t.model ~= nil
+for i = 1, nf do same = same and t.model.coef[i] == m.coef[i] end
+for _, n in ipairs(facts.MODEL_LIMITS) do same = same and t.model.limits[n] == m.limits[n] end
+T.ok(same and #t.rows == 1, "the model lines round-trip exactly (%.17g)")
+T.ok(export.parse(tuned.format(header, rows), "t.tsv").model == nil, "a table without model lines has no model")
+
+-- Malformed model lines: refused, naming the line.
+local function refused(mutate, want, name)
+  local ok, err = pcall(export.parse, mutate(text), "t.tsv")
+  T.ok(not ok and tostring(err):find(want, 1, true) ~= nil, name .. ": " .. tostring(err))
+end
+local first = 9   -- header 7 lines, one row, then the model
+refused(function(x) return (x:gsub("model\tchunk2\t[^\n]*", "model\tchunk2\tnan")) end, "is not a finite number", "a NaN value")
+refused(function(x) return (x:gsub("model\tchunk2\t[^\n]*", "model\tchunk2\t1e")) end, "t.tsv:" .. (first + 7) .. ":", "a cut exponent names its line")
+refused(function(x) return (x:gsub("model\tchunk2\t", "model\tchunk3\t")) end, "model name 'chunk3'", "an unknown name")
+refused(function(x) return (x:gsub("model\tchunk2\t[^\n]*\n", "")) end, "no coefficient for feature chunk2", "a missing feature")
+refused(function(x) return (x:gsub("(model\tchunk\t[^\n]*\n)", "%1%1")) end, "given twice", "a repeated name")
+refused(function(x) return (x:gsub("(model\tthreads_max\t[^\n]*\n)", "%1" .. tuned.row_line(rows[1]) .. "\n")) end,
+  "a row after the model lines", "a row after the model")
+refused(function(x) return (x:gsub("model\tisa_c\t([^\n]*)", "model\tisa_c\t%1\textra")) end, "has 4 fields", "a fourth field")
+
+os.remove(path)
+T.done()
