@@ -44,26 +44,6 @@ local function shapes_by_name(list)
   return t
 end
 
--- The shape-set entry of row r: by name when its signature agrees, else rebuilt from the signature.
-local function shape_for(r, shapes)
-  local s = shapes[r.name]
-  if s then
-    local n = space.numeric(s)
-    n.kv_len = 1
-    if sys.signature(fd.shape(n)) == r.shape then return s end
-  end
-  s = { name = r.name, kv_len = { r.bucket } }
-  for _, f in ipairs(facts.SIGNATURE) do s[f[2]] = r.s[f[2]] end
-  return s
-end
-
--- The measured length of a row: the shape set's length in its bucket, else the bucket.
-local function row_len(s, bucket)
-  local best = bucket
-  for _, n in ipairs(s.kv_len) do if sys.bucket(n) == bucket then best = n end end
-  return best
-end
-
 -- Time the distinct configurations of cfgs (name -> config) for rounds rounds
 -- on job j, interleaved (order rotating each round); times[name][round].
 local function rounds_of(j, cfgs, rounds, bar)
@@ -93,7 +73,7 @@ end
 
 -- Evaluate one row with the model fitted without its shape; a result record.
 local function eval_row(ctx, info, r, s, m, o, bar)
-  local len = row_len(s, r.bucket)
+  local len = workload.row_len(s, r.bucket)
   local w = workload.new(s, len)
   local j = { ctx = ctx, w = w, len = len, bucket = r.bucket, sig = r.shape, name = r.name, cache = "cold", log = nolog }
   local f = key.decode(r.key)
@@ -197,7 +177,7 @@ local function main(a)
       local okf, m = pcall(model.fit, rest)
       models[r.shape] = okf and m or false     -- no other shape measured: the heuristic's configuration
     end
-    results[k] = eval_row(ctx, info, r, shape_for(r, shapes), models[r.shape], o, bar)
+    results[k] = eval_row(ctx, info, r, workload.row_shape(r, shapes), models[r.shape], o, bar)
   end
   bar:done()
   local cores = machine.info().cores

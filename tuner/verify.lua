@@ -37,21 +37,6 @@ local function shapes_by_name(path)
   return t
 end
 
--- A shape-set entry rebuilt from a row (when the shape set lacks its name):
--- the fields of its shape signature (gen/facts.lua).
-local function shape_of_row(r)
-  local s = { name = r.name, kv_len = { r.bucket } }
-  for _, f in ipairs(facts.SIGNATURE) do s[f[2]] = r.s[f[2]] end
-  return s
-end
-
--- The length measured for a row: the shape set's length in the bucket, else the bucket.
-local function row_len(s, bucket)
-  local best = bucket
-  for _, n in ipairs(s.kv_len) do if sys.bucket(n) == bucket then best = n end end
-  return best
-end
-
 -- The row's config against the heuristic, interleaved in paired rounds
 -- until decided or the cap (as the tuner's verification): the decision of
 -- measure.compare (ma, mb: the medians in microseconds).
@@ -71,18 +56,6 @@ local function rounds_for(j, c)
   return math.max(7, math.min(31, math.ceil(0.5 / cost)))
 end
 
--- The shape-set entry of a row: its name's in the shape set when the
--- signature agrees, else one rebuilt from the row.
-local function shape_for(r, shapes)
-  local s = shapes[r.name]
-  if s then
-    local n = space.numeric(s)
-    n.kv_len = 1
-    if sys.signature(fd.shape(n)) == r.shape then return s end
-  end
-  return shape_of_row(r)
-end
-
 -- Does decision d pass? Strict: only a win. Else: unless its interval lies
 -- wholly above the limit and its median is more than slack microseconds slower.
 local function passes(d, o)
@@ -92,8 +65,8 @@ end
 
 -- Verify one row; true when it passes (a line printed either way).
 local function verify_row(ctx, r, shapes, o)
-  local s = shape_for(r, shapes)
-  local len = row_len(s, r.bucket)
+  local s = workload.row_shape(r, shapes)
+  local len = workload.row_len(s, r.bucket)
   local w = workload.new(s, len)
   local j = { ctx = ctx, w = w, len = len, bucket = r.bucket, sig = r.shape, name = r.name, cache = "cold", log = nolog }
   local f = key.decode(r.key)

@@ -5,6 +5,7 @@ local ffi = require("ffi")
 local fd = require("flashdecode")
 local space = require("space")
 local facts = require("facts")
+local sys = require("tuner.sys")
 
 local M = {}
 M.__index = M
@@ -92,6 +93,28 @@ end
 function M:free()
   for _, p in ipairs(self.ptrs) do ffi.C.free(p) end
   self.ptrs = {}
+end
+
+-- The shape-set entry of tuned-table row r (tuner/tuned.lua): its name's in
+-- shapes (name -> entry) when the signature agrees, else one rebuilt from
+-- the fields of the row's shape signature (gen/facts.lua).
+function M.row_shape(r, shapes)
+  local s = shapes[r.name]
+  if s then
+    local n = space.numeric(s)
+    n.kv_len = 1
+    if sys.signature(fd.shape(n)) == r.shape then return s end
+  end
+  s = { name = r.name, kv_len = { r.bucket } }
+  for _, f in ipairs(facts.SIGNATURE) do s[f[2]] = r.s[f[2]] end
+  return s
+end
+
+-- The length measured for a row of bucket: entry s's length in the bucket, else the bucket.
+function M.row_len(s, bucket)
+  local best = bucket
+  for _, n in ipairs(s.kv_len) do if sys.bucket(n) == bucket then best = n end end
+  return best
 end
 
 return M
