@@ -290,7 +290,7 @@ class Context(_Handle):
 
     @property
     def max_isa(self):
-        """The highest ISA the context may use: "c", "avx2" or "avx512"."""
+        """The highest ISA the context may use: "c", "avx2", "avx512" or "avx512bf16"."""
         return _ISA_DIGITS[self._lib.fd_ctx_max_isa(self._handle())]
 
     def plan(self, batch, n_q_heads, n_kv_heads, head_dim, kv_len, q_dtype="f32", kv_dtype="f32",
