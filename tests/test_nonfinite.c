@@ -18,7 +18,8 @@
 enum { AT_Q, AT_K, AT_V, AT_MASK, AT_KSCALE, AT_VSCALE };
 static const char *AT[] = { "q", "K", "V", "mask", "k_scale", "v_scale" };
 #define DT fd_dtype_names
-static const char *ISA[] = { "auto", "C", "AVX2", "AVX-512" };
+/* The name of fd_plan_opts.isa value isa (0: auto), from its ISA record (gen/facts.lua). */
+static const char *isa_name(int isa) { return isa ? fd_isa_table[isa - 1].text : "auto"; }
 
 /* A test shape: the problem's dimensions and the group tile to force (0: the planner's). */
 typedef struct nf_shape { const char *name; int B, Hq, Hkv, D, tile; } nf_shape;
@@ -179,7 +180,7 @@ static void run_case(fd_ctx *ctx, const nf_shape *s, int kv_dtype, int at, float
                      const char *tag) {
   char name[256];
   snprintf(name, sizeof name, "%s: %s kv %s, %s = %g, isa %s, %d splits", tag, s->name, DT[kv_dtype], AT[at], x,
-           ISA[o->isa], o->splits);
+           isa_name(o->isa), o->splits);
   kproblem p;
   make_problem(&p, s, kv_dtype, 1, 7000 + at);
   inject(&p, at, x);
@@ -252,7 +253,7 @@ static void each_config(fd_ctx *ctx, kproblem *p, const char *tag,
     if (isa - 1 > fd_ctx_max_isa(ctx)) continue;
     for (int sp = 0; sp < 3; sp++) {
       char name[192];
-      snprintf(name, sizeof name, "%s, isa %s, %d splits", tag, ISA[isa], SPLITS[sp]);
+      snprintf(name, sizeof name, "%s, isa %s, %d splits", tag, isa_name(isa), SPLITS[sp]);
       fd_plan_opts o = { CHUNK, 0, SPLITS[sp], 0, isa };
       if (api_run(ctx, p, &o, out, lse, name)) continue;
       compare_nf(p, out, lse, rout, rlse, name);
