@@ -76,16 +76,6 @@ local function check_supported(f)
   end
 end
 
--- Lanes of a constant: a float literal or an unsigned integer, 16 times (or a
--- table of 16 literals).
-local function lanes(v)
-  if type(v) == "table" then return table.concat(v, ", ") end   -- a row of distinct lanes
-  local one = type(v) == "string" and v or ("%uu"):format(v)
-  local t = {}
-  for i = 1, 16 do t[i] = one end
-  return table.concat(t, ", ")
-end
-
 -- The parameters of SIMD kernels: geometry, constants and the asm blocks.
 local function add_simd(p)
   local caps = facts.isas[p.ISA]
@@ -95,9 +85,8 @@ local function add_simd(p)
   p.SCW = math.ceil(p.CHUNK / p.W) * p.W + p.W
   p.CHUNKP = p.SCW
   p.KV_SIZE = DT[p.KV_DTYPE].size
-  p.CONST_FLOATS, p.CONST_INTS = simd.CONST_FLOATS, simd.CONST_INTS
+  p.CONST_ROWS = simd.const_rows()
   p.ASM_ARGS, p.asm_arg_line = facts.ASM_ARGS, facts.asm_arg_line
-  p.lanes = lanes
   p.xmm_list = function(a, b)
     local t = {}
     for i = a, b do t[#t + 1] = ('"xmm%d"'):format(i) end

@@ -67,6 +67,69 @@ local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
 for i, row in ipairs(M.CONST_INTS) do C[row[1]] = (#M.CONST_FLOATS + i - 1) * 64 end
 
+-- The value of a CONST_FLOATS literal: "1.5f", "-64.0f" or coef()'s "(c * 0x1p-Nf)".
+local function literal_value(text)
+  local c, n = text:match("^%(([^ ]+)f %* 0x1p%-(%d+)f%)$")
+  if c then return assert(tonumber(c), text) * 2 ^ -tonumber(n) end
+  return assert(tonumber((text:gsub("f$", ""))), text)
+end
+
+-- The f32 bits of the nearest float to double d (normal range, round to
+-- nearest even). d is the decimal literal rounded to double (53 bits); a d
+-- within 2^-28 of an f32 ulp from a midpoint could round differently from
+-- the literal itself (as a C compiler reads it), so that is an error.
+function M.f32_bits(d, what)
+  local sign = 0
+  if d < 0 or (d == 0 and 1 / d < 0) then sign, d = 2 ^ 31, -d end
+  if d == 0 then return sign end
+  local e, m = 0, d
+  while m >= 2 do m, e = m / 2, e + 1 end
+  while m < 1 do m, e = m * 2, e - 1 end
+  if e < -126 or e > 127 then error(("simd: constant %s is not a normal f32"):format(what), 0) end
+  local f = (m - 1) * 2 ^ 23
+  local fl = math.floor(f)
+  local r = f - fl
+  if math.abs(r - 0.5) < 2 ^ -28 then error(("simd: constant %s is too close to an f32 rounding tie"):format(what), 0) end
+  if r > 0.5 then fl = fl + 1 end
+  if fl == 2 ^ 23 then fl, e = 0, e + 1 end
+  return sign + (e + 127) * 2 ^ 23 + fl
+end
+
+-- "\xNN" escapes of the 4 little-endian bytes of a 32-bit pattern.
+local function le_escapes(u)
+  local t = {}
+  for i = 1, 4 do t[i] = ("\\x%02x"):format(u % 256); u = math.floor(u / 256) end
+  return table.concat(t)
+end
+
+-- The rows of fd_simd_c as { name, text }: text is the row's 64 bytes as C
+-- string-literal escapes (one literal token per row: far faster for a C
+-- compiler than 16 float expressions). Made once.
+local const_rows
+function M.const_rows()
+  if const_rows then return const_rows end
+  const_rows = {}
+  local function add(name, lanes)
+    local t = {}
+    for i = 1, 16 do t[i] = le_escapes(lanes[i]) end
+    const_rows[#const_rows + 1] = { name, table.concat(t) }
+  end
+  for _, row in ipairs(M.CONST_FLOATS) do
+    local lanes = {}
+    for i = 1, 16 do
+      local text = type(row[2]) == "table" and row[2][i] or row[2]
+      lanes[i] = M.f32_bits(literal_value(text), row[1] .. " (" .. text .. ")")
+    end
+    add(row[1], lanes)
+  end
+  for _, row in ipairs(M.CONST_INTS) do
+    local lanes = {}
+    for i = 1, 16 do lanes[i] = row[2] end
+    add(row[1], lanes)
+  end
+  return const_rows
+end
+
 -- Vector geometry and capabilities of an isa: its gen/facts.lua record.
 local GEOM = facts.isas
 local ELEM = {}                        -- bytes per KV element
@@ -988,17 +1051,26 @@ end
 local unpack = table.unpack or unpack   -- Lua 5.4 or LuaJIT
 
 -- A run of vector instructions' bytes (those between two general-purpose
--- instructions) as `.long` words of four bytes, little-endian, and a `.byte`
--- line for the rest: the same bytes in a quarter of the tokens for the
--- compiler's assembler to parse (unannotated sources: the JIT's).
+-- instructions) as `.quad` words of eight bytes, little-endian, then a
+-- `.long` word and a `.byte` line for the rest: the same bytes in an eighth
+-- of the tokens for the compiler's assembler to parse (unannotated sources:
+-- the JIT's).
+local HEX = {}
+for i = 0, 255 do HEX[i] = ("%02x"):format(i) end
+
 local function packed(bytes)
-  local words, out, n = {}, {}, #bytes - #bytes % 4
-  for i = 1, n, 4 do
-    local b0, b1, b2, b3 = bytes:byte(i, i + 3)
-    words[#words + 1] = ("0x%02x%02x%02x%02x"):format(b3, b2, b1, b0)
+  local out, n8, n4 = {}, #bytes - #bytes % 8, #bytes - #bytes % 4
+  local words = {}
+  for i = 1, n8, 8 do
+    local b0, b1, b2, b3, b4, b5, b6, b7 = bytes:byte(i, i + 7)
+    words[#words + 1] = "0x" .. HEX[b7] .. HEX[b6] .. HEX[b5] .. HEX[b4] .. HEX[b3] .. HEX[b2] .. HEX[b1] .. HEX[b0]
   end
-  if #words > 0 then out[1] = ".long " .. table.concat(words, ",") end
-  if n < #bytes then out[#out + 1] = x86.byte_line(bytes:sub(n + 1)) end
+  if #words > 0 then out[1] = ".quad " .. table.concat(words, ",") end
+  if n4 > n8 then
+    local b0, b1, b2, b3 = bytes:byte(n8 + 1, n8 + 4)
+    out[#out + 1] = ".long 0x" .. HEX[b3] .. HEX[b2] .. HEX[b1] .. HEX[b0]
+  end
+  if n4 < #bytes then out[#out + 1] = x86.byte_line(bytes:sub(n4 + 1)) end
   return out
 end
 

@@ -227,8 +227,11 @@ M.rows = ROWS
 -- Raise an "x86: " error (no position prefix).
 local function fail(fmt, ...) error("x86: " .. fmt:format(...), 0) end
 
+local POW2 = {}
+for k = 0, 40 do POW2[k] = 2 ^ k end
+
 -- Bit k of a non-negative integer n.
-local function bit(n, k) return floor(n / 2 ^ k) % 2 end
+local function bit(n, k) return floor(n / POW2[k]) % 2 end
 
 -- True for a Lua number with an integral value.
 local function isint(v) return type(v) == "number" and v == floor(v) end
@@ -292,7 +295,7 @@ local function parse_mem(m, ctx)
   for k in pairs(m) do
     if not MEM_KEYS[k] then fail("%s: unknown memory field '%s'", ctx, tostring(k)) end
   end
-  local o = { type = "mem", text = mem_text(m), scale = m.scale or 1, disp = m.disp or 0,
+  local o = { type = "mem", scale = m.scale or 1, disp = m.disp or 0,
               bcst = m.bcst and true or false, mem = m }
   if m.base ~= nil then
     local r = reg_info(m.base, ctx)
@@ -338,25 +341,37 @@ local CTX_MT = { __tostring = function(c)
     (v.reg and tostring(v.reg) or mem_text(v)) or tostring(v))
 end }
 
+-- The error context of operand v at position i of mn.
+local function context(v, i, mn)
+  return setmetatable({ v = v, i = i, mn = mn }, CTX_MT)
+end
+
+-- Register operands by their text: parsed once, shared (records are never
+-- written after parsing; a failed parse raises and keeps nothing).
+local REG_OPERANDS = {}
+
 -- Turn one user operand (string, table or number) into an operand record.
 local function parse_operand(v, i, mn)
-  local ctx = setmetatable({ v = v, i = i, mn = mn }, CTX_MT)
   local o
   if type(v) == "number" then
     o = { type = "imm", value = v }
   elseif type(v) == "string" then
-    o = parse_reg(v, ctx)
+    o = REG_OPERANDS[v]
+    if not o then
+      o = parse_reg(v, context(v, i, mn))
+      REG_OPERANDS[v] = o
+    end
   elseif type(v) == "table" and v.reg ~= nil then
+    local ctx = context(v, i, mn)
     o = parse_reg(tostring(v.reg), ctx)
     if v.mask ~= nil then o.mask = mask_num(v.mask, ctx) end
     if v.zero then o.zero = true end
     if o.zero and not o.mask then fail("%s: {z} needs a write mask {k1}-{k7}", ctx) end
   elseif type(v) == "table" then
-    o = parse_mem(v, ctx)
+    o = parse_mem(v, context(v, i, mn))
   else
-    fail("%s: unsupported operand type %s", ctx, type(v))
+    fail("%s: unsupported operand type %s", context(v, i, mn), type(v))
   end
-  o.ctx = ctx
   return o
 end
 
@@ -465,25 +480,34 @@ end
 
 local EVEX_TRIES = { false, true }
 
--- Parse the operands and find the first row/encoding that fits, VEX first.
-local function match(mn, ...)
-  if type(mn) ~= "string" then fail("mnemonic must be a string, got %s", type(mn)) end
-  local force = false
-  local name = mn:match("^%s*{evex}%s*(%S+)%s*$")
-  if name then force = true else name = mn:match("^%s*(%S+)%s*$") or mn end
-  name = name:lower()
+-- What attempt() reads of an operand, as text: class, size, a register of
+-- 16-31, mask, zeroing, broadcast, an imm8 out of range.
+local function operand_sig(o)
+  if o.type == "imm" then return (isint(o.value) and o.value >= -128 and o.value <= 255) and "i" or "i!" end
+  if o.type == "mem" then return "m" .. (o.bcst and "b" or "") .. (o.mask and "k" or "") end
+  local s = o.sig
+  if not s then
+    s = o.class .. (o.bits or "") .. (o.num >= 16 and "+" or "")
+    o.sig = s
+  end
+  return s .. (o.mask and "k" or "") .. (o.zero and "z" or "")
+end
+
+-- Successful matches by signature (mnemonic, {evex}, operand sigs): the row,
+-- encoding and length that the search over rows chose for them.
+local MATCHES = {}
+
+-- Search the rows of name for the first that fits ops, VEX first; raises the
+-- failure that got furthest.
+local function search(name, force, ops, args)
   local rows = BY_MN[name]
-  if not rows then fail("unknown instruction '%s'", mn) end
-  local args = { ... }
-  local ops = {}
-  for i = 1, select("#", ...) do ops[i] = parse_operand(args[i], i, name) end
   -- report the failure that got furthest; on a tie the EVEX try of the same row
   local best_score, best_pos, best_why, best_row = -1, 0, nil, nil
   for _, row in ipairs(rows) do
     for _, evex in ipairs(EVEX_TRIES) do
       if (evex and row.evex) or (not evex and row.vex and not force) then
         local m, score, pos, why = attempt(row, evex, ops, name)
-        if m then m.force = force; m.mn = name; return m end
+        if m then return m end
         if score > best_score or (score == best_score and row == best_row) then
           best_score, best_pos, best_why, best_row = score, pos, why, row
         end
@@ -493,7 +517,31 @@ local function match(mn, ...)
   if force and best_why == nil then fail("%s: has no EVEX form", name) end
   if type(best_why) == "function" then best_why = best_why() end
   if best_pos == 0 then fail("%s: %s", name, best_why) end
-  fail("%s: %s", ops[best_pos].ctx, best_why)
+  fail("%s: %s", context(args[best_pos], best_pos, name), best_why)
+end
+
+-- Parse the operands and find the first row/encoding that fits, VEX first.
+local function match(mn, ...)
+  if type(mn) ~= "string" then fail("mnemonic must be a string, got %s", type(mn)) end
+  local force = false
+  local name = mn:match("^%s*{evex}%s*(%S+)%s*$")
+  if name then force = true else name = mn:match("^%s*(%S+)%s*$") or mn end
+  name = name:lower()
+  if not BY_MN[name] then fail("unknown instruction '%s'", mn) end
+  local args = { ... }
+  local ops, sig = {}, { force and "{evex}" .. name or name }
+  for i = 1, select("#", ...) do
+    ops[i] = parse_operand(args[i], i, name)
+    sig[i + 1] = operand_sig(ops[i])
+  end
+  sig = table.concat(sig, ",")
+  local hit = MATCHES[sig]
+  if not hit then
+    local m = search(name, force, ops, args)
+    hit = { row = m.row, evex = m.evex, L = m.L }
+    MATCHES[sig] = hit
+  end
+  return { row = hit.row, evex = hit.evex, ops = ops, L = hit.L, force = force, mn = name }
 end
 
 ---------------------------------------------------------------------------
@@ -627,7 +675,7 @@ local function operand_text(m, i)
   else
     local size = kind_mem(kind, m.L)
     local elem = m.row.w == 1 and 8 or 4
-    s = PTR[o.bcst and elem or size] .. " ptr " .. o.text
+    s = PTR[o.bcst and elem or size] .. " ptr " .. mem_text(o.mem)
     if o.bcst then s = s .. ("{1to%d}"):format(floor(m.L / 8 / elem)) end
   end
   if o.mask then s = s .. ("{k%d}"):format(o.mask) end
@@ -667,22 +715,46 @@ end
 
 -- Operand-table fields in the order of a memo key (x86.line_text).
 local OPERAND_FIELDS = { "reg", "mask", "zero", "base", "index", "scale", "disp", "bcst" }
-local OPERAND_KEY = "{" .. ("%s,"):rep(#OPERAND_FIELDS - 1) .. "%s}"
 local OPERAND_FIELD = {}
 for _, k in ipairs(OPERAND_FIELDS) do OPERAND_FIELD[k] = true end
+
+-- An operand-table field that may enter a key as it is (nil: written as "").
+local KEY_TYPES = { string = true, number = true }
+
+-- The memo key of one operand, or nil when it is not plain: a table with a
+-- field outside OPERAND_FIELDS or a value that is neither string nor number
+-- (zero and bcst count as flags).
+local function operand_key(v)
+  local t = type(v)
+  if t == "string" then return v end
+  if t == "number" then return "#" .. v end
+  if t ~= "table" then return nil end
+  for k, x in next, v do
+    if not OPERAND_FIELD[k] then return nil end
+    if k ~= "zero" and k ~= "bcst" and not KEY_TYPES[type(x)] then return nil end
+  end
+  return "{" .. (v.reg or "") .. "," .. (v.mask or "") .. "," .. (v.zero and "z" or "") .. ","
+    .. (v.base or "") .. "," .. (v.index or "") .. "," .. (v.scale or "") .. "," .. (v.disp or "")
+    .. "," .. (v.bcst and "b" or "") .. "}"
+end
 
 -- The memo key of an instruction, or nil when an operand is not plain (its
 -- error is then raised by matching, never skipped by a memo hit).
 local function memo_key(mn, ...)
-  local t = { mn }
-  for i = 1, select("#", ...) do
-    local v = select(i, ...)
-    if type(v) == "table" then
-      for k in pairs(v) do if not OPERAND_FIELD[k] then return nil end end
-      t[#t + 1] = OPERAND_KEY:format(v.reg, v.mask, v.zero, v.base, v.index, v.scale, v.disp, v.bcst)
-    elseif type(v) == "number" then t[#t + 1] = "#" .. tostring(v)
-    elseif type(v) == "string" then t[#t + 1] = v
-    else return nil end
+  local n = select("#", ...)
+  if n <= 3 then
+    local a, b, c = ...
+    local ka = n < 1 and "" or operand_key(a)
+    local kb = n < 2 and "" or operand_key(b)
+    local kc = n < 3 and "" or operand_key(c)
+    if not (ka and kb and kc) then return nil end
+    return mn .. "|" .. n .. "|" .. ka .. "|" .. kb .. "|" .. kc
+  end
+  local t = { mn, n }
+  for i = 1, n do
+    local k = operand_key((select(i, ...)))
+    if not k then return nil end
+    t[#t + 1] = k
   end
   return table.concat(t, "|")
 end

@@ -11,19 +11,14 @@ $(asm_arg_line(i))
 @ end
 } fd_asm_args;
 
-/* Constant rows, 16 lanes each, from gen/simd.lua's CONST_FLOATS and CONST_INTS. */
-static const struct { float f[$(#CONST_FLOATS)][16]; fd_u32 u[$(#CONST_INTS)][16]; } fd_simd_c = {
-  {
-@ for _, row in ipairs(CONST_FLOATS) do
-    { $(lanes(row[2])) },   /* $(row[1]) */
+/* Constant rows, 16 lanes of 4 bytes each, little-endian: gen/simd.lua's
+   CONST_FLOATS (as the f32 nearest to each literal) then CONST_INTS, one
+   string literal per row (and the literal's NUL after the last). */
+static const unsigned char fd_simd_c[$(#CONST_ROWS * 64 + 1)] __attribute__((aligned(64))) =
+@ for _, row in ipairs(CONST_ROWS) do
+  "$(row[2])"   /* $(row[1]) */
 @ end
-  },
-  {
-@ for _, row in ipairs(CONST_INTS) do
-    { $(lanes(row[2])) },   /* $(row[1]) */
-@ end
-  }
-};
+  ;
 
 /* Vector registers the asm statements clobber, for compilers that allocate
    them (tcc keeps no value in a vector register across statements). */

@@ -46,9 +46,9 @@ do -- the JIT's form: no #line, no instruction text; the same code otherwise
       local dir, list = line:match('^%s*"%.(%a+) ([^"]-)\\n\\t"')
       if dir == "byte" then
         for h in list:gmatch("0x(%x+)") do run[#run + 1] = h end
-      elseif dir == "long" then
+      elseif dir == "long" or dir == "quad" then
         for h in list:gmatch("0x(%x+)") do
-          for i = 7, 1, -2 do run[#run + 1] = h:sub(i, i + 1) end
+          for i = #h - 1, 1, -2 do run[#run + 1] = h:sub(i, i + 1) end
         end
       else
         flush()
@@ -59,8 +59,25 @@ do -- the JIT's form: no #line, no instruction text; the same code otherwise
     return table.concat(out, "\n")
   end
   local stripped = full:gsub('(\\n\\t")  /%*[^\n]-%*/\n', "%1\n")
-  T.ok(plain:find('"%.long 0x'), "annotate = false packs runs of vector bytes into .long words")
+  T.ok(plain:find('"%.quad 0x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x[,\\]'), "annotate = false packs runs of vector bytes into .quad words")
   T.eq(canon(plain), canon(stripped), "and nothing else: the same source and bytes without the comments")
+end
+do -- the constant rows: exact f32 bits of their literals, one 64-byte string literal each
+  local simd = require("simd")
+  T.eq(simd.f32_bits(1.0, "one"), 0x3f800000, "f32 bits of 1")
+  T.eq(simd.f32_bits(-64.0, "min_x"), 0xc2800000, "f32 bits of -64")
+  T.eq(simd.f32_bits(1.44269504088896341, "log2e"), 0x3fb8aa3b, "f32 bits of log2(e), rounded to nearest")
+  T.eq(simd.f32_bits(1.98412698e-4 * 2 ^ -32, "c7"), 0x29500d01, "f32 bits of a coefficient scaled by 2^-32")
+  T.eq(simd.f32_bits(1 + 2 ^ -23 + 2 ^ -24 + 2 ^ -40, "above a tie"), 0x3f800002, "rounds up above a tie")
+  T.raises("too close to an f32 rounding tie", "a literal at an f32 tie is refused", simd.f32_bits, 1 + 2 ^ -24, "tie")
+  T.raises("is not a normal f32", "a constant outside the normal f32 range is refused", simd.f32_bits, 2 ^ 200, "huge")
+  local rows = simd.const_rows()
+  T.eq(#rows, #simd.CONST_FLOATS + #simd.CONST_INTS, "one row per constant")
+  local bad = 0
+  for _, r in ipairs(rows) do if #r[2] ~= 64 * 4 or not r[2]:match("^[\\x%x]+$") then bad = bad + 1 end end
+  T.eq(bad, 0, "every row is 64 escaped bytes")
+  T.ok(src:find(("fd_simd_c[%d]"):format(#rows * 64 + 1), 1, true) == nil, "the C kernel has no constant table")
+  T.ok(g.source("10064064022001110"):find(rows[1][2], 1, true), "an AVX-512 source carries the first row")
 end
 T.raises("field head_dim: 72 is not a multiple of the AVX%-512 vector", "AVX-512 refuses head_dim 72",
          g.source, "10064072022001110")
