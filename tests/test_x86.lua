@@ -294,6 +294,22 @@ for i, c in ipairs(cases) do
   end
 end
 
+-- The memoized encoder gives the same bytes, whichever displacements of a
+-- form it met first. Twice, in both orders, so
+-- each case meets forms first kept by other displacements.
+for pass = 1, 2 do
+  local differ, n = {}, #cases
+  for j = 1, n do
+    local i = pass == 1 and j or n + 1 - j
+    local c = cases[i]
+    if got[i] then
+      local ok, bytes = pcall(x86.bytes_cached, c.mn, (table.unpack or unpack)(c.ops))
+      if not ok or bytes ~= got[i] then differ[#differ + 1] = texts[i] end
+    end
+  end
+  T.eq(#differ, 0, ("bytes_cached equals encode on every case (pass %d)"):format(pass), differ[1])
+end
+
 -- Assemble the listed cases into 16-byte slots: length byte, then the instruction.
 local function assemble(list)
   local lines = { ".intel_syntax noprefix", ".text" }
@@ -397,6 +413,16 @@ T.eq(x86.byte_line("\197\248\119"), ".byte 0xc5,0xf8,0x77", "byte_line format")
 T.eq(x86.line("vzeroupper"), ".byte 0xc5,0xf8,0x77", "line")
 T.eq(x86.line("vfmadd231ps", "zmm0{k1}", "zmm1", { base = "rdi", index = "rcx", scale = 4, disp = 64, bcst = true }),
      ".byte 0x62,0xf2,0x75,0x59,0xb8,0x44,0x8f,0x10", "documented example")
+
+-- a memoized form still refuses a bad displacement, and a new one
+-- of it encodes as the encoder does (disp8 compressed by N, disp32)
+T.eq(x86.bytes_cached("vmovups", "zmm3", { base = "rsi", disp = 64 }), x86.encode("vmovups", "zmm3", { base = "rsi", disp = 64 }), "memoized form, disp 64")
+T.eq(x86.bytes_cached("vmovups", "zmm3", { base = "rsi", disp = 8192 }), x86.encode("vmovups", "zmm3", { base = "rsi", disp = 8192 }), "memoized form, new disp 8192")
+T.eq(x86.bytes_cached("vmovups", "zmm3", { base = "rsi" }), x86.encode("vmovups", "zmm3", { base = "rsi" }), "memoized form, no disp")
+T.raises("displacement 1.5 is not a signed 32%-bit integer", "memoized form refuses disp 1.5",
+         x86.bytes_cached, "vmovups", "zmm3", { base = "rsi", disp = 1.5 })
+T.raises("displacement 2147483648 is not", "memoized form refuses disp 2^31",
+         x86.bytes_cached, "vmovups", "zmm3", { base = "rsi", disp = 2 ^ 31 })
 
 local lt_line, lt_text = x86.line_text("vaddps", "zmm1", "zmm2", "zmm3")
 T.eq(lt_line, x86.line("vaddps", "zmm1", "zmm2", "zmm3"), "line_text line")
