@@ -4,7 +4,7 @@ local T = require("check")
 local key = require("key")
 
 local base = { layout = 0, q_dtype = 0, kv_dtype = 0, out_dtype = 0, mask_mode = 0, flags = 0,
-               isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1 }
+               isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1, k_per_channel = 0, beams = 0 }
 
 -- A copy of base with one field changed.
 local function with(field, v)
@@ -52,10 +52,11 @@ T.ok(key.describe(ex):find("chunk 256, head_dim 128, group tile 4", 1, true) ~= 
 T.eq(key.decode("0" .. ex).key, ex, "leading zeros are accepted and dropped")
 if math.type then T.eq(key.decode(10256128040002220).key, ex, "Lua 5.4 integer key") end
 T.eq(key.encode(with("chunk", 9999)), "19999128040000000", "largest chunk")
-T.ok(#key.encode(base) == key.DIGITS, "keys have key.DIGITS digits")
+T.ok(#key.encode(with("beams", 1)) == key.DIGITS, "keys with the top digit set have key.DIGITS digits")
+T.ok(#key.encode(base) == key.by_name.template.pos + 1, "keys without feature digits end at the template digit")
 
 -- Each kind of bad key is refused with the field named.
-T.raises("at most " .. key.DIGITS, "too many digits", key.decode, "1" .. key.encode(base))
+T.raises("at most " .. key.DIGITS, "too many digits", key.decode, "1" .. key.encode(with("beams", 1)))
 T.raises("not a decimal key", "letters", key.decode, "10256x28040002220")
 T.raises("not a decimal key", "empty", key.decode, "")
 T.raises("not a decimal key", "negative", key.decode, "-10256128040002220")
