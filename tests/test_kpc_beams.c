@@ -9,7 +9,9 @@
    Beam cases (FD_BEAMS with FD_K_PER_CHANNEL is refused: each source row
    would need its own channel scales folded into q): every KV dtype, beam_src patterns: each row its own (identity),
    every row reading the next row, runs of 1 to 40 keys from random rows
-   (the row itself among them), and a new row every key. Each
+   (the row itself among them), and a new row every key. Per-channel K also
+   with FD_SHARED_KV (every row attends row 0's sequence) in mask and full
+   mode. Each
    for every isa this CPU runs, unsplit and 3 splits, causal with
    q_len 1 and 3 (and a sliding window with sinks), mask and full modes, dense
    (BHSD) and the paged layout (pages of the rows interleaved in the pool).
@@ -33,7 +35,7 @@
    per-channel K scales [NB, HKV, D] (kpc), src the beam_src [NB, S_CAP] (beams). */
 typedef struct bcase {
   kproblem kp, qp;
-  int q_len, mode, window, sinks, pattern;
+  int q_len, mode, window, sinks, pattern, shared;
   float *kch;
   int32_t *src;
 } bcase;
@@ -91,6 +93,23 @@ static void make(bcase *c, int Hq, int D, int qd, int kd, int od, int mode, int 
   c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
   if (kpc) per_channel(c);
   if (pattern >= 0) beam_pattern(c, seed);
+}
+
+/* FD_SHARED_KV: every row's K/V (values, codes and scales) become row 0's,
+   so the reference attends the one sequence from every row. */
+static void share_row0(bcase *c) {
+  kproblem *p = &c->kp;
+  const ref_problem *r = &p->ref;
+  size_t row = (size_t)HKV * S_CAP * r->D, esz = t_dtype_size(p->kv_dtype), D = (size_t)r->D;
+  c->shared = 1;
+  for (int b = 1; b < NB; b++) {
+    memcpy(p->kf + b * row, p->kf, row * sizeof(float));
+    memcpy(p->vf + b * row, p->vf, row * sizeof(float));
+    memcpy((char *)p->k + b * row * esz, p->k, row * esz);
+    memcpy((char *)p->v + b * row * esz, p->v, row * esz);
+    if (p->v_scale) memcpy(p->v_scale + b * row / D, p->v_scale, row / D * sizeof(float));
+    if (c->kch) memcpy(c->kch + b * HKV * D, c->kch, HKV * D * sizeof(float));
+  }
 }
 
 static void unmake(bcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->kch); free(c->src); }
@@ -160,7 +179,7 @@ static fd_shape shape_of(const bcase *c, int paged) {
   s.q_len = c->q_len;
   s.window = c->window;
   s.sink_tokens = c->sinks;
-  s.features = (c->kch ? FD_K_PER_CHANNEL : 0) | (c->src ? FD_BEAMS : 0);
+  s.features = (c->kch ? FD_K_PER_CHANNEL : 0) | (c->src ? FD_BEAMS : 0) | (c->shared ? FD_SHARED_KV : 0);
   s.pool_pages = paged ? NB * PER_ROW : 0;
   return s;
 }
@@ -176,21 +195,23 @@ static fd_args args_of(const bcase *c, const pool *pl, void *out, float *lse) {
 
 /* One case against the reference, dense and paged, on ctx's isa with splits. */
 static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int q_len, int kpc, int pattern, int splits, int tile,
-                     int idx) {
+                     int shared, int idx) {
   int D = idx % 2 ? 128 : 64, chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
   int window = q_len > 1 && idx % 4 == 1 ? 20 : 0, sinks = window ? 2 : 0;
   if (D % fd_isa_table[isa].width || tile > fd_isa_table[isa].max_tile) return;
   bcase c;
   make(&c, HKV * tile, D, qd, kd, od, mode, q_len, window, sinks, kpc, pattern, 700 + (uint64_t)idx);
+  if (shared) share_row0(&c);
   size_t n = (size_t)NB * q_len * HKV * tile * D;
   void *out = malloc(n * t_dtype_size(od));
   float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
   fd_plan_opts o = { chunk, tile, splits, 2, isa + 1 };
   for (int paged = 0; paged <= 1; paged++) {
     char name[256];
-    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s %s q_len %d window %d%s beams %d splits%d chunk%d D%d tile%d", isa,
+    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s %s q_len %d window %d%s%s beams %d splits%d chunk%d D%d tile%d", isa,
              fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode],
-             paged ? "paged" : "bhsd", q_len, window, kpc ? " k per channel" : "", pattern, splits, chunk, D, tile);
+             paged ? "paged" : "bhsd", q_len, window, kpc ? " k per channel" : "", shared ? " shared kv" : "", pattern, splits,
+             chunk, D, tile);
     pool pl;
     if (paged) make_pool(&c, &pl);
     fd_shape s = shape_of(&c, paged);
@@ -211,7 +232,8 @@ static void mode_of(int m, int *mode, int *q_len) {
   *q_len = m == 1 ? 3 : 1;
 }
 
-/* Every isa: per-channel K (each quantized dtype), beams (each KV dtype,
+/* Every isa: per-channel K (each quantized dtype; in mask and full mode also
+   with FD_SHARED_KV, k_scale [1, Hkv, D]), beams (each KV dtype,
    the patterns in turn; f32/f16/bf16 also with head-lane tiles of 16 heads
    where the isa holds them), each in every mode variant, unsplit and 3 splits. */
 static void sweep(void) {
@@ -221,12 +243,14 @@ static void sweep(void) {
     for (int m = 0; m < 4; m++)
       for (int sp = 0; sp < 2; sp++) {
         mode_of(m, &mode, &q_len);
-        for (int qi = 0; qi < t_quant_count(); qi++)
-          run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, idx++);
+        for (int qi = 0; qi < t_quant_count(); qi++) {
+          run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, 0, idx++);
+          if (mode != FD_CAUSAL) run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, 1, idx++);
+        }
         for (int kd = 0; kd < FD_DTYPE_COUNT; kd++) {
           int pat = (idx + kd) % 4;
-          run_case(ctx, isa, kd, mode, q_len, 0, pat, sp ? 3 : 1, 4, idx++);
-          if (!fd_dtype_quant[kd]) run_case(ctx, isa, kd, mode, q_len, 0, 2, sp ? 3 : 1, 16, idx++);   /* head lanes */
+          run_case(ctx, isa, kd, mode, q_len, 0, pat, sp ? 3 : 1, 4, 0, idx++);
+          if (!fd_dtype_quant[kd]) run_case(ctx, isa, kd, mode, q_len, 0, 2, sp ? 3 : 1, 16, 0, idx++);   /* head lanes */
         }
       }
     fd_destroy(ctx);
