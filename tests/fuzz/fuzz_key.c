@@ -1,9 +1,9 @@
 /* libFuzzer target: the tiling key on the C side, decoder (fd_table_decode_key,
    runtime/table.c) and encoder (fd_key_encode, runtime/key.c).
-   Input '#' then 2 bytes per field: the 11 field values (int16) to encode;
+   Input '#' then 2 bytes per field: the FD_KF_COUNT field values (int16) to encode;
    any other input: the bytes as a key string to decode.
    Invariants, against an independent reading of the layout (fd_key_fields):
-   - decode succeeds exactly when the key is 1..17 digits with every digit
+   - decode succeeds exactly when the key is 1..FD_KEY_DIGITS digits with every digit
      group in its range, gives those groups, and re-encodes to the same string;
    - a refusal says why, naming the key;
    - encode succeeds exactly when every value is in its range, its key decodes
@@ -12,7 +12,7 @@
 #include "key.h"
 #include "table.h"
 
-/* The reference reading: 1 when key is 1..17 digits, every group in range (groups in v). */
+/* The reference reading: 1 when key is 1..FD_KEY_DIGITS digits, every group in range (groups in v). */
 static int reference_decode(const char *key, int v[FD_KF_COUNT]) {
   size_t len = strlen(key);
   if (len == 0 || len > FD_KEY_DIGITS) return 0;
