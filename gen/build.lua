@@ -65,6 +65,21 @@ local function c_isas(out)
   out[#out + 1] = "};"
 end
 
+-- C lines of the key's feature digits (gen/facts.lua KEY_FIELDS with feature =
+-- a bit): the digit is 1 when fd_shape.features sets the bit.
+local function c_feature_digits(out)
+  local rows = {}
+  for _, f in ipairs(facts.KEY_FIELDS) do
+    if f.feature then rows[#rows + 1] = ("  { FD_KF_%s, %du },"):format(f.name:upper(), f.feature) end
+  end
+  out[#out + 1] = "/* Key digits set from fd_shape.features: the field, and the feature bit that sets it to 1. */"
+  out[#out + 1] = "typedef struct fd_feature_digit { int field; unsigned bit; } fd_feature_digit;"
+  out[#out + 1] = ("#define FD_FEATURE_DIGITS %d"):format(#rows)
+  out[#out + 1] = "static const fd_feature_digit fd_feature_digits[FD_FEATURE_DIGITS] = {"
+  for _, r in ipairs(rows) do out[#out + 1] = r end
+  out[#out + 1] = "};"
+end
+
 -- C lines of the shape signature and the fit check (gen/facts.lua SIGNATURE, FIT_SAME).
 local function c_shape(out)
   out[#out + 1] = "/* Shape signature: fields in order, each prefix then an integer (names NULL) or a name. */"
@@ -88,6 +103,7 @@ local function c_shape(out)
     out[#out + 1] = ("  { FD_KF_%s, offsetof(fd_shape, %s) },"):format(n:upper(), n)
   end
   out[#out + 1] = "};"
+  c_feature_digits(out)
   out[#out + 1] = '_Static_assert(sizeof(fd_dtype) == sizeof(int) && sizeof(fd_mask_mode) == sizeof(int) && '
     .. 'sizeof(fd_layout) == sizeof(int), "fd_shape enums are read as int");'
   local at, size = facts.shape_layout()

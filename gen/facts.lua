@@ -47,8 +47,8 @@ M.features = {
   { name = "sink_logits", enum = "FD_SINK_LOGITS", bit = 2, served = true },
   { name = "new_kv", enum = "FD_NEW_KV", bit = 4, served = true },
   { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8, served = true },
-  { name = "k_per_channel", enum = "FD_K_PER_CHANNEL", bit = 16 },
-  { name = "beams", enum = "FD_BEAMS", bit = 32 },
+  { name = "k_per_channel", enum = "FD_K_PER_CHANNEL", bit = 16, served = true },
+  { name = "beams", enum = "FD_BEAMS", bit = 32, served = true },
 }
 
 -- ISA capability records, by tiling-key isa digit (fd_plan_opts.isa - 1).
@@ -382,6 +382,11 @@ M.KEY_FIELDS = {
   { name = "head_dim",   pos = 9,  width = 3, min = M.HEAD_DIM_MIN, max = M.HEAD_DIM_MAX, shape = true, required = true },
   { name = "chunk",      pos = 12, width = 4, min = 1, max = 9999, required = true },
   { name = "template",   pos = 16, width = 1, min = 1, max = 1, cname = "template_id" },
+  -- feature digits: 1 when the shape's features set the bit (the planner's
+  -- fd_kernel_key, from fd_feature_digits); K scales per channel (KIVI, k_scale
+  -- [B, Hkv, D] folded into q), keys through a beam indirection (beam_src)
+  { name = "k_per_channel", pos = 17, width = 1, min = 0, max = 1, feature = 16 },
+  { name = "beams",      pos = 18, width = 1, min = 0, max = 1, feature = 32 },
 }
 -- Digits of a key: past the most significant field.
 M.KEY_DIGITS = 0

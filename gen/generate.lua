@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 8          -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 9          -- bump when templates/abi.h.tpl changes
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes
@@ -69,6 +69,9 @@ local function check_supported(f)
     no("layout", ("%s is not supported by template 1 yet"):format(facts.layouts[f.layout].name))
   end
   if simd.vector(f.isa) then simd.check(f.isa, f.head_dim, f.group_tile, no) end
+  if f.k_per_channel == 1 and not DT[f.kv_dtype].quant then
+    no("k_per_channel", ("per-channel K scales need int8/fp8 K, not %s"):format(DT[f.kv_dtype].text))
+  end
   if f.chunk > M.MAX_CHUNK then no("chunk", ("%d exceeds %d"):format(f.chunk, M.MAX_CHUNK)) end
   if key.has_flag(f.flags, facts.FLAG_SPLIT) and key.has_flag(f.flags, facts.FLAG_LSE) then
     no("flags", ("split kernels leave lse to the merge: use flag %d or %d, not %d"):format(facts.FLAG_SPLIT,
@@ -111,6 +114,48 @@ local function add_simd(p)
   p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end
   p.simd_softcap = function() return simd.softcap(p.ISA, p) end
   p.simd_alibi = function() return simd.alibi(p.ISA, p) end
+end
+
+-- Beams (the key's beams digit): key idx of the row is read from batch row
+-- bsrc[idx]'s cache. Dense: that row's K/V (and scales) start beam_stride
+-- (beam_scale_stride) elements after batch row 0's; paged: its block table
+-- starts beam_stride entries after row 0's (templates/abi.h.tpl). Replaces
+-- p.row and p.srow, and adds p.beam_piece for the SIMD piece loops.
+local function add_beams(p)
+  local row, srow = p.row, p.srow
+  local function table_of(idx) return ("(pages + (fd_i64)bsrc[%s] * w->beam_stride)"):format(idx) end
+  p.row = function(base, idx)
+    if not p.PAGED then return ("%s + (fd_i64)bsrc[%s] * w->beam_stride + (%s) * kvs"):format(base, idx, idx) end
+    return (row(base, idx):gsub("pages%[", table_of(idx) .. "[", 1))
+  end
+  p.srow = function(arr, idx)
+    if not p.PAGED then
+      return ("%s[(fd_i64)bsrc[%s] * w->beam_scale_stride + (%s) * w->scale_stride]"):format(arr, idx, idx)
+    end
+    return (srow(arr, idx):gsub("pages%[", table_of(idx) .. "[", 1))
+  end
+  -- C lines of one piece at key c + po: pm keys from one source row (and
+  -- page), their first K/V rows kp, vp and (int8/fp8) scales ksp, vsp.
+  p.beam_piece = function(ind)
+    local l = { "const fd_i64 key = c + po, r = bsrc[key];", "fd_i64 lim = n - po;" }
+    if p.PAGED then
+      l[#l + 1] = "const fd_i64 slot = key & pmask, pg = (fd_i64)(pages + r * w->beam_stride)[key >> w->page_shift];"
+      l[#l + 1] = "const fd_i64 off = pg * w->page_stride + slot * kvs;"
+      l[#l + 1] = "if (lim > pmask + 1 - slot) lim = pmask + 1 - slot;"
+    else
+      l[#l + 1] = "const fd_i64 off = r * w->beam_stride + key * kvs;"
+    end
+    l[#l + 1] = ("const %s *kp = kbase + off, *vp = vbase + off;"):format(p.KVT)
+    if p.QUANT then
+      local so = p.PAGED and "pg * w->scale_page_stride + slot" or "r * w->beam_scale_stride + key * w->scale_stride"
+      if p.K_PER_CHANNEL ~= 1 then l[#l + 1] = ("const float *ksp = w->k_scale + %s;"):format(so) end
+      l[#l + 1] = ("const float *vsp = w->v_scale + %s;"):format(so)
+      l[#l + 1] = p.K_PER_CHANNEL ~= 1 and "(void)ksp; (void)vsp;" or "(void)vsp;"
+    end
+    l[#l + 1] = "for (pm = 1; pm < lim && bsrc[key + pm] == r; pm++) {}"
+    l[#l + 1] = "(void)kp; (void)vp;"
+    return ind .. table.concat(l, "\n" .. ind)
+  end
 end
 
 -- The template parameters of a key: sizes, types and code-emitting helpers.
@@ -157,6 +202,7 @@ function M.params(k)
     if not p.PAGED then return ("%s[(%s) * w->scale_stride]"):format(arr, idx) end
     return ("%s[(fd_i64)pages[(%s) >> w->page_shift] * w->scale_page_stride + ((%s) & pmask)]"):format(arr, idx, idx)
   end
+  if f.beams == 1 then add_beams(p) end
   -- Index expression of element j of the current head_dim block.
   p.dix = function(j) return DB < D and ("d + " .. j) or tostring(j) end
   p.acc_list = function(t)

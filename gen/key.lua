@@ -43,10 +43,15 @@ function M.has_flag(flags, bit)
   return math.floor(flags / bit) % 2 == 1
 end
 
--- Check a key's fields beyond their ranges: the reserved flag bit.
+-- Check a key's fields beyond their ranges: the reserved flag bit, and
+-- per-channel K scales without int8/fp8 K.
 local function check_fields(t)
   if M.has_flag(t.flags, F.FLAG_RESERVED) then
     error(("key: field flags: bit %d is reserved"):format(F.FLAG_RESERVED), 0)
+  end
+  if (t.k_per_channel or 0) == 1 and not F.dtypes[t.kv_dtype].quant then
+    error(("key: field k_per_channel: per-channel K scales need int8/fp8 K, not kv_dtype %s"):format(
+      F.dtypes[t.kv_dtype].name), 0)
   end
 end
 
@@ -122,11 +127,12 @@ function M.describe(key)
   local flags = {}
   if M.has_flag(t.flags, F.FLAG_SPLIT) then flags[#flags + 1] = "split partials" end
   if M.has_flag(t.flags, F.FLAG_LSE) then flags[#flags + 1] = "lse" end
-  return ("template %d, chunk %d, head_dim %d, group tile %d, %s, %s, %s, out %s, kv %s, q %s, %s"):format(
+  local extra = ((t.k_per_channel or 0) == 1 and ", K scales per channel" or "") .. ((t.beams or 0) == 1 and ", beams" or "")
+  return ("template %d, chunk %d, head_dim %d, group tile %d, %s, %s, %s, out %s, kv %s, q %s, %s%s"):format(
     t.template, t.chunk, t.head_dim, t.group_tile, F.isas[t.isa].text,
     #flags > 0 and table.concat(flags, " + ") or "no flags", F.mask_modes[t.mask_mode].text,
     M.value_name("out_dtype", t.out_dtype), M.value_name("kv_dtype", t.kv_dtype),
-    M.value_name("q_dtype", t.q_dtype), M.value_name("layout", t.layout):upper())
+    M.value_name("q_dtype", t.q_dtype), M.value_name("layout", t.layout):upper(), extra)
 end
 
 return M

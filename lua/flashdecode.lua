@@ -770,6 +770,8 @@ end
 -- fixed name), its element count for numeric shape s, [3] the shape field that
 -- count follows (named in messages) and pool = true where the paged layout's
 -- pools replace the dense shape; list = true: a Lua list of numbers is taken too.
+-- Whether shape s sets FD_K_PER_CHANNEL (k_scale [B, Hkv, D], not per row).
+local function k_per_channel(s) return math.floor((s.features or 0) / M.FEATURES.k_per_channel) % 2 == 1 end
 local function q_count(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads * s.head_dim end
 local function kv_count(s) return s.batch * s.n_kv_heads * s.kv_len * s.head_dim end
 local function new_count(s) return s.batch * math.max(1, s.q_len or 0) * s.n_kv_heads * s.head_dim end
@@ -777,7 +779,8 @@ local ARG_FIELDS = {
   q = { "q_dtype", q_count }, out = { "out_dtype", q_count },
   k = { "kv_dtype", kv_count, pool = true }, v = { "kv_dtype", kv_count, pool = true },
   mask = { "f32", function(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads * s.kv_len end },
-  k_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end, pool = true },
+  k_scale = { "f32", function(s) return s.batch * s.n_kv_heads * (k_per_channel(s) and s.head_dim or s.kv_len) end,
+              pool = true },
   v_scale = { "f32", function(s) return s.batch * s.n_kv_heads * s.kv_len end, pool = true },
   lse = { "f32", function(s) return s.batch * math.max(1, s.q_len or 0) * s.n_q_heads end },
   cur_pos = { "i32", function(s) return s.batch end },
@@ -786,6 +789,7 @@ local ARG_FIELDS = {
   v_new = { "kv_dtype", new_count, "batch x q_len x n_kv_heads x head_dim" },
   alibi_slopes = { "f32", function(s) return s.n_q_heads end, "n_q_heads", list = true },
   sink_logits = { "f32", function(s) return s.n_q_heads end, "n_q_heads", list = true },
+  beam_src = { "i32", function(s) return s.batch * s.kv_len end, "batch x kv_len" },
 }
 local RUN_FIELDS = set { "scale" }
 for k in pairs(ARG_FIELDS) do RUN_FIELDS[k] = true end
@@ -867,11 +871,12 @@ local function make_args(t, s)
 end
 
 -- Run the plan once: plan:run { q, k, v, cur_pos, out, lse, mask, k_scale,
--- v_scale, block_table, scale, k_new, v_new, alibi_slopes, sink_logits } with
+-- v_scale, block_table, scale, k_new, v_new, alibi_slopes, sink_logits, beam_src } with
 -- arrays as cdata (cur_pos may be a Lua list or a number; k_new and v_new
 -- (FD_NEW_KV) [batch, q_len, n_kv_heads, head_dim] in kv_dtype; alibi_slopes
 -- (FD_ALIBI) and sink_logits (FD_SINK_LOGITS), [n_q_heads] f32, also a Lua
--- list). Returns the plan.
+-- list); k_scale [batch, n_kv_heads, head_dim] with FD_K_PER_CHANNEL; beam_src
+-- (FD_BEAMS) [batch, kv_len] i32). Returns the plan.
 function Plan:run(t)
   if not self.handle then error("flashdecode: run: the plan is closed", 2) end
   if type(t) ~= "table" then error("flashdecode: run: expected a table of argument fields", 2) end

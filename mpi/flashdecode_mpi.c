@@ -131,6 +131,9 @@ static int check_shape(call *c) {
   if (s->features & FD_SINK_LOGITS)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets FD_SINK_LOGITS; fdmpi_run does not serve learned "
                       "sink logits yet (each rank's merge would count them)");
+  if (s->features & (FD_K_PER_CHANNEL | FD_BEAMS))
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets %s; fdmpi_run does not serve it yet",
+                      s->features & FD_BEAMS ? "FD_BEAMS" : "FD_K_PER_CHANNEL");
   if (s->window)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.window is %d; fdmpi_run does not serve sliding windows yet",
                       s->window);

@@ -34,6 +34,44 @@ static int check_block_table(const fd_plan *p, const fd_args *a) {
                  (long long)s->pool_pages - 1);
 }
 
+/* The source row of key s of row b (FD_BEAMS) and, paged, the block-table
+   entry it reads: 1 with the message written when either is out of range. */
+static int bad_beam_key(const fd_plan *p, const fd_args *a, int b, int64_t s) {
+  const fd_shape *sh = &p->shape;
+  int32_t r = a->beam_src[(size_t)b * sh->kv_len + s];
+  if (r < 0 || r >= sh->batch) {
+    fd_fail(p->ctx, FD_EINVAL, "args.beam_src[b=%d, key=%lld] is %d, outside 0..%d (shape.batch - 1)", b, (long long)s,
+            (int)r, sh->batch - 1);
+    return 1;
+  }
+  if (sh->layout != FD_PAGED) return 0;
+  int64_t per_row = fd_table_pages(sh->kv_len, sh->page_size), page = s / sh->page_size;
+  int32_t e = a->block_table[r * per_row + page];
+  if (e >= 0 && e < sh->pool_pages) return 0;
+  fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1); "
+          "key %lld of row %d reads it through args.beam_src", (int)r, (long long)page, (int)e,
+          (long long)sh->pool_pages - 1, (long long)s, b);
+  return 1;
+}
+
+/* FD_BEAMS: beam_src (and, paged, the block-table entries it leads to) for
+   every key a row visits (its window's ranges), row by row in key order. */
+static int check_beams(const fd_plan *p, const fd_args *a) {
+  const fd_shape *s = &p->shape;
+  if (!a->beam_src) return fd_fail(p->ctx, FD_EINVAL, "args.beam_src is NULL but the shape's features set FD_BEAMS");
+  if (s->layout == FD_PAGED && !a->block_table)
+    return fd_fail(p->ctx, FD_EINVAL, "args.block_table is NULL but the shape's layout is FD_PAGED");
+  for (int b = 0; b < s->batch; b++) {
+    int64_t len = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len);
+    fd_window wd = fd_window_of(len, p->q_len, s->window, s->sink_tokens);
+    for (int64_t k = 0; k < len; k++) {
+      if (k == wd.sink && k < wd.first && (k = wd.first) >= len) break;   /* past the sinks: the window */
+      if (bad_beam_key(p, a, b, k)) return FD_EINVAL;
+    }
+  }
+  return FD_OK;
+}
+
 /* Check the arguments before anything is written; FD_OK or an error naming the field. */
 static int check_args(const fd_plan *p, const fd_args *a) {
   const fd_ctx *ctx = p->ctx;
@@ -44,6 +82,9 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   if (!a->v) return fd_fail(ctx, FD_EINVAL, "args.v is NULL");
   if (!a->out) return fd_fail(ctx, FD_EINVAL, "args.out is NULL");
   if (s->mask_mode == FD_MASK && !a->mask) return fd_fail(ctx, FD_EINVAL, "args.mask is NULL but the shape's mask_mode is FD_MASK");
+  if (p->k_per_channel && !a->k_scale)
+    return fd_fail(ctx, FD_EINVAL, "args.k_scale is NULL but the shape's features set FD_K_PER_CHANNEL (k_scale "
+                   "[B, Hkv, D], one float per channel)");
   if (fd_dtype_quant[s->kv_dtype] && (!a->k_scale || !a->v_scale))
     return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but kv_dtype %s needs per-row scales",
                    a->k_scale ? "v_scale" : "k_scale", fd_dtype_texts[s->kv_dtype]);
@@ -62,6 +103,7 @@ static int check_args(const fd_plan *p, const fd_args *a) {
     return fd_fail(ctx, FD_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
   if (p->new_kv && (!a->k_new || !a->v_new))
     return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but the shape's features set FD_NEW_KV", a->k_new ? "v_new" : "k_new");
+  if (p->beams) return check_beams(p, a);
   return s->layout == FD_PAGED ? check_block_table(p, a) : FD_OK;
 }
 
@@ -97,6 +139,16 @@ static int layout_items(fd_plan *p, const fd_bucket *bk) {
   return n;
 }
 
+/* FD_BEAMS: point w's K/V rows at batch row 0's of kv head j, with the
+   strides to row r's (templates/abi.h.tpl), and at row b's beam_src. */
+static void beam_rows(const fd_plan *p, const fd_args *a, const fd_kv_geometry *g, int b, int j, fd_work *w) {
+  const fd_shape *s = &p->shape;
+  fd_kv_rows(g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, 0, j, w);
+  w->beam_src = a->beam_src + (size_t)b * s->kv_len;
+  w->beam_scale_stride = (int64_t)s->n_kv_heads * s->kv_len;
+  w->beam_stride = s->layout == FD_PAGED ? fd_table_pages(s->kv_len, s->page_size) : w->beam_scale_stride * s->head_dim;
+}
+
 /* Fill the parts of a kernel call that depend only on (b, j). */
 static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work *w) {
   const fd_shape *s = &p->shape;
@@ -105,6 +157,8 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->q = (const char *)a->q + h0 * D * fd_dtype_size(s->q_dtype);
   fd_kv_geometry g = { s->layout, s->n_kv_heads, s->head_dim, s->page_size, s->kv_len, fd_dtype_size(s->kv_dtype) };
   fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
+  if (p->beams) beam_rows(p, a, &g, b, j, w);
+  if (p->k_per_channel) w->k_scale = a->k_scale + ((size_t)b * s->n_kv_heads + j) * D;   /* [B, Hkv, D] */
   w->mask = a->mask ? a->mask + h0 * (size_t)s->kv_len : NULL;
   w->mask_stride = s->kv_len;
   w->scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)s->head_dim));
@@ -130,6 +184,7 @@ static void new_rows(const fd_plan *p, const fd_args *a, int b, int j, fd_work *
   w->kv_stride = (int64_t)s->n_kv_heads * s->head_dim;
   w->k_scale = w->v_scale = NULL;
   w->pages = NULL;
+  w->beam_src = NULL;
   w->tok_end0 = 1;
 }
 
@@ -294,7 +349,9 @@ static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_r
   case IN_Q: *r = (in_rows){ w->q, s->q_dtype, p->heads, D, D, NULL, p->G, w->tok_stride }; return 1;
   case IN_K: *r = (in_rows){ w->k, s->kv_dtype, n, D, w->kv_stride, w->pages, ps, w->page_stride }; return 1;
   case IN_V: *r = (in_rows){ w->v, s->kv_dtype, n, D, w->kv_stride, w->pages, ps, w->page_stride }; return 1;
-  case IN_KSCALE: *r = (in_rows){ w->k_scale, FD_F32, n, 1, w->scale_stride, w->pages, ps, w->scale_page_stride }; return quant;
+  case IN_KSCALE:
+    if (p->k_per_channel) { *r = (in_rows){ w->k_scale, FD_F32, 1, D, D, NULL, 0, 0 }; return 1; }   /* [D] */
+    *r = (in_rows){ w->k_scale, FD_F32, n, 1, w->scale_stride, w->pages, ps, w->scale_page_stride }; return quant;
   case IN_VSCALE: *r = (in_rows){ w->v_scale, FD_F32, n, 1, w->scale_stride, w->pages, ps, w->scale_page_stride }; return quant;
   default: *r = (in_rows){ w->mask, MASK_DTYPE, p->heads, n, w->mask_stride, NULL, p->G, w->mask_tok_stride };
     return s->mask_mode == FD_MASK;
@@ -320,6 +377,8 @@ static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64
   if (t == IN_Q) return fd_fail(p->ctx, FD_EINVAL, "args.q[b=%d, %shead=%lld, d=%lld] is %s", b, tok, h, (long long)col, what);
   if (t == IN_MASK)
     return fd_fail(p->ctx, FD_EINVAL, "args.mask[b=%d, %shead=%lld, key=%lld] is %s", b, tok, h, (long long)col, what);
+  if (t == IN_KSCALE && p->k_per_channel)
+    return fd_fail(p->ctx, FD_EINVAL, "args.k_scale[b=%d, kv_head=%d, d=%lld] is %s", b, j, (long long)col, what);
   if (t == IN_KSCALE || t == IN_VSCALE)
     return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld] is %s", IN_NAME[t], b, j, (long long)row, what);
   return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld, d=%lld] is %s", IN_NAME[t], b, j,

@@ -75,8 +75,8 @@ typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
    digit plus one, so that 0 (a zeroed struct) means "best available". */
 enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3, FD_ISA_AVX512_BF16 = 4 };
 /* fd_shape.features bits (docs/DESIGN.md "What serving engines need"). This
-   build serves FD_ALIBI, FD_SINK_LOGITS, FD_NEW_KV and FD_SHARED_KV; a
-   shape that sets another is refused with FD_EUNSUPPORTED naming it. */
+   build serves all six; combinations it does not serve yet (FD_BEAMS with
+   FD_K_PER_CHANNEL or FD_NEW_KV) are refused with FD_EUNSUPPORTED naming them. */
 enum { FD_ALIBI = 1, FD_SINK_LOGITS = 2, FD_NEW_KV = 4, FD_SHARED_KV = 8, FD_K_PER_CHANNEL = 16, FD_BEAMS = 32 };
 
 typedef struct fd_config {
@@ -129,17 +129,19 @@ typedef struct fd_args {
   const int32_t *cur_pos;   /* [B], causal: the query's position, 0 <= cur_pos[b] < kv_len */
   const float *mask;        /* [B, Hq, kv_len] additive, mask mode; -inf masks a key out */
   const float *k_scale, *v_scale;  /* int8/fp8 (e4m3, e5m2): one float per K/V row, laid out as K without D
-                                      (FD_PAGED: [pool_pages, Hkv, page_size]) */
+                                      (FD_PAGED: [pool_pages, Hkv, page_size]); FD_K_PER_CHANNEL: k_scale
+                                      is [B, Hkv, D], one float per K channel (v_scale stays per row) */
   const int32_t *block_table;      /* FD_PAGED: [B, ceil(kv_len / page_size)] pool page indices; the entries of
                                       pages that hold a row's valid keys must be 0..pool_pages - 1 (checked) */
   float scale;              /* 0 = 1/sqrt(head_dim) */
   void *out;                /* [B, Hq, D] out_dtype ([B, q_len, Hq, D] with q_len > 1) */
   float *lse;               /* [B, Hq] ([B, q_len, Hq]) natural-log sum-exp, or NULL */
-  /* Appended fields for the shape's features (docs/DESIGN.md); this build reads all but beam_src. */
+  /* Appended fields for the shape's features (docs/DESIGN.md). */
   const float *alibi_slopes;       /* FD_ALIBI: [Hq] */
   const float *sink_logits;        /* FD_SINK_LOGITS: [Hq] */
   const void *k_new, *v_new;       /* FD_NEW_KV: [B, q_len, Hkv, D] kv_dtype */
-  const int32_t *beam_src;         /* FD_BEAMS: [B, kv_len] */
+  const int32_t *beam_src;         /* FD_BEAMS: [B, kv_len]; key s of row b is read from cache row
+                                      beam_src[b * kv_len + s], 0..B-1 (checked for the keys a row visits) */
 } fd_args;
 
 /* Non-finite values: IEEE arithmetic, as the double-precision reference (and

@@ -53,6 +53,8 @@ struct fd_plan {
   int new_kv;                      /* FD_NEW_KV: each (row, kv head) gets one more split, its new keys */
   int sink_logits;                 /* FD_SINK_LOGITS: every row goes through the merge, which adds them once */
   int alibi;                       /* FD_ALIBI: kernels add slope x (key - position) to the scores */
+  int k_per_channel;               /* FD_K_PER_CHANNEL: k_scale [B, Hkv, D], folded into q by the kernels */
+  int beams;                       /* FD_BEAMS: key s of row b from cache row beam_src[b * kv_len + s] */
   int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */
   int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];

@@ -104,6 +104,7 @@ int fd_shape_parse(const char *sig, fd_shape *s) {
 int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen) {
   int v[FD_KF_COUNT] = { 0 };
   for (int i = 0; i < FD_FIT_SAME; i++) v[fd_fit_same[i].field] = *(const int *)((const char *)s + fd_fit_same[i].offset);
+  for (int i = 0; i < FD_FEATURE_DIGITS; i++) v[fd_feature_digits[i].field] = (s->features & fd_feature_digits[i].bit) != 0;
   v[FD_KF_FLAGS] = flags; v[FD_KF_ISA] = isa; v[FD_KF_GROUP_TILE] = tile;
   v[FD_KF_CHUNK] = chunk; v[FD_KF_TEMPLATE] = 1;
   return fd_key_encode(v, key, err, errlen);
@@ -121,6 +122,31 @@ static int check_paged(const fd_ctx *ctx, const fd_shape *s) {
   if (s->pool_pages > INT32_MAX)
     return fd_fail(ctx, FD_EINVAL, "shape.pool_pages is %lld; block-table entries are int32 (at most %d pages)",
                    (long long)s->pool_pages, INT32_MAX);
+  return FD_OK;
+}
+
+/* FD_K_PER_CHANNEL and FD_BEAMS against the rest of the shape: K scales per
+   channel need int8/fp8 K; beams choose among the batch's own cache rows, which
+   FD_SHARED_KV's one sequence does not have; not served yet: beams with
+   per-channel K (each source row's scales) or FD_NEW_KV, and check_inputs
+   (it scans each row's own keys, not those its beam_src reads). */
+static int check_kv_features(const fd_ctx *ctx, const fd_shape *s) {
+  if ((s->features & FD_K_PER_CHANNEL) && !fd_dtype_quant[s->kv_dtype])
+    return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_K_PER_CHANNEL with kv_dtype %s; per-channel K scales "
+                   "(k_scale [B, Hkv, D]) need int8, fp8 e4m3 or fp8 e5m2 K", fd_dtype_texts[s->kv_dtype]);
+  if ((s->features & FD_BEAMS) && (s->features & FD_SHARED_KV))
+    return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_BEAMS with FD_SHARED_KV; a shared sequence is one cache "
+                   "row, beam_src has no other rows to read from");
+  if ((s->features & FD_BEAMS) && (s->features & FD_K_PER_CHANNEL))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with FD_K_PER_CHANNEL, which this build does "
+                   "not support yet (channel scales belong to each cache row: keys read from another row would "
+                   "need that row's scales folded into q)");
+  if ((s->features & FD_BEAMS) && (s->features & FD_NEW_KV))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with FD_NEW_KV, which this build does not "
+                   "support yet (append the new tokens' K/V to the cache and index them through beam_src)");
+  if ((s->features & FD_BEAMS) && ctx && ctx->check_inputs)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with config.check_inputs, which this build "
+                   "does not support yet (the scan reads each row's own keys, not those beam_src points at)");
   return FD_OK;
 }
 
@@ -161,6 +187,8 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if ((s->features & FD_NEW_KV) && fd_dtype_quant[s->kv_dtype])
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with kv_dtype %s; k_new and v_new are f32, f16 or "
                    "bf16 (no scales)", fd_dtype_names[s->kv_dtype]);
+  int rc = check_kv_features(ctx, s);
+  if (rc) return rc;
   if ((s->features & FD_SHARED_KV) && s->mask_mode == FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_SHARED_KV with mask_mode FD_CAUSAL; a shared sequence needs "
                    "FD_FULL or FD_MASK (its rows have no positions of their own)");
@@ -466,6 +494,8 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->new_kv = (p->shape.features & FD_NEW_KV) != 0;
   p->sink_logits = (p->shape.features & FD_SINK_LOGITS) != 0;
   p->alibi = (p->shape.features & FD_ALIBI) != 0;
+  p->k_per_channel = (p->shape.features & FD_K_PER_CHANNEL) != 0;
+  p->beams = (p->shape.features & FD_BEAMS) != 0;
   p->forced_splits = opts->splits;
   p->split_keys = ctx->deterministic ? det_split_keys(&p->shape) : 0;
   const char *merge = getenv("FD_MERGE");

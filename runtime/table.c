@@ -103,6 +103,10 @@ int fd_table_decode_key(const char *key, int v[FD_KF_COUNT], char *why, size_t n
     snprintf(why, n, "key '%.40s' is not 1 to %d decimal digits", key, FD_KEY_DIGITS);
     return -1;
   }
+  if (key[0] == '0') {                         /* canonical: the kernel's symbol is fd_k<key> */
+    snprintf(why, n, "key '%.40s' has a leading zero", key);
+    return -1;
+  }
   char d[FD_KEY_DIGITS];                       /* the key left-padded with zeros */
   memset(d, '0', FD_KEY_DIGITS - len);
   memcpy(d + FD_KEY_DIGITS - len, key, len);

@@ -50,6 +50,15 @@ typedef struct fd_work {
   /* Logit softcap: a score s becomes softcap x tanh(s / softcap) after the
      scale, before the mask and the ALiBi bias; 0: none. */
   float softcap;
+  /* Beams (the key's beams digit) only; 0 otherwise: key i is read from the
+     cache of batch row beam_src[i] (this row's entries of fd_args.beam_src).
+     k, v, k_scale and v_scale then point at batch row 0's rows of this kv
+     head: dense, row r's start beam_stride (scales beam_scale_stride)
+     elements later; paged, pages is row 0's block table and row r's starts
+     beam_stride entries later. With the k_per_channel digit, k_scale is
+     instead the head_dim channel scales of this (batch row, kv head). */
+  const int *beam_src;
+  fd_i64 beam_stride, beam_scale_stride;
 } fd_work;
 
 /* Merge of split partials: split s, head g is the record at

@@ -15,6 +15,17 @@ void fd_k$(KEY)(const fd_work *w) {
   fd_i64 po, pm;
 @   end
 @ end
+@ if BEAMS == 1 then
+  /* beams: key i of this row is read from batch row bsrc[i]'s cache (fd_work.beam_src) */
+  const int *bsrc = w->beam_src;
+@   if ISA > 0 and not PAGED then
+  fd_i64 po, pm;
+@   end
+@ end
+@ if K_PER_CHANNEL == 1 and ISA > 0 then
+  /* K scales per channel are folded into q: the scores kernel scales each row by 1 */
+  const float kone = 1.0f;
+@ end
   const int nh = w->n_heads;
   float *qbuf = w->qbuf, *state = w->state;
   const float ninf = fd_ninf();
@@ -91,6 +102,11 @@ $(simd_qload())
       aa.n = (fd_i64)th * $(D);
 $(simd_qload())
     }
+@     if K_PER_CHANNEL == 1 then
+    /* per-channel K scales (k_scale [D] of this row and kv head) folded into q */
+    for (h = 0; h < nh; h++)
+      for (d = 0; d < $(D); d++) qbuf[h * $(D) + d] *= w->k_scale[d];
+@     end
 @     if Q_SPLIT then
     /* bf16 K is read as even and odd elements of 64-byte pairs: q alike */
     for (h = 0; h < nh; h++)
@@ -113,7 +129,7 @@ $(simd_qload())
       for (d = 0; d < $(D); d++) {
         float x;
         $(load(Q_DTYPE, "x", "q[d]"))
-        qbuf[h * $(D) + d] = x * w->scale;
+        qbuf[h * $(D) + d] = x * w->scale$(K_PER_CHANNEL == 1 and " * w->k_scale[d]" or "");
       }
     }
   }
@@ -149,12 +165,38 @@ $(simd_qload())
         aa.ptr = (float *)q0;
         aa.stride = kvs * (fd_i64)sizeof(*kbase);
 @   if QUANT then
-        aa.scl_stride = $(PAGED and "4" or "w->scale_stride * 4");
+        aa.scl_stride = $(K_PER_CHANNEL == 1 and "0" or PAGED and "4" or "w->scale_stride * 4");
 @   else
         aa.scl = $(DPBF16 and "&w->scale" or "0");
         aa.scl_stride = 0;
 @   end
-@   if PAGED then
+@   if BEAMS == 1 then
+        /* beams: the chunk in pieces, each a run of keys read from one source
+           row (and, paged, one page), scored into its place in the score rows */
+        for (po = 0; po < n; po += pm) {
+$(beam_piece("          "))
+          aa.src = kp;
+          aa.pf = vp;
+          aa.sc = sc + po$(HL and (" * " .. T) or "");
+          aa.n = pm;
+@     if QUANT then
+          aa.scl = $(K_PER_CHANNEL == 1 and "&kone" or "ksp");
+@     end
+@     if AHEAD_ROWS > 0 then
+          if (pm > $(AHEAD_ROWS)) {
+            aa.n = pm - $(AHEAD_ROWS);
+$(simd_scores())
+            aa.src = (const $(KVT) *)aa.src + aa.n * kvs;
+            aa.pf = (const $(KVT) *)aa.pf + aa.n * kvs;
+            aa.sc += aa.n;
+            aa.n = $(AHEAD_ROWS);
+          }
+$(simd_scores_tail())
+@     else
+$(simd_scores())
+@     end
+        }
+@   elseif PAGED then
         /* the chunk page by page: each piece is a run of rows of one page,
            scored into its place in the chunk's score rows (a piece's padding
            lanes are overwritten by the next piece or by the padding below) */
@@ -166,7 +208,7 @@ $(simd_qload())
           aa.sc = sc + po$(HL and (" * " .. T) or "");
           aa.n = pm;
 @     if QUANT then
-          aa.scl = w->k_scale + pg * w->scale_page_stride + slot;
+          aa.scl = $(K_PER_CHANNEL == 1 and "&kone" or "w->k_scale + pg * w->scale_page_stride + slot");
 @     end
 @     if AHEAD_ROWS > 0 then
           /* the scores kernel prefetches $(AHEAD_ROWS) rows ahead: all but the
@@ -191,7 +233,7 @@ $(simd_scores())
         aa.sc = sc;
         aa.n = n;
 @     if QUANT then
-        aa.scl = w->k_scale + c * w->scale_stride;
+        aa.scl = $(K_PER_CHANNEL == 1 and "&kone" or "w->k_scale + c * w->scale_stride");
 @     end
 $(simd_scores())
 @   end
@@ -280,7 +322,27 @@ $(simd_exp())
           st$(t)[$(D + 1)] += hs[$(t)];
 @   end
         }
-@   if PAGED then
+@   if QUANT and K_PER_CHANNEL == 1 then
+        aa.scl_stride = $(PAGED and "4" or "w->scale_stride * 4");
+@   end
+@   if BEAMS == 1 then
+        /* P.V piece by piece (runs of one source row), in key order as dense */
+        for (po = 0; po < n; po += pm) {
+          fd_i64 nk = c + po + $(CHUNK);
+$(beam_piece("          "))
+          aa.sc = sc + po$(HL and (" * " .. T) or "");
+          aa.n = pm;
+          aa.pf = nk < end ? $(row("kbase", "nk")) : vp;
+@     if QUANT then
+          aa.scl = vsp;
+@     end
+@     for _, blk in ipairs(PV_BLOCKS) do
+          aa.src = (const char *)vp + $(blk[1] * W * KV_SIZE);
+          aa.ptr = st0 + $(blk[1] * W);
+$(simd_pv(blk))
+@     end
+        }
+@   elseif PAGED then
         /* P.V page by page, in key order as dense (the same sums) */
         for (po = 0; po < n; po += pm) {
           fd_i64 slot = (c + po) & pmask, pg = (fd_i64)pages[(c + po) >> w->page_shift], nk = c + po + $(CHUNK);
@@ -345,11 +407,11 @@ $(lane_reduce("          "))
         }
 @ end
 #endif
-@ if QUANT then
+@ if QUANT and K_PER_CHANNEL == 0 then
         x = $(srow("w->k_scale", "c + i"));
 @ end
 @ for t = 0, T - 1 do
-        sc[$(t * CHUNK) + i] = ($(acc_sum(t)))$(QUANT and " * x" or "");
+        sc[$(t * CHUNK) + i] = ($(acc_sum(t)))$(QUANT and K_PER_CHANNEL == 0 and " * x" or "");
 @ end
         /* the logit softcap, after the scale and before the mask and bias */
         if (w->softcap > 0) {

@@ -124,6 +124,8 @@ static inline size_t fd_token_rows(int n_q_heads, int G, int q_len, int head_dim
   w->win_hi0 = -(fd_i64)q_len;
   w->alibi = 0;
   w->softcap = 0;
+  w->beam_src = 0;
+  w->beam_stride = w->beam_scale_stride = 0;
   return ((size_t)b * (size_t)q_len * (size_t)n_q_heads) + (size_t)j * (size_t)G;
 }
 

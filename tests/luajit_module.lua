@@ -1,7 +1,7 @@
 -- The LuaJIT module lua/flashdecode.lua (`require "flashdecode"`) as a user
 -- sees it, run from outside the source tree: a GQA bf16 causal decode and an
 -- f32 mask-mode decode against a double-precision reference computed here,
--- ALiBi slopes and learned sink logits (features by name) against the same
+-- ALiBi slopes, learned sink logits and beam_src (features by name) against the same
 -- reference, forced plan options, bad arguments (errors naming the field, out untouched),
 -- arrays and conversions, the installed layout (the module copied by the
 -- install sed, found with no FD_LIB/FD_HEADER), and examples/luajit_decode.lua.
@@ -105,6 +105,9 @@ end
 -- Reference out[B*Hq*D] and lse[B*Hq] in doubles from the arrays' decoded values:
 -- with p.slopes the ALiBi bias slope[h] * (key - cur_pos[b]) joins each score;
 -- with p.sinks the head's sink logit joins the softmax denominator (and lse) once.
+-- The cache row key i of row b is read from: its own, or p.beams' entry (FD_BEAMS).
+local function src_row(p, b, i) return p.beams and p.beams[b * p.S + i + 1] or b end
+
 local function reference(p)
   local qv, kv, vv = fd.totable(p.q), fd.totable(p.k), fd.totable(p.v)
   local mv = p.mask and fd.totable(p.mask_arr)
@@ -117,7 +120,7 @@ local function reference(p)
       local j, qo = math.floor(h / G), (b * p.Hq + h) * D
       local s, m = {}, -math.huge
       for i = 0, len - 1 do
-        local ko, x = ((b * p.Hkv + j) * S + i) * D, 0
+        local ko, x = ((src_row(p, b, i) * p.Hkv + j) * S + i) * D, 0
         for d = 1, D do x = x + qv[qo + d] * kv[ko + d] end
         x = x * scale + (mv and mv[(b * p.Hq + h) * S + i + 1] or 0)
         if p.slopes then x = x + p.slopes[h + 1] * (i - p.cur_pos[b + 1]) end
@@ -126,7 +129,7 @@ local function reference(p)
       local sum, acc = 0, {}
       for d = 1, D do acc[d] = 0 end
       for i = 0, len - 1 do
-        local w, vo = math.exp(s[i] - m), ((b * p.Hkv + j) * S + i) * D
+        local w, vo = math.exp(s[i] - m), ((src_row(p, b, i) * p.Hkv + j) * S + i) * D
         sum = sum + w
         for d = 1, D do acc[d] = acc[d] + w * vv[vo + d] end
       end
@@ -174,7 +177,8 @@ local function run_and_compare(name, ctx, p, tol, extra)
   local out, lse = fd.array(p.dtype, p.B * p.Hq * p.D), fd.array("f32", p.B * p.Hq)
   local ok, err = pcall(plan.run, plan, { q = p.q, k = p.k, v = p.v, cur_pos = not p.mask and p.cur_pos or nil,
                                           mask = p.mask_arr, out = out, lse = lse,
-                                          alibi_slopes = p.slopes_arg, sink_logits = p.sinks_arg })
+                                          alibi_slopes = p.slopes_arg, sink_logits = p.sinks_arg,
+                                          beam_src = p.beams_arg })
   if not check(name .. ": runs", ok, err) then return plan end
   local rout, rlse = reference(p)
   local e, le = max_rel_err(fd.totable(out), rout), lse_err(fd.totable(lse), rlse)
@@ -242,6 +246,22 @@ local function test_alibi(ctx)
   local rout = reference(p)
   p.slopes = nil
   check("the ALiBi reference differs from the plain one", max_rel_err(reference(p), rout) > 1e-2, "the bias changes nothing")
+end
+
+-- FD_BEAMS (features by name): beam_src [B, kv_len] with runs from the other
+-- row and the row itself, against the reference that reads through it.
+local function test_beams(ctx)
+  local p = feature_problem(23)
+  p.beams = {}
+  for b = 0, p.B - 1 do
+    for i = 0, p.S - 1 do p.beams[b * p.S + i + 1] = (i >= 50 and i < 150) and 1 - b or (i % 7 == 0 and 1 - b or b) end
+  end
+  p.beams_arg = fd.array("i32", p.B * p.S, p.beams)
+  run_and_compare("beams, f32 (B=2 Hq=8 Hkv=2 D=32 kv_len=200)", ctx, p, 1e-5, { features = { "beams" } })
+  run_and_compare("beams with forced splits 3", ctx, p, 1e-5, { features = "beams", opts = { splits = 3 } })
+  local rout = reference(p)
+  p.beams = nil
+  check("the beams reference differs from the plain one", max_rel_err(reference(p), rout) > 1e-2, "beam_src changes nothing")
 end
 
 -- FD_SINK_LOGITS (features as the bit): per-head sink logits (one -inf: no
@@ -463,6 +483,7 @@ test_gqa_bf16(ctx)
 test_mask_f32(ctx)
 test_alibi(ctx)
 test_sink_logits(ctx)
+test_beams(ctx)
 test_new_kv(ctx)
 test_feature_errors(ctx)
 test_errors(ctx)

@@ -6,10 +6,10 @@ import sys
 
 # (file, anchor line, text inserted after it): the recipe's steps.
 EDITS = [
-    # 1. the key field (digit 17, a shape field the fit check compares), the fd_shape
+    # 1. the key field (digit 19, a shape field the fit check compares), the fd_shape
     #    field and the signature entry: one table each in gen/facts.lua
-    ("gen/facts.lua", '  { name = "template",   pos = 16, width = 1, min = 1, max = 1, cname = "template_id" },',
-     '  { name = "dummy", pos = 17, width = 1, min = 0, max = 1, shape = true },'),
+    ("gen/facts.lua", '  { name = "beams",      pos = 18, width = 1, min = 0, max = 1, feature = 32 },',
+     '  { name = "dummy", pos = 19, width = 1, min = 0, max = 1, shape = true },'),
     ("gen/facts.lua", '  { "sink_tokens", "int" }, { "softcap", "float" }, { "features", "unsigned" },',
      '  { "dummy", "int" },'),
     ("gen/facts.lua", '  { "", "mask_mode", "mask_modes" }, { "", "layout", "layouts" },',
@@ -21,8 +21,8 @@ EDITS = [
     ("templates/decode.c.tpl", "void fd_k$(KEY)(const fd_work *w) {",
      "@ if DUMMY == 1 then\n  /* dummy feature on */\n@ end"),
     # 4. the key table
-    ("docs/DESIGN.md", "| 16 | template | 1, the flash-decode template |",
-     "| 17 | dummy | 0 or 1, fd_shape.dummy |"),
+    ("docs/DESIGN.md", "| 18 | beams | 0, or 1: key s of row b read from cache row beam_src[b * kv_len + s] (`FD_BEAMS`; the chunk is scored in runs of one source row, and paged, one page) |",
+     "| 19 | dummy | 0 or 1, fd_shape.dummy |"),
 ]
 
 

@@ -371,7 +371,7 @@ static const refusal REFUSALS[] = {
   { "layout paged, page_size 48", BASE_MASK, 0, { SHAPE_INT(layout, FDT_PAGED), SHAPE_INT(page_size, 48) } },
   { "q_len 17", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 17) } },
   { "FD_SHARED_KV with causal positions", BASE_CAUSAL, 0, { SHAPE_INT(features, 8) } },
-  { "features FD_BEAMS (not served)", BASE_MASK, 0, { SHAPE_INT(features, 32) } },
+  { "features bit 64 (unknown)", BASE_MASK, 0, { SHAPE_INT(features, 64) } },
   { "FD_ALIBI in full mode", BASE_FULL_FP8, 0, { SHAPE_INT(features, 1) } },
   { "args.alibi_slopes NULL with FD_ALIBI", BASE_CAUSAL, 0, { SHAPE_INT(features, 1) } },
   { "q_len 4 with cur_pos[0] 2 (token 0 before position 0)", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 4), POS(0, 2) } },
@@ -551,9 +551,30 @@ static void refusal_case(fd_ctx *ctx, int i) {
 }
 
 /* Every refusal case against one context. */
+/* The features the library serves and this header does not (FD_K_PER_CHANNEL,
+   FD_BEAMS): the header refuses the shape with FDT_EUNSUPPORTED naming
+   shape.features, the library plans it. */
+static void header_refuses_features(fd_ctx *ctx) {
+  static const unsigned BITS[2] = { 16, 32 };
+  for (int i = 0; i < 2; i++) {
+    fdt_shape s = base_shape(BASE_MASK);
+    s.features = BITS[i];
+    const char *why = NULL;
+    fd_shape fs = to_fd_shape(&s);
+    fd_plan *plan = NULL;
+    int hrc = fdt_check_shape(&s, &why), lrc = fd_plan_create(ctx, &fs, &plan);
+    char what[600];
+    snprintf(what, sizeof what, "features %u: header %d (%s), library plan %d (%s)", BITS[i], hrc, why ? why : "",
+             lrc, lrc ? fd_errmsg(ctx) : "planned");
+    check(hrc == FDT_EUNSUPPORTED && why && !strncmp(why, "shape.features", 14) && lrc == 0, what, -1);
+    fd_plan_destroy(plan);
+  }
+}
+
 static int refusals(void) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
   if (!ctx) { printf("FAIL - fd_create: %s\n", fd_errmsg(NULL)); return 1; }
+  header_refuses_features(ctx);
   for (int i = 0; i < (int)(sizeof REFUSALS / sizeof REFUSALS[0]); i++) refusal_case(ctx, i);
   fd_destroy(ctx);
   printf("%d passed, %d failed\n", pass, fail);

@@ -1,10 +1,11 @@
--- Tiling key: round trip of every value of every field, refusal of bad keys.
+-- Tiling key: round trip of every value of every field (int8 KV in the base, so
+-- that per-channel K scales are valid), refusal of bad keys.
 package.path = "tests/?.lua;gen/?.lua;" .. package.path
 local T = require("check")
 local key = require("key")
 
-local base = { layout = 0, q_dtype = 0, kv_dtype = 0, out_dtype = 0, mask_mode = 0, flags = 0,
-               isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1 }
+local base = { layout = 0, q_dtype = 0, kv_dtype = 3, out_dtype = 0, mask_mode = 0, flags = 0,
+               isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1, k_per_channel = 0, beams = 0 }
 
 -- A copy of base with one field changed.
 local function with(field, v)
@@ -51,11 +52,20 @@ T.eq(key.encode { chunk = 256, head_dim = 128, group_tile = 4, q_dtype = "bf16",
 T.ok(key.describe(ex):find("chunk 256, head_dim 128, group tile 4", 1, true) ~= nil, "describe in words")
 T.eq(key.decode("0" .. ex).key, ex, "leading zeros are accepted and dropped")
 if math.type then T.eq(key.decode(10256128040002220).key, ex, "Lua 5.4 integer key") end
-T.eq(key.encode(with("chunk", 9999)), "19999128040000000", "largest chunk")
-T.ok(#key.encode(base) == key.DIGITS, "keys have key.DIGITS digits")
+T.eq(key.encode(with("chunk", 9999)), "19999128040000300", "largest chunk")
+T.ok(#key.encode(with("beams", 1)) == key.DIGITS, "keys with the top digit set have key.DIGITS digits")
+T.ok(#key.encode(base) == key.by_name.template.pos + 1, "keys without feature digits end at the template digit")
+
+-- The feature digits: per-channel K only with int8/fp8 K, in encode and decode; describe names both.
+T.raises("field k_per_channel: per.channel K scales need int8/fp8 K", "per-channel K with f16 KV refused", key.encode,
+         { head_dim = 64, chunk = 64, kv_dtype = "f16", k_per_channel = 1 })
+T.raises("field k_per_channel", "a key with per-channel K and f32 KV does not decode", key.decode, "110064064040000000")
+local kb = key.encode { head_dim = 64, chunk = 64, kv_dtype = "i8", k_per_channel = 1, beams = 1 }
+T.eq(kb, "1110064064010000300", "per-channel K and beams digits 17 and 18")
+T.ok(key.describe(kb):find("K scales per channel, beams", 1, true) ~= nil, "describe names both feature digits")
 
 -- Each kind of bad key is refused with the field named.
-T.raises("at most " .. key.DIGITS, "too many digits", key.decode, "1" .. key.encode(base))
+T.raises("at most " .. key.DIGITS, "too many digits", key.decode, "1" .. key.encode(with("beams", 1)))
 T.raises("not a decimal key", "letters", key.decode, "10256x28040002220")
 T.raises("not a decimal key", "empty", key.decode, "")
 T.raises("not a decimal key", "negative", key.decode, "-10256128040002220")

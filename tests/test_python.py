@@ -415,6 +415,59 @@ def test_sink_logits():
                           dict(sinks=sinks.astype(np.float64), slopes=slopes.astype(np.float64)))
 
 
+# fn() must raise exc with every one of words in its message.
+def expect_error(name, exc, words, fn):
+    try:
+        fn()
+        check(False, name, "no error raised")
+    except exc as e:
+        check(all(w in str(e) for w in words), name, "message %r lacks %r" % (str(e), words))
+
+
+# FD_K_PER_CHANNEL (KIVI): int8 K with one scale per (row, kv head, channel), channels 1000x apart; V per row.
+def test_k_per_channel():
+    q, k, v, pos = feature_problem(24)
+    k = (k * (np.logspace(0, 3, 64) / 30)).astype(np.float32)
+    ks = (np.abs(k).max(axis=2) / 127).astype(np.float32)                      # [B, Hkv, D]
+    kq = np.clip(np.rint(k / ks[:, :, None, :]), -127, 127).astype(np.int8)
+    vs = (np.abs(v).max(axis=3) / 127).astype(np.float32)                      # [B, Hkv, S]
+    vq = np.clip(np.rint(v / vs[..., None]), -127, 127).astype(np.int8)
+    with fd.Context(threads=2) as ctx:
+        for splits in (1, 3):
+            plan = ctx.plan(2, 8, 2, 64, 300, kv_dtype="int8", features=["k_per_channel"], splits=splits)
+            out, lse = plan.run(q, kq, vq, cur_pos=pos, lse=True, k_scale=ks, v_scale=vs)
+            kd = kq.astype(np.float64) * ks[:, :, None, :].astype(np.float64)
+            vd = vq.astype(np.float64) * vs[..., None].astype(np.float64)
+            ref_out, ref_lse = reference(q.astype(np.float64), kd, vd, pos)
+            err, lerr = np.abs(out - ref_out).max() / np.abs(ref_out).max(), np.abs(lse - ref_lse).max()
+            check(err < 1e-5 and lerr < 1e-5, "per-channel K scales, splits %d" % splits,
+                  "max error %.3g, lse error %.3g" % (err, lerr))
+        expect_error("k_scale per row with FD_K_PER_CHANNEL", fd.InvalidArgumentError, ["k_scale"],
+                     lambda: plan.run(q, kq, vq, cur_pos=pos, k_scale=np.ones((2, 2, 300), np.float32), v_scale=vs))
+
+
+# FD_BEAMS (TensorRT-LLM's cache indirection): key s of row b read from row beam_src[b, s].
+def test_beams():
+    q, k, v, pos = feature_problem(25)
+    src = np.random.default_rng(26).integers(0, 2, (2, 300)).astype(np.int32)
+    src[:, 100:200] = [[1], [0]]                                               # long runs from the other row
+    with fd.Context(threads=2) as ctx:
+        for splits in (1, 3):
+            plan = ctx.plan(2, 8, 2, 64, 300, features="beams", splits=splits)
+            out, lse = plan.run(q, k, v, cur_pos=pos, lse=True, beam_src=src)
+            gather = lambda x: np.stack([x[src[b], :, np.arange(300)].transpose(1, 0, 2) for b in range(2)])
+            ref_out, ref_lse = reference(q.astype(np.float64), gather(k).astype(np.float64),
+                                         gather(v).astype(np.float64), pos)
+            err, lerr = np.abs(out - ref_out).max() / np.abs(ref_out).max(), np.abs(lse - ref_lse).max()
+            check(err < 1e-5 and lerr < 1e-5, "beams, splits %d" % splits, "max error %.3g, lse error %.3g" % (err, lerr))
+        bad = src.copy()
+        bad[0, 7] = 2
+        expect_error("beam_src entry 2 of batch 2", fd.InvalidArgumentError, ["beam_src[b=0, key=7] is 2"],
+                     lambda: plan.run(q, k, v, cur_pos=pos, beam_src=bad))
+        expect_error("beam_src of the wrong shape", fd.InvalidArgumentError, ["beam_src"],
+                     lambda: plan.run(q, k, v, cur_pos=pos, beam_src=src[:, :10]))
+
+
 # fd.FEATURES names every features bit of the header's enum (FD_ALIBI -> "alibi").
 def test_feature_names():
     text = uncommented(open(HEADER).read())
@@ -790,6 +843,7 @@ def test_library_lookup():
 def main():
     for test in [test_header_layout, test_bf16_helpers, test_numerics, test_cc_backend, test_lse_true,
                  test_given_out_and_scalar_pos, test_paged, test_q_len, test_shared_kv, test_new_kv, test_alibi, test_sink_logits,
+                 test_k_per_channel, test_beams,
                  test_feature_names, test_bad_run_arguments, test_bad_feature_arguments, test_missing_mode_arrays, test_bad_outputs,
                  test_bad_plans, test_bad_context, test_refused_table, test_lifetime, test_threads, test_info,
                  test_library_lookup]:

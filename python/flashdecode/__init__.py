@@ -368,6 +368,8 @@ class Plan(_Handle):
                         "k_new": ((B, max(1, shape.q_len), Hkv, D), shape.kv_dtype),
                         "v_new": ((B, max(1, shape.q_len), Hkv, D), shape.kv_dtype),
                         "alibi_slopes": ((Hq,), L.FD_F32), "sink_logits": ((Hq,), L.FD_F32)}
+        if shape.features & L.FD_K_PER_CHANNEL:       # K scales per channel: [B, Hkv, D]
+            self._arrays["k_scale"] = ((Bk, Hkv, D), L.FD_F32)
 
     @property
     def shape(self):
@@ -408,6 +410,19 @@ class Plan(_Handle):
                                        % (want, a.shape, a.dtype))
         return np.ascontiguousarray(a, np.int32)
 
+    # FD_BEAMS' beam_src as a contiguous int32 array [batch, kv_len].
+    def _beam_src(self, src):
+        if src is None:
+            return None
+        s = self._shape
+        a = np.asarray(src)
+        if a.dtype.kind not in "iu" or a.shape != (s.batch, s.kv_len):
+            raise InvalidArgumentError("beam_src: expected integers of shape %s, got shape %s dtype %s"
+                                       % ((s.batch, s.kv_len), a.shape, a.dtype))
+        if a.size and (int(a.min()) < _INT32[0] or int(a.max()) > _INT32[1]):
+            raise InvalidArgumentError("beam_src: values must fit in int32, got %d..%d" % (a.min(), a.max()))
+        return np.ascontiguousarray(a, np.int32)
+
     # The output arrays: out and lse given (checked) or allocated.
     def _outputs(self, out, lse):
         if out is None:
@@ -419,7 +434,8 @@ class Plan(_Handle):
         return out, lse
 
     def run(self, q, k, v, cur_pos=None, out=None, lse=False, mask=None, k_scale=None, v_scale=None,
-            scale=None, block_table=None, k_new=None, v_new=None, alibi_slopes=None, sink_logits=None):
+            scale=None, block_table=None, k_new=None, v_new=None, alibi_slopes=None, sink_logits=None,
+            beam_src=None):
         """Attention of q over k/v; returns out, or (out, lse) when lse is True or an array.
 
         cur_pos: [batch] positions (causal mode; a scalar means every row), mask: [B,Hq,kv_len]
@@ -429,10 +445,14 @@ class Plan(_Handle):
         page of each row's keys [batch, ceil(kv_len / page_size)]. FD_NEW_KV: k_new, v_new
         [batch, q_len, n_kv_heads, head_dim], the query tokens' own K/V. FD_ALIBI: alibi_slopes
         float32 [n_q_heads], score += slope[h] * (key position - query position). FD_SINK_LOGITS:
-        sink_logits float32 [n_q_heads], one logit per head joining the softmax denominator (and lse)."""
+        sink_logits float32 [n_q_heads], one logit per head joining the softmax denominator (and lse).
+        FD_K_PER_CHANNEL: k_scale float32 [batch, n_kv_heads, head_dim], one scale per K channel
+        (int8/fp8 K). FD_BEAMS: beam_src int [batch, kv_len], key s of row b read from cache row
+        beam_src[b, s]."""
         out, lse_arr = self._outputs(out, lse)
         pos = self._positions(cur_pos)
         table = self._block_table(block_table)
+        src = self._beam_src(beam_src)
         args = L.Args(q=self._arg("q", q), k=self._arg("k", k), v=self._arg("v", v),
                       cur_pos=None if pos is None else pos.ctypes.data, mask=self._arg("mask", mask),
                       k_scale=self._arg("k_scale", k_scale), v_scale=self._arg("v_scale", v_scale),
@@ -440,6 +460,7 @@ class Plan(_Handle):
                       k_new=self._arg("k_new", k_new), v_new=self._arg("v_new", v_new),
                       alibi_slopes=self._arg("alibi_slopes", alibi_slopes),
                       sink_logits=self._arg("sink_logits", sink_logits),
+                      beam_src=None if src is None else src.ctypes.data,
                       scale=0.0 if scale is None else float(scale),
                       out=self._arg("out", out, writable=True), lse=self._arg("lse", lse_arr, writable=True))
         with self._lock:

@@ -1,21 +1,23 @@
 /* libFuzzer target: the tiling key on the C side, decoder (fd_table_decode_key,
    runtime/table.c) and encoder (fd_key_encode, runtime/key.c).
-   Input '#' then 2 bytes per field: the 11 field values (int16) to encode;
+   Input '#' then 2 bytes per field: the FD_KF_COUNT field values (int16) to encode;
    any other input: the bytes as a key string to decode.
    Invariants, against an independent reading of the layout (fd_key_fields):
-   - decode succeeds exactly when the key is 1..17 digits with every digit
-     group in its range, gives those groups, and re-encodes to the same string;
+   - decode succeeds exactly when the key is 1..FD_KEY_DIGITS digits with every digit
+     group in its range and no leading zero, gives those groups, and
+     re-encodes to the same string;
    - a refusal says why, naming the key;
-   - encode succeeds exactly when every value is in its range, its key decodes
+   - encode succeeds exactly when every value is in its range, its key (up to
+     the template digit at least, no leading zero) decodes
      back to the values; a refusal names the first field out of range. */
 #include "fuzz.h"
 #include "key.h"
 #include "table.h"
 
-/* The reference reading: 1 when key is 1..17 digits, every group in range (groups in v). */
+/* The reference reading: 1 when key is 1..FD_KEY_DIGITS digits, no leading zero, every group in range (groups in v). */
 static int reference_decode(const char *key, int v[FD_KF_COUNT]) {
   size_t len = strlen(key);
-  if (len == 0 || len > FD_KEY_DIGITS) return 0;
+  if (len == 0 || len > FD_KEY_DIGITS || key[0] == '0') return 0;
   for (size_t i = 0; i < len; i++) if (key[i] < '0' || key[i] > '9') return 0;
   int ok = 1;
   for (int f = 0; f < FD_KF_COUNT; f++) {
@@ -63,7 +65,9 @@ static void encode_case(const int v[FD_KF_COUNT]) {
     return;
   }
   if (rc) fuzz_fail("encode of in-range values refused: %s", err);
-  if (strlen(key) != FD_KEY_DIGITS) fuzz_fail("encode gave '%s', not %d digits", key, FD_KEY_DIGITS);
+  size_t len = strlen(key), least = (size_t)fd_key_fields[FD_KF_TEMPLATE].pos + 1;   /* template is at least 1 */
+  if (len < least || len > FD_KEY_DIGITS || key[0] == '0')   /* the feature digits above it may be 0 */
+    fuzz_fail("encode gave '%s', not %zu..%d digits without a leading zero", key, least, FD_KEY_DIGITS);
   if (fd_table_decode_key(key, back, why, sizeof why)) fuzz_fail("encoded '%s' does not decode: %s", key, why);
   for (int f = 0; f < FD_KF_COUNT; f++)
     if (back[f] != v[f]) fuzz_fail("'%s': field %s encoded %d, decodes %d", key, fd_key_fields[f].name, v[f], back[f]);

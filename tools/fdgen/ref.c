@@ -11,6 +11,12 @@ int64_t ref_kv_offset(const ref_problem *p, int b, int j, int64_t i) {
   return (((int64_t)b * p->S + i) * p->Hkv + j) * p->D;
 }
 
+/* Element offset of the K/V row key i of batch row b reads: its own, or
+   through the beam indirection its beam_src entry names. */
+static int64_t ref_key_offset(const ref_problem *p, int b, int j, int64_t i) {
+  return ref_kv_offset(p, p->beam_src ? p->beam_src[(int64_t)b * p->S + i] : b, j, i);
+}
+
 /* One query row (b, h): scores, softmax and output in double. */
 static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, double *lse) {
   int G = p->Hq / p->Hkv, j = h / G;
@@ -18,7 +24,7 @@ static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, 
   int64_t n = p->mask_mode == 0 ? (int64_t)p->cur_pos[b] + 1 : p->S;
   double m = -INFINITY;
   for (int64_t i = 0; i < n; i++) {
-    const float *k = p->k + ref_kv_offset(p, b, j, i);
+    const float *k = p->k + ref_key_offset(p, b, j, i);
     double dot = 0;
     for (int d = 0; d < p->D; d++) dot += (double)q[d] * k[d];
     s[i] = p->scale * dot;
@@ -31,7 +37,7 @@ static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, 
   double l = 0;
   for (int64_t i = 0; i < n; i++) {
     double e = exp(s[i] - m);
-    const float *v = p->v + ref_kv_offset(p, b, j, i);
+    const float *v = p->v + ref_key_offset(p, b, j, i);
     l += e;
     for (int d = 0; d < p->D; d++) out[d] += e * v[d];
   }

@@ -16,6 +16,7 @@ typedef struct ref_problem {
   const float *mask;          /* [B, Hq, S] (mask mode) */
   double scale;
   double softcap;             /* 0: none; else s = softcap tanh(s / softcap) after the scale, before the mask */
+  const int32_t *beam_src;    /* NULL, or [B, S] (FD_BEAMS): key i of row b is row beam_src[b * S + i]'s key i */
 } ref_problem;
 
 /* out [B, Hq, D] and lse [B, Hq] in double; a row with no valid key gives 0 and -inf. */

@@ -1,0 +1,363 @@
+/* Per-channel K scales (FD_K_PER_CHANNEL, KIVI / IFA antiquant mode 2) and
+   beam-search cache indirection (FD_BEAMS, TensorRT-LLM) through the public
+   API, against the double-precision reference (tools/fdgen/ref.c, which reads
+   key i of row b from row beam_src[b * S + i]) run once per query token with
+   an additive mask that leaves exactly the keys the token sees.
+   Per-channel cases: int8, fp8 e4m3 and fp8 e5m2 K whose channels are
+   scaled by factors from 1/30 to 33 (1000x apart) before they are quantized
+   with one scale per (row, kv head, channel); V keeps one scale per row.
+   Beam cases (FD_BEAMS with FD_K_PER_CHANNEL is refused: each source row
+   would need its own channel scales folded into q): every KV dtype, beam_src patterns: each row its own (identity),
+   every row reading the next row, runs of 1 to 40 keys from random rows
+   (the row itself among them), and a new row every key. Per-channel K also
+   with FD_SHARED_KV (every row attends row 0's sequence) in mask and full
+   mode. Each
+   for every isa this CPU runs, unsplit and 3 splits, causal with
+   q_len 1 and 3 (and a sliding window with sinks), mask and full modes, dense
+   (BHSD) and the paged layout (pages of the rows interleaved in the pool).
+   Then the refusals: a sentence naming the field, out untouched. */
+#include "compare.h"
+#include "internal.h"
+#include "cpu.h"
+#include "tcheck.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NB 3
+#define HKV 2
+#define S_CAP 200
+#define PAGE 16
+#define PER_ROW ((S_CAP + PAGE - 1) / PAGE)
+
+/* One case: K/V and positions from kp, q [NB, q_len, Hq, D] from qp; kch the
+   per-channel K scales [NB, HKV, D] (kpc), src the beam_src [NB, S_CAP] (beams). */
+typedef struct bcase {
+  kproblem kp, qp;
+  int q_len, mode, window, sinks, pattern, shared;
+  float *kch;
+  int32_t *src;
+} bcase;
+
+/* Channel d's factor: 1/30 .. 33 geometrically over the head_dim channels (1000x apart). */
+static float channel_factor(int d, int D) { return (float)(pow(1000.0, (double)d / (D - 1)) / 30.0); }
+
+/* Re-quantize K with one scale per (row, kv head, channel): channel d of K
+   scaled by channel_factor, its largest |x| over the keys mapped to the
+   dtype's largest code; kf then holds the stored values times the scales. */
+static void per_channel(bcase *c) {
+  kproblem *p = &c->kp;
+  const ref_problem *r = &p->ref;
+  int D = r->D;
+  c->kch = malloc(sizeof(float) * NB * HKV * D);
+  for (int bj = 0; bj < NB * HKV; bj++)
+    for (int d = 0; d < D; d++) {
+      float m = 0, f = channel_factor(d, D), *sc = &c->kch[bj * D + d];
+      for (int64_t i = 0; i < S_CAP; i++) m = fmaxf(m, fabsf(p->kf[((size_t)bj * S_CAP + i) * D + d] * f));
+      *sc = m / t_quant_max(p->kv_dtype);
+      for (int64_t i = 0; i < S_CAP; i++) {
+        size_t at = ((size_t)bj * S_CAP + i) * D + d;
+        p->kf[at] = t_store(p->kv_dtype, p->k, at, p->kf[at] * f / *sc) * *sc;
+      }
+    }
+}
+
+/* beam_src of pattern: 0 each row its own, 1 the next row's, 2 runs of 1..40
+   keys from random rows, 3 a new row every key. */
+static void beam_pattern(bcase *c, uint64_t seed) {
+  uint64_t st = seed * 31 + 7;
+  c->src = malloc(sizeof(int32_t) * NB * S_CAP);
+  for (int b = 0; b < NB; b++) {
+    int32_t cur = b;
+    for (int64_t i = 0, left = 0; i < S_CAP; i++, left--) {
+      if (c->pattern == 2 && left <= 0) {
+        left = 1 + (int64_t)t_rand(&st, 0, 40);
+        cur = (int32_t)t_rand(&st, 0, NB);
+      }
+      c->src[b * S_CAP + i] = c->pattern == 0 ? b : c->pattern == 1 ? (b + 1) % NB
+                              : c->pattern == 2 ? cur : (int32_t)((b + i) % NB);
+    }
+  }
+}
+
+/* Build a case (kpc: per-channel K scales; pattern < 0: no beams). */
+static void make(bcase *c, int Hq, int D, int qd, int kd, int od, int mode, int q_len, int window, int sinks, int kpc,
+                 int pattern, uint64_t seed) {
+  memset(c, 0, sizeof *c);
+  c->q_len = q_len; c->mode = mode; c->window = window; c->sinks = sinks; c->pattern = pattern;
+  kp_init(&c->kp, NB, Hq, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, seed);
+  kp_init(&c->qp, NB * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
+  c->kp.cur_pos[0] = S_CAP - 1;
+  c->kp.cur_pos[1] = q_len - 1;
+  c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
+  if (kpc) per_channel(c);
+  if (pattern >= 0) beam_pattern(c, seed);
+}
+
+/* FD_SHARED_KV: every row's K/V (values, codes and scales) become row 0's,
+   so the reference attends the one sequence from every row. */
+static void share_row0(bcase *c) {
+  kproblem *p = &c->kp;
+  const ref_problem *r = &p->ref;
+  size_t row = (size_t)HKV * S_CAP * r->D, esz = t_dtype_size(p->kv_dtype), D = (size_t)r->D;
+  c->shared = 1;
+  for (int b = 1; b < NB; b++) {
+    memcpy(p->kf + b * row, p->kf, row * sizeof(float));
+    memcpy(p->vf + b * row, p->vf, row * sizeof(float));
+    memcpy((char *)p->k + b * row * esz, p->k, row * esz);
+    memcpy((char *)p->v + b * row * esz, p->v, row * esz);
+    if (p->v_scale) memcpy(p->v_scale + b * row / D, p->v_scale, row / D * sizeof(float));
+    if (c->kch) memcpy(c->kch + b * HKV * D, c->kch, HKV * D * sizeof(float));
+  }
+}
+
+static void unmake(bcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->kch); free(c->src); }
+
+/* Whether token position p sees key k (causal, with the case's window). */
+static int visible(const bcase *c, int64_t p, int64_t k) {
+  return k <= p && (c->window == 0 || k > p - c->window || k < c->sinks);
+}
+
+/* The reference of token t: causal as mask mode with 0 on the visible keys
+   and -inf elsewhere; mask and full modes (q_len 1) as they are. */
+static void reference(const void *cv, int t, double *rout, double *rlse) {
+  const bcase *c = cv;
+  ref_problem rt = c->kp.ref;
+  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * S_CAP;
+  float *q = malloc(sizeof(float) * NB * qrow), *mask = NULL;
+  for (int b = 0; b < NB; b++) memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
+  if (c->mode == FD_CAUSAL) {
+    mask = malloc(sizeof(float) * NB * mrow);
+    for (int b = 0; b < NB; b++) {
+      int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
+      for (int h = 0; h < rt.Hq; h++)
+        for (int64_t k = 0; k < S_CAP; k++) mask[b * mrow + (size_t)h * S_CAP + k] = visible(c, p, k) ? 0.0f : -INFINITY;
+    }
+    rt.mask = mask;
+    rt.mask_mode = FD_MASK;
+  }
+  rt.q = q;
+  rt.beam_src = c->src;
+  ref_attention(&rt, rout, rlse);
+  free(q); free(mask);
+}
+
+/* The K/V (and V scales, and per-row K scales without kpc) of c as a pool:
+   row b's page i at pool page i * NB + (b + i) % NB (rows interleaved), its
+   block table. */
+typedef struct pool { void *k, *v; float *ks, *vs; int32_t *table; } pool;
+
+static void make_pool(const bcase *c, pool *pl) {
+  const ref_problem *r = &c->kp.ref;
+  size_t esz = t_dtype_size(c->kp.kv_dtype), rowb = (size_t)r->D * esz, n = (size_t)NB * PER_ROW * HKV * PAGE;
+  pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
+  pl->ks = c->kp.k_scale ? calloc(n, sizeof(float)) : NULL;
+  pl->vs = c->kp.v_scale ? calloc(n, sizeof(float)) : NULL;
+  pl->table = malloc(sizeof(int32_t) * NB * PER_ROW);
+  for (int b = 0; b < NB; b++)
+    for (int64_t i = 0; i < PER_ROW; i++) {
+      int64_t pg = i * NB + (b + i) % NB;
+      pl->table[b * PER_ROW + i] = (int32_t)pg;
+      for (int j = 0; j < HKV; j++)
+        for (int64_t s = 0; s < PAGE && i * PAGE + s < S_CAP; s++) {
+          size_t from = (size_t)(b * HKV + j) * S_CAP + (size_t)(i * PAGE + s), to = ((size_t)pg * HKV + j) * PAGE + s;
+          memcpy((char *)pl->k + to * rowb, (const char *)c->kp.k + from * rowb, rowb);
+          memcpy((char *)pl->v + to * rowb, (const char *)c->kp.v + from * rowb, rowb);
+          if (pl->ks) { pl->ks[to] = c->kp.k_scale[from]; pl->vs[to] = c->kp.v_scale[from]; }
+        }
+    }
+}
+
+static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }
+
+/* The case's shape. */
+static fd_shape shape_of(const bcase *c, int paged) {
+  const ref_problem *r = &c->kp.ref;
+  fd_shape s = { NB, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, c->mode,
+                 paged ? FD_PAGED : FD_BHSD, paged ? PAGE : 0 };
+  s.q_len = c->q_len;
+  s.window = c->window;
+  s.sink_tokens = c->sinks;
+  s.features = (c->kch ? FD_K_PER_CHANNEL : 0) | (c->src ? FD_BEAMS : 0) | (c->shared ? FD_SHARED_KV : 0);
+  s.pool_pages = paged ? NB * PER_ROW : 0;
+  return s;
+}
+
+/* The case's arguments (dense, or paged from pl) writing out and lse. */
+static fd_args args_of(const bcase *c, const pool *pl, void *out, float *lse) {
+  fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, c->kp.mask,
+                pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
+  if (c->kch) a.k_scale = c->kch;
+  a.beam_src = c->src;
+  return a;
+}
+
+/* One case against the reference, dense and paged, on ctx's isa with splits. */
+static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int q_len, int kpc, int pattern, int splits, int tile,
+                     int shared, int idx) {
+  int D = idx % 2 ? 128 : 64, chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
+  int window = q_len > 1 && idx % 4 == 1 ? 20 : 0, sinks = window ? 2 : 0;
+  if (D % fd_isa_table[isa].width || tile > fd_isa_table[isa].max_tile) return;
+  bcase c;
+  make(&c, HKV * tile, D, qd, kd, od, mode, q_len, window, sinks, kpc, pattern, 700 + (uint64_t)idx);
+  if (shared) share_row0(&c);
+  size_t n = (size_t)NB * q_len * HKV * tile * D;
+  void *out = malloc(n * t_dtype_size(od));
+  float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
+  fd_plan_opts o = { chunk, tile, splits, 2, isa + 1 };
+  for (int paged = 0; paged <= 1; paged++) {
+    char name[256];
+    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s %s q_len %d window %d%s%s beams %d splits%d chunk%d D%d tile%d", isa,
+             fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode],
+             paged ? "paged" : "bhsd", q_len, window, kpc ? " k per channel" : "", shared ? " shared kv" : "", pattern, splits,
+             chunk, D, tile);
+    pool pl;
+    if (paged) make_pool(&c, &pl);
+    fd_shape s = shape_of(&c, paged);
+    fd_args a = args_of(&c, paged ? &pl : NULL, out, lse);
+    int rc = t_plan_run(ctx, &s, &o, &a);
+    if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx)))
+      t_compare_tokens(&c.kp, q_len, out, lse, reference, &c, name);
+    if (paged) free_pool(&pl);
+  }
+  free(out); free(lse);
+  unmake(&c);
+}
+
+/* The mode and q_len of variant m: causal q_len 1, causal q_len 3, mask, full. */
+static void mode_of(int m, int *mode, int *q_len) {
+  static const int MODES[4] = { FD_CAUSAL, FD_CAUSAL, FD_MASK, FD_FULL };
+  *mode = MODES[m];
+  *q_len = m == 1 ? 3 : 1;
+}
+
+/* Every isa: per-channel K (each quantized dtype; in mask and full mode also
+   with FD_SHARED_KV, k_scale [1, Hkv, D]), beams (each KV dtype,
+   the patterns in turn; f32/f16/bf16 also with head-lane tiles of 16 heads
+   where the isa holds them), each in every mode variant, unsplit and 3 splits. */
+static void sweep(void) {
+  int idx = 0, mode, q_len;
+  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
+    for (int m = 0; m < 4; m++)
+      for (int sp = 0; sp < 2; sp++) {
+        mode_of(m, &mode, &q_len);
+        for (int qi = 0; qi < t_quant_count(); qi++) {
+          run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, 0, idx++);
+          if (mode != FD_CAUSAL) run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, 1, idx++);
+        }
+        for (int kd = 0; kd < FD_DTYPE_COUNT; kd++) {
+          int pat = (idx + kd) % 4;
+          run_case(ctx, isa, kd, mode, q_len, 0, pat, sp ? 3 : 1, 4, 0, idx++);
+          if (!fd_dtype_quant[kd]) run_case(ctx, isa, kd, mode, q_len, 0, 2, sp ? 3 : 1, 16, 0, idx++);   /* head lanes */
+        }
+      }
+    fd_destroy(ctx);
+  }
+}
+
+/* A shape that must be refused at plan time with code rc and a message holding want. */
+static void refused(fd_ctx *ctx, fd_shape s, int rc, const char *want, const char *name) {
+  fd_plan *plan = NULL;
+  int got = fd_plan_create(ctx, &s, &plan);
+  t_check(got == rc && strstr(fd_errmsg(ctx), want) != NULL, "refusal %s: rc %d (want %d), message '%s' (want '%s')",
+          name, got, rc, fd_errmsg(ctx), want);
+  fd_plan_destroy(plan);
+}
+
+/* Run case c (paged from pl or dense) with its arguments changed by edit
+   (NULL: none); want NULL: must run, else FD_EINVAL with a message holding
+   want, out and lse untouched. */
+static void run_refused(fd_ctx *ctx, bcase *c, const pool *pl, void (*edit)(fd_args *a), const char *want,
+                        const char *name) {
+  const ref_problem *r = &c->kp.ref;
+  size_t n = (size_t)NB * c->q_len * r->Hq * r->D * t_dtype_size(c->kp.out_dtype), nl = sizeof(float) * NB * c->q_len * r->Hq;
+  unsigned char *out = malloc(n), *lse = malloc(nl);
+  memset(out, 0x5a, n);
+  memset(lse, 0x5a, nl);
+  fd_shape s = shape_of(c, pl != NULL);
+  fd_args a = args_of(c, pl, out, (float *)lse);
+  if (edit) edit(&a);
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create(ctx, &s, &plan), run = rc ? rc : fd_run(plan, &a);
+  size_t i = 0, k = 0;
+  while (i < n && out[i] == 0x5a) i++;
+  while (k < nl && lse[k] == 0x5a) k++;
+  if (!want) t_check(run == 0, "control %s: %s", name, fd_errmsg(ctx));
+  else
+    t_check(rc == 0 && run == FD_EINVAL && strstr(fd_errmsg(ctx), want) && i == n && k == nl,
+            "refusal %s: plan %d, run %d, '%s' (want '%s'), out untouched %d, lse untouched %d", name, rc, run,
+            fd_errmsg(ctx), want, i == n, k == nl);
+  fd_plan_destroy(plan);
+  free(out); free(lse);
+}
+
+static void no_k_scale(fd_args *a) { a->k_scale = NULL; }
+static void no_beam_src(fd_args *a) { a->beam_src = NULL; }
+
+/* Bad shapes and arguments of both features, each named, nothing written;
+   and the controls next to them (an entry past a row's valid keys is not read). */
+static void refusals(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  fd_shape base = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 }, s;
+  for (int kd = FD_F32; kd <= FD_BF16; kd++) {
+    char name[64];
+    snprintf(name, sizeof name, "FD_K_PER_CHANNEL with %s KV", fd_dtype_names[kd]);
+    s = base; s.kv_dtype = kd; s.features = FD_K_PER_CHANNEL;
+    refused(ctx, s, FD_EINVAL, "FD_K_PER_CHANNEL with kv_dtype", name);
+  }
+  s = base; s.features = FD_BEAMS | FD_SHARED_KV; s.mask_mode = FD_FULL;
+  refused(ctx, s, FD_EINVAL, "FD_BEAMS with FD_SHARED_KV", "beams with a shared sequence");
+  s = base; s.kv_dtype = FD_F16; s.features = FD_BEAMS | FD_NEW_KV;
+  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with FD_NEW_KV", "beams with new keys");
+  s = base; s.features = FD_BEAMS | FD_K_PER_CHANNEL;
+  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with FD_K_PER_CHANNEL", "beams with per-channel K");
+  bcase c;
+  make(&c, 8, 64, FD_F32, FD_I8, FD_F32, FD_CAUSAL, 1, 0, 0, 1, -1, 97);
+  run_refused(ctx, &c, NULL, NULL, NULL, "per-channel K, valid");
+  run_refused(ctx, &c, NULL, no_k_scale, "args.k_scale is NULL but the shape's features set FD_K_PER_CHANNEL",
+              "per-channel K without k_scale");
+  unmake(&c);
+  make(&c, 8, 64, FD_F32, FD_I8, FD_F32, FD_CAUSAL, 1, 0, 0, 0, 2, 99);
+  run_refused(ctx, &c, NULL, NULL, NULL, "beams, valid");
+  run_refused(ctx, &c, NULL, no_beam_src, "args.beam_src is NULL", "beams without beam_src");
+  int32_t keep = c.src[0 * S_CAP + 5];
+  c.src[0 * S_CAP + 5] = NB;
+  run_refused(ctx, &c, NULL, NULL, "args.beam_src[b=0, key=5] is 3, outside 0..2", "beam_src entry = batch");
+  c.src[0 * S_CAP + 5] = -1;
+  run_refused(ctx, &c, NULL, NULL, "args.beam_src[b=0, key=5] is -1", "beam_src entry -1");
+  c.src[0 * S_CAP + 5] = keep;
+  c.src[1 * S_CAP + S_CAP - 1] = 77;           /* row 1's last valid key is q_len - 1 = 0: not read */
+  run_refused(ctx, &c, NULL, NULL, NULL, "beam_src entry past the valid keys");
+  pool pl;
+  make_pool(&c, &pl);
+  run_refused(ctx, &c, &pl, NULL, NULL, "paged beams, valid");
+  c.src[2 * S_CAP + 3] = 0;                    /* row 2 key 3 read from row 0's page 0 */
+  int32_t kp = pl.table[0];
+  pl.table[0] = NB * PER_ROW;
+  run_refused(ctx, &c, &pl, NULL, "args.block_table[b=0, page=0] is 39, outside 0..38 (shape.pool_pages - 1); key 3 of "
+              "row 2 reads it", "paged beams, a bad page read through beam_src");
+  pl.table[0] = kp;
+  for (int b = 0; b < NB; b++)                 /* no key of page 0 from row 1: its page 0 is not read */
+    for (int64_t i = 0; i < PAGE; i++) c.src[b * S_CAP + i] = 0;
+  pl.table[1 * PER_ROW + 0] = -1;
+  run_refused(ctx, &c, &pl, NULL, NULL, "paged beams, a bad page no key reads");
+  free_pool(&pl);
+  unmake(&c);
+  fd_destroy(ctx);
+  ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
+  s = base; s.features = FD_BEAMS;
+  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with config.check_inputs", "beams with check_inputs");
+  make(&c, 8, 64, FD_F32, FD_FP8_E4M3, FD_F32, FD_CAUSAL, 1, 0, 0, 1, -1, 98);
+  c.kch[(0 * HKV + 1) * 64 + 5] = NAN;
+  run_refused(ctx, &c, NULL, NULL, "args.k_scale[b=0, kv_head=1, d=5] is NaN", "check_inputs: a NaN channel scale");
+  unmake(&c);
+  fd_destroy(ctx);
+}
+
+int main(void) {
+  sweep();
+  refusals();
+  return t_done();
+}
