@@ -62,6 +62,7 @@ M.CONST_INTS = {
   { "one", 1 }, { "bf16_half", 0x7fff }, { "bf16_quiet", 0x40 },   -- f32 -> bf16 rounding
   { "hi16", 0xffff0000 },                                           -- odd bf16 of a pair
   { "abs", 0x7fffffff }, { "sign", 0x80000000 },                    -- f32 magnitude, sign
+  { "nibble", 0x0f },                                               -- q4_0's low nibble
 }
 local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
@@ -71,6 +72,23 @@ for i, row in ipairs(M.CONST_INTS) do C[row[1]] = (#M.CONST_FLOATS + i - 1) * 64
 local GEOM = facts.isas
 local ELEM = {}                        -- bytes per KV element
 for d = 0, #facts.dtypes do ELEM[d] = facts.dtypes[d].size end
+
+-- The memory operand of K/V element e of a row whose pointer base sits at
+-- element e0's storage (0 if nil): e - e0 elements on, or for a block dtype
+-- (q8_0, q4_0) the block of e, counted from e0's block, with field elem =
+-- e's place in its block for the block loads (a vector never spans blocks).
+local function kv_mem(p, base, e, e0)
+  local n, bytes = facts.dtype_block(p.KV_DTYPE)
+  e0 = e0 or 0
+  if n == 1 then return { base = base, disp = e ~= e0 and (e - e0) * bytes or nil } end
+  return { base = base, disp = (math.floor(e / n) - math.floor(e0 / n)) * bytes, elem = e % n }
+end
+
+-- Bytes [from, to) of a K/V row that hold elements [e0, e1) (whole blocks).
+local function kv_span(p, e0, e1)
+  local n, bytes = facts.dtype_block(p.KV_DTYPE)
+  return math.floor(e0 / n) * bytes, math.ceil(e1 / n) * bytes
+end
 
 -- Whether isa runs these micro-kernels (a vector record), not portable C.
 function M.vector(isa)
@@ -125,7 +143,7 @@ M.PREFETCH_MIN_TILE = 4
 -- that hold bytes [from, to), and advance the pointer by the row stride.
 local function prefetch_row(b, p, reg, from, to)
   if p.T < M.PREFETCH_MIN_TILE then return end
-  from, to = from or 0, to or p.D * ELEM[p.KV_DTYPE]
+  from, to = from or 0, to or facts.kv_bytes(p.KV_DTYPE, p.D)
   for line = math.floor(from / 64), math.ceil(to / 64) - 1 do
     b.gp(("prefetcht1 %d(%%%s)"):format(line * 64, reg))
   end
@@ -164,6 +182,35 @@ local LOAD_KV = {
     b.v("vcvtph2ps", dst, half)
   end,
 }
+
+-- ggml blocks (q8_0, q4_0; m from kv_mem: m.disp the block, m.elem the first
+-- element's place in it): codes(b, dst, m, codes_at) puts the W elements'
+-- codes as f32 in dst (codes_at: the block's codes, 2 bytes in, past its
+-- f16 scale), which is then multiplied by the scale: vcvtph2ps widens the
+-- block's first 8 bytes into tmp's low lane, vbroadcastss spreads lane 0.
+local function block_load(codes)
+  return function(b, dst, m, tmp)
+    local disp = m.disp or 0
+    codes(b, dst, m, disp + 2)
+    local low = (tmp:gsub("^%a+", "xmm"))
+    b.v("vcvtph2ps", low, mem(m.base, disp))
+    b.v("vbroadcastss", tmp, low)
+    b.v("vmulps", dst, dst, tmp)
+  end
+end
+-- q8_0: W signed bytes from code elem. q4_0: W bytes from byte elem % 16, their
+-- low nibbles for elements 0..15 of a block, the high ones for 16..31, minus 8.
+LOAD_KV.q8_0 = block_load(function(b, dst, m, at)
+  b.v("vpmovsxbd", dst, mem(m.base, at + m.elem))
+  b.v("vcvtdq2ps", dst, dst)
+end)
+LOAD_KV.q4_0 = block_load(function(b, dst, m, at)
+  b.v("vpmovzxbd", dst, mem(m.base, at + m.elem % 16))
+  if m.elem < 16 then b.v(b.x and "vpandd" or "vpand", dst, dst, mem("r11", C.nibble))
+  else b.v("vpsrld", dst, dst, 4) end
+  b.v("vcvtdq2ps", dst, dst)
+  b.v("vsubps", dst, dst, mem("r11", C.eight_f))
+end)
 
 -- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
 local function load_kv(b, dtype, dst, m, tmp)
@@ -272,7 +319,7 @@ local function stage_rows(b, p, raw)
   end
   for c = 0, raw and -1 or NCH - 1 do
     local vr = b.r(v0 + c % 2)
-    load_kv(b, p.KV_DTYPE, vr, mem("rsi", c * W * esz), b.r(tmp))
+    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", c * W), b.r(tmp))
     if p.QUANT then
       if b.x then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vmulps", vr, vr, b.r(sreg)) end
@@ -326,7 +373,7 @@ end
 -- serves (one head, int8/fp8 scaling, AVX2 tiles wider than its 8 lanes).
 function M.direct_rows(isa, p)
   local W = GEOM[isa].W
-  if p.T == 1 or p.QUANT or p.T > W then return nil end
+  if p.T == 1 or p.QUANT or p.BLOCKS or p.T > W then return nil end
   return math.floor(W / p.T)
 end
 
@@ -916,7 +963,7 @@ end
 function M.pv_blocks(isa, p)
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
-  local cb = evex(GEOM[isa]) and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.QUANT)
+  local cb = evex(GEOM[isa]) and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.QUANT or p.BLOCKS)
   if cb > NCH then cb = NCH end
   local blocks = {}
   for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
@@ -927,15 +974,15 @@ end
 function M.pv(isa, p, block)
   local b = new_block(isa, p)
   local W, T, cb = b.g.W, p.T, block[2]
-  local esz = ELEM[p.KV_DTYPE]
   local nacc = T * cb
   -- p_t[i]: row-major score rows, or key-major rows of head-lane tiles
   local hl = M.head_lanes(isa, p)
   local p_at = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
   local preload, preg, vreg, tmp = false, nil, 28, 30
   if not evex(GEOM[isa]) then
-    local _, fits = avx2_pv_plan(T, p.QUANT)
-    preload = fits and nacc + T + 2 + (p.QUANT and 1 or 0) <= 16
+    local scratch = p.QUANT or p.BLOCKS
+    local _, fits = avx2_pv_plan(T, scratch)
+    preload = fits and nacc + T + 2 + (scratch and 1 or 0) <= 16
     preg = nacc
     vreg = nacc + (preload and T or 1)
     tmp = vreg + 2
@@ -953,7 +1000,7 @@ function M.pv(isa, p, block)
   end
   for k = 0, cb - 1 do
     local vr = b.r(vreg + k % 2)
-    load_kv(b, p.KV_DTYPE, vr, mem("rsi", k * W * esz), b.r(tmp))
+    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", (block[1] + k) * W, block[1] * W), b.r(tmp))
     if p.QUANT then
       if evex(GEOM[isa]) then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vbroadcastss", b.r(tmp), mem("r9", 0)); b.v("vmulps", vr, vr, b.r(tmp)) end
@@ -972,7 +1019,7 @@ function M.pv(isa, p, block)
   end
   -- each block prefetches the next chunk's K lines of its own d range, so
   -- prefetches are spread over the whole P.V pass
-  prefetch_row(b, p, "rax", block[1] * W * esz, (block[1] + cb) * W * esz)
+  prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W))
   b.gp("add %r8, %rsi")
   b.gp(("add $%d, %%rdx"):format(hl and T * 4 or 4))
   if p.QUANT then b.gp("add %r10, %r9") end

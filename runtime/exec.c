@@ -47,6 +47,9 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   if (fd_dtype_quant[s->kv_dtype] && (!a->k_scale || !a->v_scale))
     return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but kv_dtype %s needs per-row scales",
                    a->k_scale ? "v_scale" : "k_scale", fd_dtype_texts[s->kv_dtype]);
+  if (fd_dtype_block[s->kv_dtype] > 1 && (a->k_scale || a->v_scale))
+    return fd_fail(ctx, FD_EINVAL, "args.%s is set but kv_dtype %s keeps its scales in its blocks; pass NULL",
+                   a->k_scale ? "k_scale" : "v_scale", fd_dtype_texts[s->kv_dtype]);
   if (!isfinite(a->scale)) return fd_fail(ctx, FD_EINVAL, "args.scale is not finite");
   if (s->mask_mode == FD_CAUSAL) {
     if (!a->cur_pos) return fd_fail(ctx, FD_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FD_CAUSAL");
@@ -103,7 +106,9 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   size_t D = (size_t)s->head_dim;
   size_t h0 = fd_token_rows(s->n_q_heads, p->G, p->q_len, s->head_dim, s->kv_len, b, j, p->row_len[b], w);
   w->q = (const char *)a->q + h0 * D * fd_dtype_size(s->q_dtype);
-  fd_kv_geometry g = { s->layout, s->n_kv_heads, s->head_dim, s->page_size, s->kv_len, fd_dtype_size(s->kv_dtype) };
+  /* rows in the dtype's stride units (block dtypes: bytes) */
+  size_t unit = fd_kv_unit(s->kv_dtype);
+  fd_kv_geometry g = { s->layout, s->n_kv_heads, (int)(fd_kv_bytes(s->kv_dtype, D) / unit), s->page_size, s->kv_len, unit };
   fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
   w->mask = a->mask ? a->mask + h0 * (size_t)s->kv_len : NULL;
   w->mask_stride = s->kv_len;
