@@ -204,13 +204,37 @@ LOAD_KV.q8_0 = block_load(function(b, dst, m, at)
   b.v("vpmovsxbd", dst, mem(m.base, at + m.elem))
   b.v("vcvtdq2ps", dst, dst)
 end)
+-- The constants come from r11 (fd_simd_c), or from registers b.nibble and
+-- b.eight where a kernel keeps them there (block_consts).
 LOAD_KV.q4_0 = block_load(function(b, dst, m, at)
   b.v("vpmovzxbd", dst, mem(m.base, at + m.elem % 16))
-  if m.elem < 16 then b.v(b.x and "vpandd" or "vpand", dst, dst, mem("r11", C.nibble))
+  if m.elem < 16 then b.v(b.x and "vpandd" or "vpand", dst, dst, b.nibble and b.r(b.nibble) or mem("r11", C.nibble))
   else b.v("vpsrld", dst, dst, 4) end
   b.v("vcvtdq2ps", dst, dst)
-  b.v("vsubps", dst, dst, mem("r11", C.eight_f))
+  b.v("vsubps", dst, dst, b.eight and b.r(b.eight) or mem("r11", C.eight_f))
 end)
+
+-- Vector registers a block dtype's loads need beside the destination: the
+-- scale's scratch, and for q4_0 its two constants (nibble mask, 8.0).
+local function block_regs(p)
+  if not p.BLOCKS then return 0 end
+  return facts.dtypes[p.KV_DTYPE].name == "q4_0" and 3 or 1
+end
+
+-- Keep a block dtype's constants in registers from `first` on (scratch,
+-- then nibble mask and 8.0) for kernels whose r11 holds a row pointer: gp,
+-- a free general-purpose register, is pointed at fd_simd_c (rax: the args).
+-- Returns the scratch register's name, or nil for other dtypes.
+local function block_consts(b, p, first, gp)
+  if not p.BLOCKS then return nil end
+  if block_regs(p) == 3 then
+    b.gp(("mov %d(%%rax), %%%s"):format(ARG.consts, gp))
+    b.nibble, b.eight = first + 1, first + 2
+    b.v("vmovups", b.r(b.nibble), mem(gp, C.nibble))
+    b.v("vmovups", b.r(b.eight), mem(gp, C.eight_f))
+  end
+  return b.r(first)
+end
 
 -- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
 local function load_kv(b, dtype, dst, m, tmp)
@@ -373,7 +397,7 @@ end
 -- serves (one head, int8/fp8 scaling, AVX2 tiles wider than its 8 lanes).
 function M.direct_rows(isa, p)
   local W = GEOM[isa].W
-  if p.T == 1 or p.QUANT or p.BLOCKS or p.T > W then return nil end
+  if p.T == 1 or p.QUANT or p.T > W then return nil end
   return math.floor(W / p.T)
 end
 
@@ -391,7 +415,7 @@ M.K_ROWS_AHEAD = 8
 -- (rax holds a group's byte stride; the rows are rsi and ROW_PTR).
 local function prefetch_group_ahead(b, p, R, ahead)
   for r = 0, R - 1 do
-    for line = 0, math.ceil(p.D * ELEM[p.KV_DTYPE] / 64) - 1 do
+    for line = 0, math.ceil(facts.kv_bytes(p.KV_DTYPE, p.D) / 64) - 1 do
       b.gp(("prefetcht0 %d(%%%s,%%rax,%d)"):format(line * 64, r == 0 and "rsi" or ROW_PTR[r], ahead))
     end
   end
@@ -442,10 +466,10 @@ local function dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs)
 end
 
 -- Load d-block c of a K row at base as f32 into register kr.
-local function load_k_block(b, p, split, kr, base, c)
+local function load_k_block(b, p, split, kr, base, c, tmp)
   local W, NCH = b.g.W, math.floor(p.D / b.g.W)
   if not split or c >= NCH - NCH % 2 then
-    load_kv(b, p.KV_DTYPE, kr, mem(base, c * W * ELEM[p.KV_DTYPE]))
+    load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp)
   elseif c % 2 == 0 then
     b.v("vpslld", kr, mem(base, math.floor(c / 2) * 64), 16)
   else
@@ -489,9 +513,10 @@ local function scores_direct(isa, p, R)
   local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
   local kreg = GEOM[isa].nregs - 2
   local qbase = W
-  local q_in_regs = W + T + 2 <= b.g.nregs
+  local q_in_regs = W + T + 2 + block_regs(p) <= b.g.nregs
   prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
   b.gp("push %r15")
+  local btmp = block_consts(b, p, W + (q_in_regs and T or 0), "r15")   -- r15: a row pointer from label 1 on
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
   local split, dp = M.bf16_split(isa, p), M.dpbf16(isa, p)
@@ -521,7 +546,7 @@ local function scores_direct(isa, p, R)
     end
     for r = 0, R - 1 do
       local kr = b.r(kreg + r % 2)
-      load_k_block(b, p, split, kr, r == 0 and "rsi" or ROW_PTR[r], c)
+      load_k_block(b, p, split, kr, r == 0 and "rsi" or ROW_PTR[r], c, btmp)
       for h = 0, T - 1 do
         local acc = b.r(slot_of(isa, h * R + r))
         local q = q_in_regs and b.r(qbase + h) or mem("rdi", (h * p.D + c * W) * 4)
