@@ -3,6 +3,7 @@
 local ffi = require("ffi")
 local fd = require("flashdecode")
 local fdb = require("bench.lib")
+local facts = require("facts")
 pcall(ffi.cdef, "int isatty(int fd);")
 
 local M = {}
@@ -111,8 +112,15 @@ local function alloc_buffers(s, cap)
   b.out, b.out_ref = get(sz.out), get(sz.out)
   b.cur_pos = ffi.cast("int32_t *", get(4 * s.batch))
   fdb.fdb_fill(b.q, sz.nq, fd.enum("dtype", s.q_dtype), 1, -1, 1)
-  fdb.fdb_fill(b.k, sz.nkv, fd.enum("dtype", s.kv_dtype), 2, -1, 1)
-  fdb.fdb_fill(b.v, sz.nkv, fd.enum("dtype", s.kv_dtype), 3, -1, 1)
+  local kd = fd.enum("dtype", s.kv_dtype)
+  local bn, bb = facts.dtype_block(kd)
+  if bn > 1 then                                  -- q8_0 / q4_0: random blocks (gen/facts.lua sizes)
+    fdb.fdb_fill_blocks(b.k, sz.nkv / bn, bb, 2)
+    fdb.fdb_fill_blocks(b.v, sz.nkv / bn, bb, 3)
+  else
+    fdb.fdb_fill(b.k, sz.nkv, kd, 2, -1, 1)
+    fdb.fdb_fill(b.v, sz.nkv, kd, 3, -1, 1)
+  end
   if s.mask_mode == "mask" then
     b.mask = ffi.cast("float *", get(4 * sz.nmask))
     fdb.fdb_fill(b.mask, sz.nmask, 0, 4, -1, 0)

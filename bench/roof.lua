@@ -38,7 +38,7 @@ end
 -- Bytes per KV element of a dtype (name or enum value).
 function M.element_bytes(dt)
   local d = facts.value(facts.dtypes, dtype_name(dt))
-  return d and facts.dtypes[d].size or error("roof: unknown dtype " .. tostring(dt), 2)
+  return d and facts.elem_bytes(d) or error("roof: unknown dtype " .. tostring(dt), 2)
 end
 
 -- The arithmetic of the scores of a run: "bf16" (vdpbf16ps) when the ISA record

@@ -22,6 +22,21 @@ void fdb_fill(void *buf, size_t n, int dtype, uint64_t seed, float lo, float hi)
   }
 }
 
+void fdb_fill_blocks(void *buf, size_t n, int block_bytes, uint64_t seed) {
+  uint64_t base = mix64(seed);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    uint8_t *b = (uint8_t *)buf + i * (size_t)block_bytes;
+    uint64_t h = mix64(base ^ i);
+    uint16_t d = fdb_f32_to_f16(0.005f + 0.015f * (float)(h >> 40) * 0x1p-24f);
+    b[0] = (uint8_t)(d & 255); b[1] = (uint8_t)(d >> 8);
+    for (int j = 2; j < block_bytes; j++, h >>= 8) {
+      if (j % 8 == 2) h = mix64(base ^ i ^ ((uint64_t)j << 48));
+      b[j] = (uint8_t)h;
+    }
+  }
+}
+
 double fdb_max_abs_diff(const void *a, int adt, const void *b, int bdt, size_t n) {
   double m = 0;
   for (size_t i = 0; i < n; i++) {

@@ -8,6 +8,11 @@
    [lo, hi), a hash of (seed, index): the same content for any thread count. */
 void fdb_fill(void *buf, size_t n, int dtype, uint64_t seed, float lo, float hi);
 
+/* Fill n ggml blocks of block_bytes bytes each (q8_0: 34, q4_0: 18): an f16
+   scale uniform in [0.005, 0.02), then random code bytes (every int8 code,
+   every pair of nibbles), a hash of (seed, index) as fdb_fill. */
+void fdb_fill_blocks(void *buf, size_t n, int block_bytes, uint64_t seed);
+
 /* Largest |a[i] - b[i]| over n elements of dtypes adt and bdt (NaN if any is NaN). */
 double fdb_max_abs_diff(const void *a, int adt, const void *b, int bdt, size_t n);
 

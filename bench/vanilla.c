@@ -30,6 +30,40 @@ ROW_OPS(f32, float, f32_id)
 ROW_OPS(f16, uint16_t, fdb_f16_to_f32)
 ROW_OPS(bf16, uint16_t, fdb_bf16_to_f32)
 
+/* ggml's block rows (llama.cpp's q8_0 / q4_0 KV cache), decoded here on their
+   own: 32 elements per block, an f16 scale then int8 codes (34 bytes) or
+   nibbles, element j low in byte j and j + 16 high, less 8 (18 bytes). */
+enum { QK = 32, Q8_BYTES = 34, Q4_BYTES = 18 };
+
+/* The 32 values of block blk of a row of kv dtype kd at r, into x. */
+static void block_values(int kd, const uint8_t *r, int blk, float *x) {
+  const uint8_t *b = r + (size_t)blk * (kd == FD_Q8_0 ? Q8_BYTES : Q4_BYTES);
+  float d = fdb_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+  for (int j = 0; j < QK; j++)
+    x[j] = d * (float)(kd == FD_Q8_0 ? (int8_t)b[2 + j] : (j < QK / 2 ? b[2 + j] & 15 : b[2 + j - QK / 2] >> 4) - 8);
+}
+
+/* q . row and acc += p * row for a block row. */
+static float dot_blocks(int kd, const float *q, const uint8_t *k, int D) {
+  float x[QK], acc[QK] = {0}, s = 0;
+  for (int blk = 0; blk < D / QK; blk++) {
+    block_values(kd, k, blk, x);
+    for (int j = 0; j < QK; j++) acc[j] += q[blk * QK + j] * x[j];
+  }
+  for (int j = 0; j < QK; j++) s += acc[j];
+  return s;
+}
+static void axpy_blocks(int kd, float *acc, float p, const uint8_t *v, int D) {
+  float x[QK];
+  for (int blk = 0; blk < D / QK; blk++) {
+    block_values(kd, v, blk, x);
+    for (int j = 0; j < QK; j++) acc[blk * QK + j] += p * x[j];
+  }
+}
+
+/* Byte offset of a block row at element offset o. */
+static inline size_t block_off(int kd, int64_t o) { return (size_t)o / QK * (kd == FD_Q8_0 ? Q8_BYTES : Q4_BYTES); }
+
 /* Element offset of K/V row (b, j, i) in the shape's layout. */
 static inline int64_t row_off(const fd_shape *s, int b, int j, int64_t i) {
   if (s->layout == FD_BSHD) return (((int64_t)b * s->kv_len + i) * s->n_kv_heads + j) * s->head_dim;
@@ -42,7 +76,8 @@ static void qk_pass(const fd_shape *s, const fd_args *a, int b, int j, const flo
   int D = s->head_dim;
   for (int64_t i = 0; i < n; i++) {
     int64_t o = row_off(s, b, j, i);
-    float x = s->kv_dtype == FD_F32   ? dot_f32(q, (const float *)a->k + o, D)
+    float x = s->kv_dtype >= FD_Q8_0  ? dot_blocks(s->kv_dtype, q, (const uint8_t *)a->k + block_off(s->kv_dtype, o), D)
+              : s->kv_dtype == FD_F32 ? dot_f32(q, (const float *)a->k + o, D)
               : s->kv_dtype == FD_F16 ? dot_f16(q, (const uint16_t *)a->k + o, D)
                                       : dot_bf16(q, (const uint16_t *)a->k + o, D);
     sc[i] = scale * x + (mask ? mask[i] : 0.0f);
@@ -67,7 +102,8 @@ static void pv_pass(const fd_shape *s, const fd_args *a, int b, int j, const flo
   for (int d = 0; d < D; d++) acc[d] = 0;
   for (int64_t i = 0; i < n; i++) {
     int64_t o = row_off(s, b, j, i);
-    if (s->kv_dtype == FD_F32) axpy_f32(acc, p[i], (const float *)a->v + o, D);
+    if (s->kv_dtype >= FD_Q8_0) axpy_blocks(s->kv_dtype, acc, p[i], (const uint8_t *)a->v + block_off(s->kv_dtype, o), D);
+    else if (s->kv_dtype == FD_F32) axpy_f32(acc, p[i], (const float *)a->v + o, D);
     else if (s->kv_dtype == FD_F16) axpy_f16(acc, p[i], (const uint16_t *)a->v + o, D);
     else axpy_bf16(acc, p[i], (const uint16_t *)a->v + o, D);
   }
@@ -94,7 +130,9 @@ size_t fdb_vanilla_scores_bytes(const fd_shape *s) {
 }
 
 int fdb_vanilla(const fd_shape *s, const fd_args *a, int threads, float *scores) {
-  if (s->q_dtype > FD_BF16 || s->kv_dtype > FD_BF16 || s->out_dtype > FD_BF16) return -1;
+  if (s->q_dtype > FD_BF16 || s->out_dtype > FD_BF16) return -1;
+  if (s->kv_dtype > FD_BF16 && s->kv_dtype != FD_Q8_0 && s->kv_dtype != FD_Q4_0) return -1;
+  if (s->kv_dtype >= FD_Q8_0 && s->head_dim % QK) return -1;
   if (s->layout > FD_BSHD || s->head_dim > MAX_D || s->head_dim < 1) return -1;
   if (s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads) return -1;
   if (s->q_len > 1) return -1;                     /* one query token per row only */

@@ -199,17 +199,24 @@ local function keydefs()
   local io = facts.io_dtype_max()
   for i = 0, io do assert(facts.dtypes[i].io, "gen/facts.lua: the q/out dtypes must be the first values") end
   out[#out + 1] = ("#define FD_IO_DTYPE_COUNT %d"):format(io + 1)
-  local sizes, quant, nonfinite, texts = {}, {}, {}, {}
+  local sizes, quant, nonfinite, texts, bn, bb = {}, {}, {}, {}, {}, {}
   for i = 0, #facts.dtypes do
     local fb = facts.float_bits(i) or { nonfinite = 0, man = 0, sign = 0 }
     texts[#texts + 1] = ('"%s"'):format(facts.dtypes[i].text)
-    sizes[#sizes + 1] = tostring(facts.dtypes[i].size)
+    sizes[#sizes + 1] = tostring(facts.dtypes[i].size or 0)
+    local n, bytes = facts.dtype_block(i)
+    bn[#bn + 1], bb[#bb + 1] = tostring(n), tostring(bytes)
     quant[#quant + 1] = facts.dtypes[i].quant and "1" or "0"
     nonfinite[#nonfinite + 1] = ("{ 0x%xu, 0x%xu, 0x%xu }"):format(fb.nonfinite, fb.man, fb.sign)
   end
   out[#out + 1] = ("static const char *const fd_dtype_texts[FD_DTYPE_COUNT] = { %s };  /* in messages */"):format(
     table.concat(texts, ", "))
   out[#out + 1] = ("static const unsigned char fd_dtype_sizes[FD_DTYPE_COUNT] = { %s };"):format(table.concat(sizes, ", "))
+  out[#out + 1] = "/* Elements per storage block and the block's bytes (1 and the size; q8_0 32 and 34, q4_0 32 and"
+  out[#out + 1] = "   18: their per-element size above is 0, a row's bytes are head_dim / 32 blocks). */"
+  out[#out + 1] = ("static const unsigned char fd_dtype_block[FD_DTYPE_COUNT] = { %s };"):format(table.concat(bn, ", "))
+  out[#out + 1] = ("static const unsigned char fd_dtype_block_bytes[FD_DTYPE_COUNT] = { %s };"):format(
+    table.concat(bb, ", "))
   out[#out + 1] = ("static const unsigned char fd_dtype_quant[FD_DTYPE_COUNT] = { %s };  /* int8/fp8 with row scales */"):format(
     table.concat(quant, ", "))
   out[#out + 1] = "/* Per dtype, the bits all set in a NaN or an infinity (0: none, int8), those of which one set"
@@ -250,8 +257,12 @@ local function python()
   end
   names("DTYPE_NAMES", facts.dtypes)
   local sz = {}
-  for i = 0, #facts.dtypes do sz[#sz + 1] = tostring(facts.dtypes[i].size) end
+  for i = 0, #facts.dtypes do sz[#sz + 1] = tostring(facts.dtypes[i].size or 0) end
   out[#out + 1] = ("DTYPE_SIZE = (%s)"):format(table.concat(sz, ", "))
+  local blk = {}
+  for i = 0, #facts.dtypes do blk[#blk + 1] = ("(%d, %d)"):format(facts.dtype_block(i)) end
+  out[#out + 1] = "# Per dtype, (elements per storage block, the block's bytes): (1, DTYPE_SIZE) but q8_0 (32, 34), q4_0 (32, 18)."
+  out[#out + 1] = ("DTYPE_BLOCK = (%s)"):format(table.concat(blk, ", "))
   names("MASK_MODE_NAMES", facts.mask_modes)
   names("LAYOUT_NAMES", facts.layouts)
   names("ISA_NAMES", facts.isas)

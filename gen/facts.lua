@@ -28,6 +28,15 @@ M.dtypes = {
   -- fp8 e5m2: the upper byte of an f16 (bias 15, infinities, largest 57344)
   { name = "e5m2", enum = "FD_FP8_E5M2", text = "fp8 e5m2", size = 1, storage = "unsigned char", quant = true,
     bits = true, hu = true, float = { man = 2, inf = true } },
+  -- ggml's block formats (llama.cpp's q8_0 / q4_0 KV cache types): no per-element
+  -- size; block: n elements in bytes bytes, an f16 scale d first, then the codes
+  -- (q8_0: int8 j -> d * qs[j]; q4_0: nibbles, low ones elements 0..15, high
+  -- ones 16..31, -> d * (nibble - 8)). A row is head_dim / n blocks; strides
+  -- count bytes (storage unsigned char). KV dtypes only, no row scales.
+  { name = "q8_0", enum = "FD_Q8_0", text = "q8_0", storage = "unsigned char", bits = true, hu = true,
+    block = { n = 32, bytes = 34 } },
+  { name = "q4_0", enum = "FD_Q4_0", text = "q4_0", storage = "unsigned char", bits = true, hu = true,
+    block = { n = 32, bytes = 18 } },
 }
 M.mask_modes = {
   [0] = { name = "causal", enum = "FD_CAUSAL", text = "causal" },
@@ -239,6 +248,26 @@ function M.float_bits(d)
   return t
 end
 
+-- Elements per storage block of dtype d and the block's bytes: (1, size)
+-- for a per-element dtype, (32, 34) for q8_0, (32, 18) for q4_0.
+function M.dtype_block(d)
+  local t = M.dtypes[d]
+  if t.block then return t.block.n, t.block.bytes end
+  return 1, t.size
+end
+
+-- Bytes of n elements of dtype d (n a multiple of its block: a K/V row of head_dim n).
+function M.kv_bytes(d, n)
+  local bn, bb = M.dtype_block(d)
+  return math.floor(n / bn) * bb
+end
+
+-- Bytes per element of dtype d, fractional for a block dtype (q8_0 34/32).
+function M.elem_bytes(d)
+  local bn, bb = M.dtype_block(d)
+  return bb / bn
+end
+
 -- The largest dtype value a q or out array may take.
 function M.io_dtype_max()
   local n = 0
@@ -308,7 +337,7 @@ function M.parse_signature(sig)
       if sig:sub(i, i) ~= "." then return nil end
       i = i + 1
     end
-    local text, rest = sig:match("^" .. f[1] .. "(%w+)()", i)
+    local text, rest = sig:match("^" .. f[1] .. "([%w_]+)()", i)   -- names may hold "_" (q8_0)
     if not text then return nil end
     if f[3] then s[f[2]] = M.value(M[f[3]], text)
     else s[f[2]] = #text <= 9 and text:match("^[1-9]%d*$") and tonumber(text) or nil end

@@ -30,9 +30,28 @@ local LOADS = {
   e5m2 = function(dst, src) return F16_LOAD:format(("(fd_u32)%s << 8"):format(src), dst) end,
 }
 
+-- C statements that load element idx of a row at base of a block dtype (ggml
+-- q8_0 / q4_0, gen/facts.lua) into float dst: the block's f16 scale (through
+-- hu and cv, as f16 loads) times its code. src is "base[idx]".
+local function block_load(code)
+  return function(dst, src, name)
+    local base, idx = src:match("^(.-)%[(.*)%]$")
+    local n, bytes = facts.dtype_block(assert(facts.value(DT, name)))
+    local blk = ("((const unsigned char *)%s + ((%s) / %d) * %d)"):format(base, idx, n, bytes)
+    return ("{ const unsigned char *bk = %s; int j = (int)((%s) %% %d); "):format(blk, idx, n)
+      .. F16_LOAD:format("(fd_u32)bk[0] | (fd_u32)bk[1] << 8", dst) .. (" %s *= %s; }"):format(dst, code(n))
+  end
+end
+-- The code of element j of a block of n at bk: q8_0 a signed byte, q4_0 the
+-- low nibble of byte j (j < n / 2) or the high one of byte j - n / 2, less 8.
+LOADS.q8_0 = block_load(function() return "(float)(signed char)bk[2 + j]" end)
+LOADS.q4_0 = block_load(function(n)
+  return ("(float)((j < %d ? bk[2 + j] & 15 : bk[2 + j - %d] >> 4) - 8)"):format(n / 2, n / 2)
+end)
+
 -- C statement(s) that load element src of storage dtype into float dst.
 local function load(dtype, dst, src)
-  return assert(LOADS[DT[dtype].name], "gen: no C load for dtype " .. DT[dtype].name)(dst, src)
+  return assert(LOADS[DT[dtype].name], "gen: no C load for dtype " .. DT[dtype].name)(dst, src, DT[dtype].name)
 end
 
 -- C statements of the exp polynomial: p = e^x * 2^(bias - 127) for x <= 0 above
@@ -68,6 +87,10 @@ local function check_supported(f)
   if facts.layouts[f.layout].reserved then
     no("layout", ("%s is not supported by template 1 yet"):format(facts.layouts[f.layout].name))
   end
+  local bn = facts.dtype_block(f.kv_dtype)
+  if f.head_dim % bn ~= 0 then
+    no("head_dim", ("%d is not a multiple of kv_dtype %s's %d-element blocks"):format(f.head_dim, DT[f.kv_dtype].text, bn))
+  end
   if simd.vector(f.isa) then simd.check(f.isa, f.head_dim, f.group_tile, no) end
   if f.k_per_channel == 1 and not DT[f.kv_dtype].quant then
     no("k_per_channel", ("per-channel K scales need int8/fp8 K, not %s"):format(DT[f.kv_dtype].text))
@@ -89,6 +112,11 @@ local function add_simd(p)
   p.CHUNKP = p.SCW
   p.KV_SIZE = DT[p.KV_DTYPE].size
   p.CONST_ROWS = simd.const_rows()
+  -- byte offset of the storage block holding element e of a K/V row
+  p.kv_off = function(e)
+    local n, bytes = facts.dtype_block(p.KV_DTYPE)
+    return math.floor(e / n) * bytes
+  end
   p.ASM_ARGS, p.asm_arg_line = facts.ASM_ARGS, facts.asm_arg_line
   p.xmm_list = function(a, b)
     local t = {}
@@ -174,11 +202,14 @@ function M.params(k)
     OUT_NAME = DT[f.out_dtype].name,
     MASK = f.mask_mode == 1, SPLIT = key.has_flag(f.flags, facts.FLAG_SPLIT), LSE = key.has_flag(f.flags, facts.FLAG_LSE),
     PAGED = facts.layouts[f.layout].paged or false,
-    STRIDE = facts.layouts[f.layout].name == "bshd" and "w->kv_stride" or tostring(D),
+    STRIDE = facts.layouts[f.layout].name == "bshd" and "w->kv_stride"
+      or tostring(DT[f.kv_dtype].block and facts.kv_bytes(f.kv_dtype, D) or D),
     -- the bit-cast temporaries serve q conversion, and K/V loads of portable kernels
     NEED_BITS = not simd.vector(f.isa) and (DT[f.q_dtype].bits or DT[f.kv_dtype].bits) or false,
     NEED_HU = not simd.vector(f.isa) and (DT[f.q_dtype].hu or DT[f.kv_dtype].hu) or false,
     QUANT = DT[f.kv_dtype].quant or false,
+    -- a block dtype (q8_0, q4_0): rows of blocks in bytes, each block's own f16 scale
+    BLOCKS = DT[f.kv_dtype].block ~= nil,
     load = load, exp_body = exp_body,
     -- softmax weights: e^(s - m) * 2^-P_SHIFT, zero below P_MIN_X (see gen/simd.lua)
     P_SHIFT = simd.P_SHIFT, P_MIN_X = simd.P_MIN_X, P_BIAS = 127 - simd.P_SHIFT,

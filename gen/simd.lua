@@ -62,6 +62,7 @@ M.CONST_INTS = {
   { "one", 1 }, { "bf16_half", 0x7fff }, { "bf16_quiet", 0x40 },   -- f32 -> bf16 rounding
   { "hi16", 0xffff0000 },                                           -- odd bf16 of a pair
   { "abs", 0x7fffffff }, { "sign", 0x80000000 },                    -- f32 magnitude, sign
+  { "nibble", 0x0f },                                               -- q4_0's low nibble
 }
 local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
@@ -135,6 +136,23 @@ local GEOM = facts.isas
 local ELEM = {}                        -- bytes per KV element
 for d = 0, #facts.dtypes do ELEM[d] = facts.dtypes[d].size end
 
+-- The memory operand of K/V element e of a row whose pointer base sits at
+-- element e0's storage (0 if nil): e - e0 elements on, or for a block dtype
+-- (q8_0, q4_0) the block of e, counted from e0's block, with field elem =
+-- e's place in its block for the block loads (a vector never spans blocks).
+local function kv_mem(p, base, e, e0)
+  local n, bytes = facts.dtype_block(p.KV_DTYPE)
+  e0 = e0 or 0
+  if n == 1 then return { base = base, disp = e ~= e0 and (e - e0) * bytes or nil } end
+  return { base = base, disp = (math.floor(e / n) - math.floor(e0 / n)) * bytes, elem = e % n }
+end
+
+-- Bytes [from, to) of a K/V row that hold elements [e0, e1) (whole blocks).
+local function kv_span(p, e0, e1)
+  local n, bytes = facts.dtype_block(p.KV_DTYPE)
+  return math.floor(e0 / n) * bytes, math.ceil(e1 / n) * bytes
+end
+
 -- Whether isa runs these micro-kernels (a vector record), not portable C.
 function M.vector(isa)
   return GEOM[isa].W > 1
@@ -188,7 +206,7 @@ M.PREFETCH_MIN_TILE = 4
 -- that hold bytes [from, to), and advance the pointer by the row stride.
 local function prefetch_row(b, p, reg, from, to)
   if p.T < M.PREFETCH_MIN_TILE then return end
-  from, to = from or 0, to or p.D * ELEM[p.KV_DTYPE]
+  from, to = from or 0, to or facts.kv_bytes(p.KV_DTYPE, p.D)
   for line = math.floor(from / 64), math.ceil(to / 64) - 1 do
     b.gp(("prefetcht1 %d(%%%s)"):format(line * 64, reg))
   end
@@ -227,6 +245,59 @@ local LOAD_KV = {
     b.v("vcvtph2ps", dst, half)
   end,
 }
+
+-- ggml blocks (q8_0, q4_0; m from kv_mem: m.disp the block, m.elem the first
+-- element's place in it): codes(b, dst, m, codes_at) puts the W elements'
+-- codes as f32 in dst (codes_at: the block's codes, 2 bytes in, past its
+-- f16 scale), which is then multiplied by the scale: vcvtph2ps widens the
+-- block's first 8 bytes into tmp's low lane, vbroadcastss spreads lane 0.
+local function block_load(codes)
+  return function(b, dst, m, tmp)
+    local disp = m.disp or 0
+    codes(b, dst, m, disp + 2)
+    local low = (tmp:gsub("^%a+", "xmm"))
+    b.v("vcvtph2ps", low, mem(m.base, disp))
+    b.v("vbroadcastss", tmp, low)
+    b.v("vmulps", dst, dst, tmp)
+  end
+end
+-- q8_0: W signed bytes from code elem. q4_0: W bytes from byte elem % 16, their
+-- low nibbles for elements 0..15 of a block, the high ones for 16..31, minus 8.
+LOAD_KV.q8_0 = block_load(function(b, dst, m, at)
+  b.v("vpmovsxbd", dst, mem(m.base, at + m.elem))
+  b.v("vcvtdq2ps", dst, dst)
+end)
+-- The constants come from r11 (fd_simd_c), or from registers b.nibble and
+-- b.eight where a kernel keeps them there (block_consts).
+LOAD_KV.q4_0 = block_load(function(b, dst, m, at)
+  b.v("vpmovzxbd", dst, mem(m.base, at + m.elem % 16))
+  if m.elem < 16 then b.v(b.x and "vpandd" or "vpand", dst, dst, b.nibble and b.r(b.nibble) or mem("r11", C.nibble))
+  else b.v("vpsrld", dst, dst, 4) end
+  b.v("vcvtdq2ps", dst, dst)
+  b.v("vsubps", dst, dst, b.eight and b.r(b.eight) or mem("r11", C.eight_f))
+end)
+
+-- Vector registers a block dtype's loads need beside the destination: the
+-- scale's scratch, and for q4_0 its two constants (nibble mask, 8.0).
+local function block_regs(p)
+  if not p.BLOCKS then return 0 end
+  return facts.dtypes[p.KV_DTYPE].name == "q4_0" and 3 or 1
+end
+
+-- Keep a block dtype's constants in registers from `first` on (scratch,
+-- then nibble mask and 8.0) for kernels whose r11 holds a row pointer: gp,
+-- a free general-purpose register, is pointed at fd_simd_c (rax: the args).
+-- Returns the scratch register's name, or nil for other dtypes.
+local function block_consts(b, p, first, gp)
+  if not p.BLOCKS then return nil end
+  if block_regs(p) == 3 then
+    b.gp(("mov %d(%%rax), %%%s"):format(ARG.consts, gp))
+    b.nibble, b.eight = first + 1, first + 2
+    b.v("vmovups", b.r(b.nibble), mem(gp, C.nibble))
+    b.v("vmovups", b.r(b.eight), mem(gp, C.eight_f))
+  end
+  return b.r(first)
+end
 
 -- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
 local function load_kv(b, dtype, dst, m, tmp)
@@ -335,7 +406,7 @@ local function stage_rows(b, p, raw)
   end
   for c = 0, raw and -1 or NCH - 1 do
     local vr = b.r(v0 + c % 2)
-    load_kv(b, p.KV_DTYPE, vr, mem("rsi", c * W * esz), b.r(tmp))
+    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", c * W), b.r(tmp))
     if p.QUANT then
       if b.x then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vmulps", vr, vr, b.r(sreg)) end
@@ -407,7 +478,7 @@ M.K_ROWS_AHEAD = 8
 -- (rax holds a group's byte stride; the rows are rsi and ROW_PTR).
 local function prefetch_group_ahead(b, p, R, ahead)
   for r = 0, R - 1 do
-    for line = 0, math.ceil(p.D * ELEM[p.KV_DTYPE] / 64) - 1 do
+    for line = 0, math.ceil(facts.kv_bytes(p.KV_DTYPE, p.D) / 64) - 1 do
       b.gp(("prefetcht0 %d(%%%s,%%rax,%d)"):format(line * 64, r == 0 and "rsi" or ROW_PTR[r], ahead))
     end
   end
@@ -458,10 +529,10 @@ local function dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs)
 end
 
 -- Load d-block c of a K row at base as f32 into register kr.
-local function load_k_block(b, p, split, kr, base, c)
+local function load_k_block(b, p, split, kr, base, c, tmp)
   local W, NCH = b.g.W, math.floor(p.D / b.g.W)
   if not split or c >= NCH - NCH % 2 then
-    load_kv(b, p.KV_DTYPE, kr, mem(base, c * W * ELEM[p.KV_DTYPE]))
+    load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp)
   elseif c % 2 == 0 then
     b.v("vpslld", kr, mem(base, math.floor(c / 2) * 64), 16)
   else
@@ -505,9 +576,10 @@ local function scores_direct(isa, p, R)
   local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
   local kreg = GEOM[isa].nregs - 2
   local qbase = W
-  local q_in_regs = W + T + 2 <= b.g.nregs
+  local q_in_regs = W + T + 2 + block_regs(p) <= b.g.nregs
   prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
   b.gp("push %r15")
+  local btmp = block_consts(b, p, W + (q_in_regs and T or 0), "r15")   -- r15: a row pointer from label 1 on
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
   local split, dp = M.bf16_split(isa, p), M.dpbf16(isa, p)
@@ -537,7 +609,7 @@ local function scores_direct(isa, p, R)
     end
     for r = 0, R - 1 do
       local kr = b.r(kreg + r % 2)
-      load_k_block(b, p, split, kr, r == 0 and "rsi" or ROW_PTR[r], c)
+      load_k_block(b, p, split, kr, r == 0 and "rsi" or ROW_PTR[r], c, btmp)
       for h = 0, T - 1 do
         local acc = b.r(slot_of(isa, h * R + r))
         local q = q_in_regs and b.r(qbase + h) or mem("rdi", (h * p.D + c * W) * 4)
@@ -979,7 +1051,7 @@ end
 function M.pv_blocks(isa, p)
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
-  local cb = evex(GEOM[isa]) and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.QUANT)
+  local cb = evex(GEOM[isa]) and math.max(1, math.floor(24 / T)) or avx2_pv_plan(T, p.QUANT or p.BLOCKS)
   if cb > NCH then cb = NCH end
   local blocks = {}
   for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
@@ -990,15 +1062,15 @@ end
 function M.pv(isa, p, block)
   local b = new_block(isa, p)
   local W, T, cb = b.g.W, p.T, block[2]
-  local esz = ELEM[p.KV_DTYPE]
   local nacc = T * cb
   -- p_t[i]: row-major score rows, or key-major rows of head-lane tiles
   local hl = M.head_lanes(isa, p)
   local p_at = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
   local preload, preg, vreg, tmp = false, nil, 28, 30
   if not evex(GEOM[isa]) then
-    local _, fits = avx2_pv_plan(T, p.QUANT)
-    preload = fits and nacc + T + 2 + (p.QUANT and 1 or 0) <= 16
+    local scratch = p.QUANT or p.BLOCKS
+    local _, fits = avx2_pv_plan(T, scratch)
+    preload = fits and nacc + T + 2 + (scratch and 1 or 0) <= 16
     preg = nacc
     vreg = nacc + (preload and T or 1)
     tmp = vreg + 2
@@ -1016,7 +1088,7 @@ function M.pv(isa, p, block)
   end
   for k = 0, cb - 1 do
     local vr = b.r(vreg + k % 2)
-    load_kv(b, p.KV_DTYPE, vr, mem("rsi", k * W * esz), b.r(tmp))
+    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", (block[1] + k) * W, block[1] * W), b.r(tmp))
     if p.QUANT then
       if evex(GEOM[isa]) then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vbroadcastss", b.r(tmp), mem("r9", 0)); b.v("vmulps", vr, vr, b.r(tmp)) end
@@ -1035,7 +1107,7 @@ function M.pv(isa, p, block)
   end
   -- each block prefetches the next chunk's K lines of its own d range, so
   -- prefetches are spread over the whole P.V pass
-  prefetch_row(b, p, "rax", block[1] * W * esz, (block[1] + cb) * W * esz)
+  prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W))
   b.gp("add %r8, %rsi")
   b.gp(("add $%d, %%rdx"):format(hl and T * 4 or 4))
   if p.QUANT then b.gp("add %r10, %r9") end

@@ -228,8 +228,8 @@ local ENUMS = {
 ENUMS.isa.auto = "FD_ISA_AUTO"
 M.ISA_NAMES = facts.names(facts.isas)              -- by tiling-key isa digit
 M.DTYPE_NAMES = facts.names(facts.dtypes)          -- by fd_dtype value
-M.DTYPE_SIZE = {}                                  -- bytes per element, by fd_dtype value
-for i = 0, #facts.dtypes do M.DTYPE_SIZE[i] = facts.dtypes[i].size end
+M.DTYPE_SIZE = {}                                  -- bytes per element, by fd_dtype value (q8_0 34/32)
+for i = 0, #facts.dtypes do M.DTYPE_SIZE[i] = facts.elem_bytes(i) end
 
 -- The accepted names of an enum kind, sorted, for messages.
 local function names_of(kind)
@@ -607,6 +607,14 @@ for name, f in pairs(MINI) do
   ELEMS[name] = { ctype = f.size == 1 and "uint8_t" or "uint16_t", size = f.size,
                   encode = function(x) return mini_encode(f, x) end, decode = function(b) return mini_decode(f, tonumber(b)) end }
 end
+-- The block dtypes (q8_0, q4_0): arrays of their raw bytes (head_dim / 32
+-- blocks of gen/facts.lua's bytes per K/V row); units: elements -> bytes.
+for d = 0, #facts.dtypes do
+  if facts.dtypes[d].block then
+    ELEMS[facts.dtypes[d].name] = { ctype = "uint8_t", size = 1, encode = ident, decode = ident,
+                                    units = function(n) return facts.kv_bytes(d, n) end }
+  end
+end
 local ELEM_ALIASES = { int8 = "i8", fp8_e4m3 = "fp8", fp8_e5m2 = "e5m2", int32 = "i32", float = "f32" }
 
 -- The canonical element type name of dtype (any case, aliases), or nil and why.
@@ -614,7 +622,7 @@ local function elem_name(dtype, what)
   local n = type(dtype) == "string" and dtype:lower() or nil
   n = n and (ELEM_ALIASES[n] or n)
   if n and ELEMS[n] then return n end
-  return nil, ("flashdecode: %s: unknown dtype %s (one of: bf16, e5m2, f16, f32, fp8, i32, i8)"):format(
+  return nil, ("flashdecode: %s: unknown dtype %s (one of: bf16, e5m2, f16, f32, fp8, i32, i8, q4_0, q8_0)"):format(
     what, type(dtype) == "string" and ("'" .. dtype .. "'") or type(dtype))
 end
 
@@ -821,6 +829,7 @@ local function check_pointer(k, x, s)
             f[1] ~= want and (" (" .. f[1] .. ")") or "")
   end
   local need = f[2] and f[2](s)
+  if need and ELEMS[want].units then need = ELEMS[want].units(need) end   -- block dtypes: bytes
   if need and i.n < need then
     return ("flashdecode: run: %s: %d elements, the shape needs %d%s"):format(k, i.n, need, f[3] and (" (" .. f[3] .. ")") or "")
   end

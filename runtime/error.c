@@ -32,3 +32,9 @@ const char *fd_errmsg(const fd_ctx *ctx) {
 size_t fd_dtype_size(int dtype) {
   return dtype >= 0 && dtype < FD_DTYPE_COUNT ? fd_dtype_sizes[dtype] : 0;
 }
+
+/* Bytes of n elements of a KV dtype (n a multiple of its block: gen/facts.lua kv_bytes). */
+size_t fd_kv_bytes(int dtype, size_t n) { return n / fd_dtype_block[dtype] * fd_dtype_block_bytes[dtype]; }
+
+/* The unit K/V strides count in: the element size, or 1 (bytes) for a block dtype. */
+size_t fd_kv_unit(int dtype) { return fd_dtype_block[dtype] > 1 ? 1 : fd_dtype_sizes[dtype]; }

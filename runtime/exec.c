@@ -88,6 +88,9 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   if (fd_dtype_quant[s->kv_dtype] && (!a->k_scale || !a->v_scale))
     return fd_fail(ctx, FD_EINVAL, "args.%s is NULL but kv_dtype %s needs per-row scales",
                    a->k_scale ? "v_scale" : "k_scale", fd_dtype_texts[s->kv_dtype]);
+  if (fd_dtype_block[s->kv_dtype] > 1 && (a->k_scale || a->v_scale))
+    return fd_fail(ctx, FD_EINVAL, "args.%s is set but kv_dtype %s keeps its scales in its blocks; pass NULL",
+                   a->k_scale ? "k_scale" : "v_scale", fd_dtype_texts[s->kv_dtype]);
   if (!isfinite(a->scale)) return fd_fail(ctx, FD_EINVAL, "args.scale is not finite");
   if (s->mask_mode == FD_CAUSAL) {
     if (!a->cur_pos) return fd_fail(ctx, FD_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FD_CAUSAL");
@@ -155,7 +158,9 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   size_t D = (size_t)s->head_dim;
   size_t h0 = fd_token_rows(s->n_q_heads, p->G, p->q_len, s->head_dim, s->kv_len, b, j, p->row_len[b], w);
   w->q = (const char *)a->q + h0 * D * fd_dtype_size(s->q_dtype);
-  fd_kv_geometry g = { s->layout, s->n_kv_heads, s->head_dim, s->page_size, s->kv_len, fd_dtype_size(s->kv_dtype) };
+  /* rows in the dtype's stride units (block dtypes: bytes) */
+  size_t unit = fd_kv_unit(s->kv_dtype);
+  fd_kv_geometry g = { s->layout, s->n_kv_heads, (int)(fd_kv_bytes(s->kv_dtype, D) / unit), s->page_size, s->kv_len, unit };
   fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
   if (p->beams) beam_rows(p, a, &g, b, j, w);
   if (p->k_per_channel) w->k_scale = a->k_scale + ((size_t)b * s->n_kv_heads + j) * D;   /* [B, Hkv, D] */
@@ -252,6 +257,19 @@ static void task(void *arg, int tid) { drain(arg, tid, work_item); }
 /* Inputs are checked by their dtype's NaN and infinity bits (fd_dtype_nonfinite,
    gen/facts.lua); a mask element is one more kind: f32 where -Inf is allowed (it masks a key). */
 #define MASK_DTYPE FD_DTYPE_COUNT
+/* The K/V of a block dtype kv (q8_0, q4_0) are checked by their blocks' f16
+   scales (the codes are integers): kind BLOCK_KIND + kv, one element per block,
+   counted in bytes (the rows' stride unit). */
+#define BLOCK_KIND (FD_DTYPE_COUNT + 1)
+
+/* Index of the first of n blocks of kind at p whose f16 scale is NaN or infinite, or -1. */
+static int64_t first_bad_block(int kind, const void *p, int64_t n) {
+  size_t bb = fd_dtype_block_bytes[kind - BLOCK_KIND];
+  const uint8_t *b = p;
+  for (int64_t i = 0; i < n; i++)
+    if ((b[(size_t)i * bb + 1] & 0x7c) == 0x7c) return i;
+  return -1;
+}
 
 /* first_bad_uN(p, n, e): index of the first of n elements whose bits hold all
    of e (a NaN or an infinity), or -1. Blocks of 64 elements take a min
@@ -276,11 +294,15 @@ FIRST_BAD(first_bad_u16, uint16_t)
 FIRST_BAD(first_bad_u8, uint8_t)
 
 /* Bytes per element of a checked input's dtype. */
-static size_t in_size(int dtype) { return dtype == MASK_DTYPE ? 4 : fd_dtype_size(dtype); }
+static size_t in_size(int dtype) { return dtype >= BLOCK_KIND ? 1 : dtype == MASK_DTYPE ? 4 : fd_dtype_size(dtype); }
 
 /* Bits of element i of dtype at p. */
 static uint32_t elem_bits(int dtype, const void *p, int64_t i) {
   size_t size = in_size(dtype);
+  if (dtype >= BLOCK_KIND) {                     /* block i's f16 scale, little-endian */
+    const uint8_t *b = (const uint8_t *)p + (size_t)i * fd_dtype_block_bytes[dtype - BLOCK_KIND];
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8;
+  }
   if (size == 4) return ((const uint32_t *)p)[i];
   if (size == 2) return ((const uint16_t *)p)[i];
   return ((const uint8_t *)p)[i];
@@ -296,6 +318,7 @@ static int64_t first_bad(int dtype, const void *p, int64_t n) {
       from += i + 1;
     }
   }
+  if (dtype >= BLOCK_KIND) return first_bad_block(dtype, p, n);
   uint32_t e = fd_dtype_nonfinite[dtype].nonfinite;
   if (!e) return -1;
   if (in_size(dtype) == 4) return first_bad_u32(p, n, e);
@@ -305,7 +328,7 @@ static int64_t first_bad(int dtype, const void *p, int64_t n) {
 
 /* "NaN", "+Inf" or "-Inf": what refused element i of dtype at p is. */
 static const char *bad_name(int dtype, const void *p, int64_t i) {
-  int t = dtype == MASK_DTYPE ? FD_F32 : dtype;
+  int t = dtype == MASK_DTYPE ? FD_F32 : dtype >= BLOCK_KIND ? FD_F16 : dtype;
   uint32_t u = elem_bits(dtype, p, i);
   if (u & fd_dtype_nonfinite[t].nan) return "NaN";
   return u & fd_dtype_nonfinite[t].sign ? "-Inf" : "+Inf";
@@ -345,6 +368,12 @@ static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_r
   int64_t D = s->head_dim;
   int quant = fd_dtype_quant[s->kv_dtype];
   int64_t ps = s->layout == FD_PAGED ? s->page_size : 0;
+  int bn = fd_dtype_block[s->kv_dtype];
+  if (bn > 1 && (t == IN_K || t == IN_V)) {     /* a block dtype's scales, one per block */
+    *r = (in_rows){ t == IN_K ? w->k : w->v, BLOCK_KIND + s->kv_dtype, n, D / bn, w->kv_stride, w->pages, ps,
+                    w->page_stride };
+    return 1;
+  }
   switch (t) {
   case IN_Q: *r = (in_rows){ w->q, s->q_dtype, p->heads, D, D, NULL, p->G, w->tok_stride }; return 1;
   case IN_K: *r = (in_rows){ w->k, s->kv_dtype, n, D, w->kv_stride, w->pages, ps, w->page_stride }; return 1;
@@ -381,6 +410,12 @@ static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64
     return fd_fail(p->ctx, FD_EINVAL, "args.k_scale[b=%d, kv_head=%d, d=%lld] is %s", b, j, (long long)col, what);
   if (t == IN_KSCALE || t == IN_VSCALE)
     return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld] is %s", IN_NAME[t], b, j, (long long)row, what);
+  if (r->dtype >= BLOCK_KIND) {
+    long long bn = fd_dtype_block[r->dtype - BLOCK_KIND];
+    return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld, d=%lld..%lld]: the block's %s scale is %s",
+                   IN_NAME[t], b, j, (long long)row, col * bn, col * bn + bn - 1, fd_dtype_texts[r->dtype - BLOCK_KIND],
+                   what);
+  }
   return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld, d=%lld] is %s", IN_NAME[t], b, j,
                  (long long)row, (long long)col, what);
 }

@@ -65,9 +65,14 @@ enum {
 
 /* Enum values are the tiling-key digits. KV dtypes: f32, f16, bf16; FD_I8, FD_FP8_E4M3 (bias 7,
    no infinity, largest 448) and FD_FP8_E5M2 (bias 15, the upper byte of an f16: infinities,
-   subnormals, largest 57344) times a per-row float scale (fd_args.k_scale, v_scale). q and out:
-   f32, f16, bf16. */
-typedef enum fd_dtype { FD_F32 = 0, FD_F16 = 1, FD_BF16 = 2, FD_I8 = 3, FD_FP8_E4M3 = 4, FD_FP8_E5M2 = 5 } fd_dtype;
+   subnormals, largest 57344) times a per-row float scale (fd_args.k_scale, v_scale); FD_Q8_0 and
+   FD_Q4_0, ggml's 32-element blocks (llama.cpp's q8_0 / q4_0 KV cache types): each block an f16
+   scale d then the codes, q8_0 { f16 d; int8 qs[32]; } (34 bytes, value j = d * qs[j]), q4_0
+   { f16 d; uint8 qs[16]; } (18 bytes, value j = d * ((qs[j] & 15) - 8) for j < 16, d * ((qs[j - 16]
+   >> 4) - 8) above); a K/V row is head_dim / 32 blocks (head_dim a multiple of 32), the scales
+   live in the blocks (k_scale and v_scale must be NULL). q and out: f32, f16, bf16. */
+typedef enum fd_dtype { FD_F32 = 0, FD_F16 = 1, FD_BF16 = 2, FD_I8 = 3, FD_FP8_E4M3 = 4, FD_FP8_E5M2 = 5,
+                        FD_Q8_0 = 6, FD_Q4_0 = 7 } fd_dtype;
 typedef enum fd_mask_mode { FD_CAUSAL = 0, FD_MASK = 1, FD_FULL = 2 } fd_mask_mode;
 typedef enum fd_layout { FD_BHSD = 0, FD_BSHD = 1, FD_PAGED = 2 } fd_layout;
 typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;

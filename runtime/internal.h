@@ -86,6 +86,8 @@ void fd_ctx_release(fd_ctx *ctx);
 void fd_ctx_put_kernels(fd_ctx *ctx, fd_bucket *b, int n_buckets);
 /* Bytes per element of a dtype. */
 size_t fd_dtype_size(int dtype);
+size_t fd_kv_bytes(int dtype, size_t n);
+size_t fd_kv_unit(int dtype);
 /* Internal (tests): the work items fd_run would run for a on p, laid out in
    p's scratch without running them (*items valid until p's next run); their
    count, or an error code as fd_run's. Defined in exec.c. */

@@ -10,7 +10,7 @@
 
 /* The model inputs (gen/facts.lua MODEL_VARS) of shape s at len keys for configuration c. */
 static fd_model_vars vars_of(const fd_shape *s, int64_t len, const fd_model_pick *c) {
-  fd_model_vars v = { .G = (double)(s->n_q_heads / s->n_kv_heads), .D = s->head_dim, .kvb = fd_dtype_sizes[s->kv_dtype],
+  fd_model_vars v = { .G = (double)(s->n_q_heads / s->n_kv_heads), .D = s->head_dim, .kvb = (double)fd_dtype_block_bytes[s->kv_dtype] / fd_dtype_block[s->kv_dtype],
                       .rows = (double)s->batch * s->n_kv_heads, .len = (double)len, .q = s->q_len > 1 ? s->q_len : 1,
                       .paged = s->layout == FD_PAGED, .chunk = c->chunk, .tile = c->tile, .isa = c->isa,
                       .splits = c->splits, .threads = c->threads };

@@ -355,7 +355,7 @@ $(simd_pv(blk))
           aa.scl = w->v_scale + pg * w->scale_page_stride + slot;
 @     end
 @     for _, blk in ipairs(PV_BLOCKS) do
-          aa.src = (const char *)vseg + $(blk[1] * W * KV_SIZE);
+          aa.src = (const char *)vseg + $(kv_off(blk[1] * W));
           aa.ptr = st0 + $(blk[1] * W);
 $(simd_pv(blk))
 @     end
@@ -368,7 +368,7 @@ $(simd_pv(blk))
         aa.scl = w->v_scale + c * w->scale_stride;
 @     end
 @     for _, blk in ipairs(PV_BLOCKS) do
-        aa.src = (const char *)(vbase + c * kvs) + $(blk[1] * W * KV_SIZE);
+        aa.src = (const char *)(vbase + c * kvs) + $(kv_off(blk[1] * W));
         aa.ptr = st0 + $(blk[1] * W);
 $(simd_pv(blk))
 @     end

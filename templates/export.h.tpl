@@ -39,11 +39,15 @@
 @ end
 
 /* ---- Types ---- */
-/* fd_dtype: f32, f16, bf16; int8, fp8 e4m3 and fp8 e5m2 with per-row scales (gen/facts.lua dtypes). */
+/* fd_dtype: f32, f16, bf16; int8, fp8 e4m3 and fp8 e5m2 with per-row scales; q8_0 and q4_0 blocks (gen/facts.lua dtypes). */
 enum { $(dtype_list(function(d, i) return d.enum:gsub("^FD_", "FDT_") .. " = " .. i end)) };
 #define FDT_DTYPE_COUNT $(DTYPE_COUNT)
 /* Bytes per element, and whether K/V rows carry k_scale / v_scale, by dtype. */
-static const unsigned char fdt_dtype_bytes[FDT_DTYPE_COUNT] = { $(dtype_list(function(d) return d.size end)) };
+static const unsigned char fdt_dtype_bytes[FDT_DTYPE_COUNT] = { $(dtype_list(function(d) return d.size or 0 end)) };
+/* Elements and bytes per storage block: 1 and the size, or ggml's q8_0 (32, 34) and q4_0 (32, 18),
+   whose K/V rows are head_dim / 32 blocks, each with its own f16 scale (no k_scale / v_scale). */
+static const unsigned char fdt_dtype_block[FDT_DTYPE_COUNT] = { $(dtype_list(function(d) return d.block and d.block.n or 1 end)) };
+static const unsigned char fdt_dtype_block_bytes[FDT_DTYPE_COUNT] = { $(dtype_list(function(d) return d.block and d.block.bytes or d.size end)) };
 static const unsigned char fdt_dtype_quant[FDT_DTYPE_COUNT] = { $(dtype_list(function(d) return d.quant and 1 or 0 end)) };
 enum { FDT_CAUSAL = 0, FDT_MASK = 1, FDT_FULL = 2 };
 enum { FDT_BHSD = 0, FDT_BSHD = 1, FDT_PAGED = 2 };
@@ -188,6 +192,8 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
     return fdt_refuse(why, FDT_EINVAL, "shape.batch x shape.n_q_heads is above INT_MAX");
   if ((unsigned)s->q_dtype > 2) return fdt_refuse(why, FDT_EINVAL, "shape.q_dtype is unknown (f32, f16 or bf16)");
   if ((unsigned)s->kv_dtype >= FDT_DTYPE_COUNT) return fdt_refuse(why, FDT_EINVAL, "shape.kv_dtype is unknown");
+  if (s->head_dim % fdt_dtype_block[s->kv_dtype])
+    return fdt_refuse(why, FDT_EINVAL, "shape.head_dim must be a multiple of 32 for a q8_0 or q4_0 kv_dtype (its blocks)");
   if ((unsigned)s->out_dtype > 2) return fdt_refuse(why, FDT_EINVAL, "shape.out_dtype is unknown (f32, f16 or bf16)");
   if ((unsigned)s->mask_mode > 2) return fdt_refuse(why, FDT_EINVAL, "shape.mask_mode is unknown");
   if ((unsigned)s->layout > 2) return fdt_refuse(why, FDT_EINVAL, "shape.layout is unknown");
@@ -338,7 +344,11 @@ static inline void fdt_fill_work(const fdt_job *J, int b, int j, fd_work *w) {
   const fdt_args *a = J->a;
   size_t D = (size_t)s->head_dim;
   size_t h0 = fd_token_rows(s->n_q_heads, J->G, J->q_len, s->head_dim, s->kv_len, b, j, J->len[b], w);
-  fd_kv_geometry g = { s->layout, s->n_kv_heads, s->head_dim, s->page_size, s->kv_len, fdt_dtype_size(s->kv_dtype) };
+  /* K/V rows in the dtype's stride units: elements, or a block dtype's bytes */
+  size_t ku = fdt_dtype_block[s->kv_dtype] > 1 ? 1 : fdt_dtype_size(s->kv_dtype);
+  fd_kv_geometry g = { s->layout, s->n_kv_heads,
+                       (int)(D / fdt_dtype_block[s->kv_dtype] * fdt_dtype_block_bytes[s->kv_dtype] / ku), s->page_size,
+                       s->kv_len, ku };
   w->q = (const char *)a->q + h0 * D * fdt_dtype_size(s->q_dtype);
   fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
   w->mask = a->mask ? a->mask + h0 * (size_t)s->kv_len : 0;
@@ -398,6 +408,9 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
     return fdt_refuse(why, FDT_EINVAL, "args.k_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
   if (fdt_dtype_quant[s->kv_dtype] && !a->v_scale)
     return fdt_refuse(why, FDT_EINVAL, "args.v_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
+  if (fdt_dtype_block[s->kv_dtype] > 1 && (a->k_scale || a->v_scale))
+    return fdt_refuse(why, FDT_EINVAL, a->k_scale ? "args.k_scale is set but a q8_0 or q4_0 kv_dtype keeps its scales in its blocks"
+                                                  : "args.v_scale is set but a q8_0 or q4_0 kv_dtype keeps its scales in its blocks");
   if (!fdt_finite(a->scale)) return fdt_refuse(why, FDT_EINVAL, "args.scale is not finite");
   if (s->mask_mode == FDT_CAUSAL) {
     if (!a->cur_pos) return fdt_refuse(why, FDT_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FDT_CAUSAL");

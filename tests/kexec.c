@@ -73,9 +73,9 @@ int kx_run(const kproblem *p, const kconfig *cfg, float *out, float *lse, char *
       int64_t row0 = ref_kv_offset(r, b, j, 0);
       fd_work w = { 0 };
       w.q = (const char *)p->q + ((size_t)b * r->Hq + (size_t)j * G) * r->D * t_dtype_size(p->q_dtype);
-      w.k = (const char *)p->k + row0 * t_dtype_size(p->kv_dtype);
-      w.v = (const char *)p->v + row0 * t_dtype_size(p->kv_dtype);
-      w.kv_stride = r->layout == 0 ? r->D : (int64_t)r->Hkv * r->D;
+      w.k = (const char *)p->k + t_kv_bytes(p->kv_dtype, (size_t)row0);
+      w.v = (const char *)p->v + t_kv_bytes(p->kv_dtype, (size_t)row0);
+      w.kv_stride = t_kv_units(p->kv_dtype, r->layout == 0 ? r->D : (int64_t)r->Hkv * r->D);
       if (p->k_scale) {
         w.k_scale = p->k_scale + row0 / r->D;
         w.v_scale = p->v_scale + row0 / r->D;

@@ -109,7 +109,7 @@ end
 local function src_row(p, b, i) return p.beams and p.beams[b * p.S + i + 1] or b end
 
 local function reference(p)
-  local qv, kv, vv = fd.totable(p.q), fd.totable(p.k), fd.totable(p.v)
+  local qv, kv, vv = fd.totable(p.q), p.kvals or fd.totable(p.k), p.vvals or fd.totable(p.v)
   local mv = p.mask and fd.totable(p.mask_arr)
   local S, D, G = p.S, p.D, p.Hq / p.Hkv
   local scale = 1 / math.sqrt(D)
@@ -219,6 +219,56 @@ end
 local function test_mask_f32(ctx)
   local p = make_problem({ B = 2, Hq = 4, Hkv = 1, D = 32, S = 100, dtype = "f32", mask = true }, rng(11))
   run_and_compare("f32 mask mode (B=2 Hq=4 Hkv=1 D=32 kv_len=100)", ctx, p, 1e-5)
+end
+
+-- K or V of problem p as ggml blocks of dtype kd ("q8_0", "q4_0"): an fd.array of
+-- the raw bytes (D / 32 blocks of 34 or 18 bytes per row: an f16 scale, then
+-- int8 codes, or nibbles: element j low in byte j, element j + 16 high), every
+-- code drawn, and the values decoded here (a list from 1, as fd.totable).
+local function block_cache(p, kd, rnd)
+  local bb = kd == "q8_0" and 34 or 18
+  local nblk = p.B * p.Hkv * p.S * p.D / 32
+  local raw, vals = fd.array(kd, nblk * bb), {}
+  for blk = 0, nblk - 1 do
+    local h = fd.f32_to_f16(0.002 + 0.02 * (rnd() + 1))
+    local base, d = blk * bb, fd.f16_to_f32(h)
+    raw[base], raw[base + 1] = h % 256, math.floor(h / 256)
+    for j = 0, 31 do
+      local code = math.floor((rnd() + 1) * (kd == "q8_0" and 128 or 8))      -- 0..255 or 0..15
+      if kd == "q8_0" then
+        raw[base + 2 + j] = code
+        vals[blk * 32 + j + 1] = d * (code >= 128 and code - 256 or code)
+      else
+        local at = base + 2 + j % 16
+        raw[at] = raw[at] + (j < 16 and code or code * 16)
+        vals[blk * 32 + j + 1] = d * (code - 8)
+      end
+    end
+  end
+  return raw, vals
+end
+
+-- q8_0 and q4_0 KV (llama.cpp's block caches) with f32 q and out, causal, against
+-- the reference over the values decoded here; an f32 array or a short byte
+-- array as k is refused naming k.
+local function test_blocks(ctx)
+  for _, kd in ipairs { "q8_0", "q4_0" } do
+    local rnd = rng(kd == "q8_0" and 21 or 22)
+    local p = { B = 2, Hq = 8, Hkv = 2, D = 64, S = 90, dtype = "f32", cur_pos = { 89, 40 } }
+    p.q = fd.array("f32", p.B * p.Hq * p.D, function() return rnd() end)
+    p.k, p.kvals = block_cache(p, kd, rnd)
+    p.v, p.vvals = block_cache(p, kd, rnd)
+    run_and_compare(kd .. " KV blocks (B=2 Hq=8 Hkv=2 D=64 kv_len=90)", ctx, p, 1e-5, { kv_dtype = kd })
+    local plan = ctx:plan { batch = p.B, n_q_heads = p.Hq, n_kv_heads = p.Hkv, head_dim = p.D, kv_len = p.S,
+                            q_dtype = "f32", kv_dtype = kd, out_dtype = "f32" }
+    local out = fd.array("f32", p.B * p.Hq * p.D)
+    raises(kd .. ": an f32 k array refused", { "k:", "f32 array", kd }, function()
+      plan:run { q = p.q, k = fd.array("f32", p.B * p.Hkv * p.S * p.D), v = p.v, cur_pos = p.cur_pos, out = out }
+    end)
+    raises(kd .. ": a short k array refused", { "k:", "elements" }, function()
+      plan:run { q = p.q, k = fd.array(kd, 100), v = p.v, cur_pos = p.cur_pos, out = out }
+    end)
+  end
 end
 
 -- The f32 causal problem of the feature tests (B=2 Hq=8 Hkv=2 D=32 kv_len=200).
@@ -481,6 +531,7 @@ test_location()
 local ctx = fd.context { threads = 2 }
 test_gqa_bf16(ctx)
 test_mask_f32(ctx)
+test_blocks(ctx)
 test_alibi(ctx)
 test_sink_logits(ctx)
 test_beams(ctx)

@@ -127,7 +127,9 @@ static void cc_backend(void) {
   if (!t_check(ctx_cc != NULL, "cc context: %s", fd_errmsg(NULL))) return;
   for (int c = 0; c < 12; c++) {
     fd_plan_opts o = { c % 2 ? 64 : 0, c % 3 ? 0 : 2, c % 4, 0, 0 };
-    run(ctx_cc, 2, 8, 2, c % 3 ? 128 : 80, 333, c % 3, (c + 1) % FD_DTYPE_COUNT, (c + 2) % 3, c % 3, c % 2, o, c % 2,
+    int kd = (c + 1) % FD_DTYPE_COUNT;   /* head_dim 80 where the KV dtype has no 32-element blocks */
+    run(ctx_cc, 2, 8, 2, c % 3 && fd_dtype_block[kd] == 1 ? 128 : fd_dtype_block[kd] > 1 ? 96 : 80, 333, c % 3, kd,
+        (c + 2) % 3, c % 3, c % 2, o, c % 2,
         400 + c, "cc");
   }
 }

@@ -46,14 +46,29 @@ static void bad_shapes(void) {
   BAD(q_dtype, FD_I8, FD_EINVAL, "shape.q_dtype");
   BAD(q_dtype, FD_FP8_E5M2, FD_EINVAL, "shape.q_dtype");
   BAD(kv_dtype, (fd_dtype)9, FD_EINVAL, "shape.kv_dtype");
-  BAD(kv_dtype, (fd_dtype)(FD_FP8_E5M2 + 1), FD_EINVAL, "shape.kv_dtype");
+  BAD(kv_dtype, (fd_dtype)(FD_Q4_0 + 1), FD_EINVAL, "shape.kv_dtype");
   BAD(kv_dtype, (fd_dtype)-1, FD_EINVAL, "shape.kv_dtype");
   BAD(out_dtype, FD_FP8_E4M3, FD_EINVAL, "shape.out_dtype");
   BAD(out_dtype, FD_FP8_E5M2, FD_EINVAL, "shape.out_dtype");
   BAD(mask_mode, (fd_mask_mode)3, FD_EINVAL, "shape.mask_mode");
   BAD(layout, (fd_layout)5, FD_EINVAL, "shape.layout");
   BAD(layout, FD_PAGED, FD_EINVAL, "shape.page_size");      /* page_size 0 */
+  BAD(q_dtype, FD_Q8_0, FD_EINVAL, "shape.q_dtype");
+  BAD(out_dtype, FD_Q4_0, FD_EINVAL, "shape.out_dtype");
 #undef BAD
+  /* the block dtypes: head_dim a multiple of their 32-element blocks; no k_new / v_new */
+  static const struct { fd_dtype kv; int head_dim; unsigned features; const char *want; } blocks[] = {
+    { FD_Q4_0, 48, 0, "shape.head_dim is 48; kv_dtype q4_0 stores rows of 32-element blocks" },
+    { FD_Q8_0, 80, 0, "shape.head_dim is 80; kv_dtype q8_0" },
+    { FD_Q4_0, 16, 0, "shape.head_dim is 16" },
+    { FD_Q8_0, 64, FD_NEW_KV, "shape.features sets FD_NEW_KV with kv_dtype q8_0" },
+  };
+  for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++) {
+    char name[96];
+    s = ok; s.kv_dtype = blocks[i].kv; s.head_dim = blocks[i].head_dim; s.features = blocks[i].features;
+    snprintf(name, sizeof name, "kv %s head_dim %d features 0x%x", fd_dtype_names[s.kv_dtype], s.head_dim, s.features);
+    plan_refused(s, NULL, FD_EINVAL, blocks[i].want, name);
+  }
   s = ok; s.mask_mode = FD_FULL; s.kv_len = (int64_t)1 << 61;
   plan_refused(s, NULL, FD_EINVAL, "too large", "kv_len beyond 2^63 bytes");
   plan_refused(ok, &(fd_plan_opts){ .chunk = -1 }, FD_EINVAL, "opts.chunk", "opts.chunk -1");
@@ -115,9 +130,37 @@ static void missing_scales(fd_dtype kv) {
   kp_free(&kp);
 }
 
+/* A block KV dtype (scales in its blocks) run with a row scale: FD_EINVAL naming it, out untouched. */
+static void block_scales(fd_dtype kv) {
+  kproblem kp;
+  kp_init(&kp, 2, 8, 2, 64, 100, 0, kv, 0, 2, 0, 10);
+  fd_shape s = { 2, 8, 2, 64, 100, FD_F32, kv, FD_F32, FD_FULL, FD_BHSD, 0 };
+  fd_plan *p;
+  float scales[2 * 2 * 100];
+  char name[64];
+  if (!t_check(fd_plan_create(ctx, &s, &p) == 0, "kv %s plan: %s", fd_dtype_names[kv], fd_errmsg(ctx))) return;
+  const fd_args ok = { kp.q, kp.k, kp.v, NULL, NULL, NULL, NULL, NULL, 0, (void *)1, NULL };
+  fd_args a = ok;
+  a.k_scale = scales;
+  snprintf(name, sizeof name, "kv %s, args.k_scale set", fd_dtype_names[kv]);
+  run_refused(p, a, FD_EINVAL, "args.k_scale is set but kv_dtype", name);
+  a = ok;
+  a.v_scale = scales;
+  snprintf(name, sizeof name, "kv %s, args.v_scale set", fd_dtype_names[kv]);
+  run_refused(p, a, FD_EINVAL, "args.v_scale is set but kv_dtype", name);
+  float out[2 * 8 * 64];
+  a = ok;
+  a.out = out;
+  t_check(fd_run(p, &a) == FD_OK, "kv %s without row scales runs: %s", fd_dtype_names[kv], fd_errmsg(ctx));
+  fd_plan_destroy(p);
+  kp_free(&kp);
+}
+
 /* Every bad argument of fd_run, per mask mode and dtype that needs it. */
 static void bad_args(void) {
   for (int k = 0; k < t_quant_count(); k++) missing_scales((fd_dtype)t_quant_dtype(k));
+  block_scales(FD_Q8_0);
+  block_scales(FD_Q4_0);
   kproblem kp;
   kp_init(&kp, 2, 8, 2, 64, 100, 0, 3, 0, 1, 0, 7);    /* int8 KV, mask mode */
   fd_shape s = { 2, 8, 2, 64, 100, FD_F32, FD_I8, FD_F32, FD_MASK, FD_BHSD, 0 };

@@ -321,10 +321,10 @@ static void jit_case(int i, const char *table, FILE *f) {
 /* ---- Refusals: fdt_run against fd_plan_create + fd_run, case by case ---- */
 
 /* The problem a refusal case starts from: one the table's rows have when they can. */
-enum { BASE_CAUSAL, BASE_MASK, BASE_FULL_FP8, BASE_E5M2, N_BASES };
+enum { BASE_CAUSAL, BASE_MASK, BASE_FULL_FP8, BASE_E5M2, BASE_Q4_0, N_BASES };
 
 /* What one change to a valid problem does. */
-enum { M_NONE, M_SHAPE_NULL, M_ARGS_NULL, M_SHAPE_INT, M_KV_LEN, M_ARG_NULL, M_SCALE, M_POS };
+enum { M_NONE, M_SHAPE_NULL, M_ARGS_NULL, M_SHAPE_INT, M_KV_LEN, M_ARG_NULL, M_SCALE, M_POS, M_ARG_SET };
 
 /* One change: kind, the field's offset (or the cur_pos index, -1 = the last), the value. */
 typedef struct mutation { int kind; long off; int64_t i; float f; } mutation;
@@ -336,6 +336,7 @@ typedef struct refusal { const char *name; int base, ok; mutation m[2]; } refusa
 
 #define SHAPE_INT(field, v) { M_SHAPE_INT, (long)offsetof(fdt_shape, field), v, 0 }
 #define ARG_NULL(field) { M_ARG_NULL, (long)offsetof(fdt_args, field), 0, 0 }
+#define ARG_SET(field) { M_ARG_SET, (long)offsetof(fdt_args, field), 0, 0 }   /* a pointer the run must not need */
 #define KV_LEN(v) { M_KV_LEN, 0, v, 0 }
 #define SCALE(v) { M_SCALE, 0, 0, v }
 #define NO_CHANGE { M_NONE, 0, 0, 0 }
@@ -392,6 +393,11 @@ static const refusal REFUSALS[] = {
   { "args.v_scale NULL with int8/fp8 V", BASE_FULL_FP8, 0, { ARG_NULL(v_scale) } },
   { "args.k_scale NULL with fp8 e5m2 K", BASE_E5M2, 0, { ARG_NULL(k_scale) } },
   { "args.v_scale NULL with fp8 e5m2 V", BASE_E5M2, 0, { ARG_NULL(v_scale) } },
+  { "valid q4_0 blocks problem (control)", BASE_Q4_0, 1, { NO_CHANGE } },
+  { "args.k_scale set with q4_0 blocks", BASE_Q4_0, 0, { ARG_SET(k_scale) } },
+  { "args.v_scale set with q4_0 blocks", BASE_Q4_0, 0, { ARG_SET(v_scale) } },
+  { "head_dim 48 with q4_0 blocks", BASE_Q4_0, 0, { SHAPE_INT(head_dim, 48) } },
+  { "q_dtype FDT_Q8_0", BASE_Q4_0, 0, { SHAPE_INT(q_dtype, FDT_Q8_0) } },
   { "args.scale NaN", BASE_CAUSAL, 0, { SCALE(NAN) } },
   { "args.scale +Inf", BASE_CAUSAL, 0, { SCALE(INFINITY) } },
   { "args.scale -Inf", BASE_MASK, 0, { SCALE(-INFINITY) } },
@@ -413,6 +419,7 @@ static int row_is(const fdt_row *r, int kind) {
   if (kind == BASE_CAUSAL) return r->mask_mode == FDT_CAUSAL;
   if (kind == BASE_MASK) return r->mask_mode == FDT_MASK && fdt_dtype_quant[r->kv_dtype];
   if (kind == BASE_E5M2) return r->kv_dtype == FDT_FP8_E5M2;
+  if (kind == BASE_Q4_0) return r->kv_dtype == FDT_Q4_0;
   return r->mask_mode == FDT_FULL && fdt_dtype_quant[r->kv_dtype];
 }
 
@@ -424,6 +431,7 @@ static fdt_shape base_shape(int kind) {
     { .batch = 2, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 32, .kv_len = 40, .q_dtype = FDT_BF16, .kv_dtype = FDT_I8, .out_dtype = FDT_BF16, .mask_mode = FDT_MASK, .layout = FDT_BSHD },
     { .batch = 3, .n_q_heads = 6, .n_kv_heads = 3, .head_dim = 80, .kv_len = 40, .q_dtype = FDT_F16, .kv_dtype = FDT_FP8_E4M3, .out_dtype = FDT_F16, .mask_mode = FDT_FULL, .layout = FDT_BHSD },
     { .batch = 2, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 32, .kv_len = 40, .q_dtype = FDT_F32, .kv_dtype = FDT_FP8_E5M2, .out_dtype = FDT_BF16, .mask_mode = FDT_CAUSAL, .layout = FDT_BSHD },
+    { .batch = 2, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 64, .kv_len = 40, .q_dtype = FDT_F16, .kv_dtype = FDT_Q4_0, .out_dtype = FDT_F32, .mask_mode = FDT_CAUSAL, .layout = FDT_BSHD },
   };
   for (int i = 0; i < FDT_N_ROWS; i++)
     if (row_is(&fdt_rows[i], kind)) {
@@ -442,6 +450,7 @@ static void mutate(const mutation *m, fdt_shape *s, fdt_args *a, int32_t *pos, i
   case M_SHAPE_INT: { int v = (int)m->i; memcpy((char *)s + m->off, &v, sizeof v); break; }
   case M_KV_LEN: s->kv_len = m->i; break;
   case M_ARG_NULL: memset((char *)a + m->off, 0, sizeof(void *)); break;
+  case M_ARG_SET: { static float scales[1]; float *p = scales; memcpy((char *)a + m->off, &p, sizeof p); break; }
   case M_SCALE: a->scale = m->f; break;
   case M_POS: pos[m->off < 0 ? s->batch - 1 : m->off] = (int32_t)(m->i == AT_KV_LEN ? s->kv_len : m->i); break;
   default: break;

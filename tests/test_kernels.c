@@ -121,6 +121,88 @@ static void fp8_codes(void) {
   }
 }
 
+/* Every block KV dtype (ggml q8_0, q4_0): mask modes, both layouts, head_dims
+   multiples of 32 (AVX-512 vectors start mid-block at 16; 96: an odd count
+   of them), group tiles 1 and 2..8 (staged kernel) and 16 (AVX-512's
+   head-lane kernel), chunks that do and do not divide, split and unsplit. */
+static void sweep_blocks(void) {
+  static const int dims[] = { 32, 64, 96, 128, 256 }, tiles[] = { 1, 2, 4, 8, 16 };
+  for (int kd = 0; kd < FD_DTYPE_COUNT; kd++) {
+    if (fd_dtype_block[kd] == 1) continue;
+    for (int c = 0; c < 20; c++)
+      run_case(2, 32, 2, dims[c % 5], c % 3 ? 150 : 64, c % 3, kd, (c + 1) % 3, c % 3, c / 2 % 2, c % 4 ? 64 : 32,
+               tiles[(c + c / 5) % 5], c % 2 ? 3 : 1, 2700 + 20 * (uint64_t)kd + (uint64_t)c);
+  }
+}
+
+/* The f16 scales of the block test: the smallest subnormal, the smallest
+   normal, 0.1, 1, 255.875 and the largest finite 65504, and negative ones. */
+static const uint16_t BLOCK_SCALES[] = { 0x0001, 0x0400, 0x2e66, 0x3c00, 0x5bff, 0x7bff, 0xbc00, 0x8001 };
+
+/* Fill one row of D / 32 blocks of block dtype kd for batch row b: block i's
+   scale BLOCK_SCALES[(b + i) % 8] and codes that cover every code across
+   the row (q8_0: 32 i + j as a byte, -128 and 127 included; q4_0: nibbles
+   (j + i + b) % 16, 0 and 15 included, in both halves). */
+static void block_row(int kd, uint8_t *row, int D, int b) {
+  size_t bb = t_kv_bytes(kd, 32);
+  for (int i = 0; i < D / 32; i++) {
+    uint8_t *blk = row + i * bb;
+    uint16_t h = BLOCK_SCALES[(b + i) % 8];
+    blk[0] = (uint8_t)(h & 255); blk[1] = (uint8_t)(h >> 8);
+    for (int j = 0; j < 32; j++) {
+      if (kd == FD_Q8_0) { blk[2 + j] = (uint8_t)(32 * i + j); continue; }
+      int nib = (j + i + b) % 16;
+      if (j < 16) blk[2 + j] = (uint8_t)nib;
+      else blk[2 + j - 16] |= (uint8_t)(nib << 4);
+    }
+  }
+}
+
+/* Every code of each block dtype with extreme f16 scales, decoded by the
+   kernels bit for bit against the reference's decoding (t_load): as
+   fp8_codes, one key per batch row and the softmax scale 1, so each head's
+   out is its V row exactly and, with a one-hot q on column 16 b + h, its
+   lse is K's decoded element there (every product of an f16 scale and a
+   code is exact in f32). */
+static void block_codes(void) {
+  enum { NB = 16, NH = 16, D = 256 };
+  for (int kd = 0; kd < FD_DTYPE_COUNT; kd++) {
+    if (fd_dtype_block[kd] == 1) continue;
+    kproblem p;
+    kp_init(&p, NB, NH, 1, D, 1, 0, kd, 0, 2, 0, 4500 + (uint64_t)kd);
+    p.ref.scale = 1.0;
+    size_t rb = t_kv_bytes(kd, D);
+    for (int b = 0; b < NB; b++) {
+      block_row(kd, (uint8_t *)p.k + b * rb, D, b);
+      block_row(kd, (uint8_t *)p.v + b * rb, D, b + 3);
+      for (int h = 0; h < NH; h++)
+        for (int d = 0; d < D; d++) p.qf[((size_t)b * NH + h) * D + d] = d == NH * b + h ? 1.0f : 0.0f;
+    }
+    memcpy(p.q, p.qf, sizeof(float) * NB * NH * D);
+    kp_decode_kv(&p);
+    float *out = malloc(sizeof(float) * NB * NH * D), lse[NB * NH];
+    char err[4096];
+    for (int tile = 1; tile <= 16; tile *= 4) {
+      if (!has_variant(D, tile)) continue;
+      if (!t_check(kx_run(&p, &(kconfig){ 16, tile, 1, 0, 1, isa }, out, lse, err, sizeof err) == 0,
+                   "isa%d %s codes tile %d: run: %s", isa, DT[kd], tile, err)) continue;
+      int bad = -1, lbad = -1;
+      for (int i = 0; i < NB * NH * D && bad < 0; i++)
+        if (out[i] != p.vf[(size_t)i / (NH * D) * D + (size_t)i % D]) bad = i;
+      for (int i = 0; i < NB * NH && lbad < 0; i++)
+        if (lse[i] != p.kf[(size_t)i / NH * D + (size_t)i]) lbad = i;
+      t_check(bad < 0, "isa%d %s tile %d: V[b=%d][%d]: out %.9g, the reference decodes %.9g", isa, DT[kd], tile,
+              bad < 0 ? 0 : bad / (NH * D), bad < 0 ? 0 : bad % D, bad < 0 ? 0 : out[bad],
+              bad < 0 ? 0 : p.vf[(size_t)bad / (NH * D) * D + (size_t)bad % D]);
+      t_check(lbad < 0, "isa%d %s tile %d: K[b=%d][%d]: lse %.9g, the reference decodes %.9g", isa, DT[kd], tile,
+              lbad < 0 ? 0 : lbad / NH, lbad < 0 ? 0 : lbad, lbad < 0 ? 0 : lse[lbad],
+              lbad < 0 ? 0 : p.kf[(size_t)lbad / NH * D + (size_t)lbad]);
+    }
+    free(out);
+    kp_free(&p);
+  }
+}
+
 /* Short lengths: one key, cur_pos 0, lengths below and at a chunk. */
 static void edge_lengths(void) {
   run_case(1, 4, 1, 64, 1, 0, 0, 0, 0, 0, 64, 4, 1, 3001);       /* kv_len 1 */
@@ -309,6 +391,8 @@ int main(void) {
     sweep_dtypes();
     sweep_quantized();
     fp8_codes();
+    sweep_blocks();
+    block_codes();
     edge_lengths();
     merge_splits();
     masked_rows();

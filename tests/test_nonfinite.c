@@ -75,6 +75,13 @@ static void inject(kproblem *p, int at, float x) {
   }
   float *vals = at == AT_K ? p->kf : p->vf;
   void *buf = at == AT_K ? p->k : p->v;
+  if (t_block(p->kv_dtype) > 1) {     /* a block dtype: x becomes the f16 scale of the block holding i */
+    uint8_t *blk = (uint8_t *)buf + t_kv_bytes(p->kv_dtype, i - i % 32);
+    uint16_t h = t_f32_to_f16(x);
+    blk[0] = (uint8_t)(h & 255); blk[1] = (uint8_t)(h >> 8);
+    kp_decode_kv(p);
+    return;
+  }
   if (fd_dtype_quant[p->kv_dtype]) {  /* fp8: the NaN or infinity code; the row's scale stays */
     vals[i] = t_store(p->kv_dtype, buf, i, x) * (at == AT_K ? p->k_scale : p->v_scale)[i / D];
     return;
@@ -240,6 +247,39 @@ static void dtype_cases(fd_ctx *ctx) {
   }
 }
 
+static void each_config(fd_ctx *ctx, kproblem *p, const char *tag,
+                        void (*what)(const kproblem *p, const float *out, const float *lse, const char *name));
+
+/* The block dtypes (q8_0, q4_0): a NaN or infinite f16 block scale in K (the
+   scores of the kv head's query heads NaN: products of codes 0, and of both
+   signs, with the infinity) or in V (that block's 32 columns non-finite), on
+   the staged and head-lane kernels, every ISA and split count, against the
+   reference, which must show the effect (a test that cannot fail otherwise). */
+static void block_cases(fd_ctx *ctx) {
+  static const struct { int dt, at; float x; } C[] = {
+    { FD_Q8_0, AT_K, INFINITY }, { FD_Q8_0, AT_V, NAN }, { FD_Q4_0, AT_K, NAN }, { FD_Q4_0, AT_V, -INFINITY },
+    { FD_Q8_0, AT_V, INFINITY }, { FD_Q4_0, AT_K, -INFINITY },
+  };
+  for (size_t c = 0; c < sizeof C / sizeof *C; c++) {
+    kproblem p;
+    char tag[128];
+    const nf_shape *sh = &SHAPES[c % 3];
+    make_problem(&p, sh, C[c].dt, 1, 7600 + c);
+    inject(&p, C[c].at, C[c].x);
+    snprintf(tag, sizeof tag, "block scale: %s kv %s, %s = %g", sh->name, DT[C[c].dt], AT[C[c].at], C[c].x);
+    const int *P = C[c].at == AT_K ? POS_K : POS_V;
+    size_t n = (size_t)sh->B * sh->Hq * sh->D, nl = (size_t)sh->B * sh->Hq;
+    size_t bh = (size_t)(P[0] % sh->B) * sh->Hq + (size_t)(P[1] % sh->Hkv) * (sh->Hq / sh->Hkv);
+    double *rout = malloc(n * 8), *rlse = malloc(nl * 8);
+    ref_attention(&p.ref, rout, rlse);
+    int shown = C[c].at == AT_K ? isnan(rlse[bh]) : !isfinite(rout[bh * sh->D + P[3]]) && isfinite(rlse[bh]);
+    t_check(shown, "%s: the reference's head %zu shows the bad scale", tag, bh);
+    free(rout); free(rlse);
+    each_config(ctx, &p, tag, NULL);
+    kp_free(&p);
+  }
+}
+
 /* Plan, run and compare p with the reference on every ISA and split count; `what`
    then checks the outputs further. */
 static void each_config(fd_ctx *ctx, kproblem *p, const char *tag,
@@ -373,6 +413,9 @@ static void check_inputs(void) {
     { 0, 1, AT_MASK, INFINITY, "args.mask[b=0, head=5, key=20] is +Inf" },
     { 0, 1, AT_MASK, -INFINITY, NULL },
     { 1, 2, AT_Q, -INFINITY, "args.q[b=0, head=1, d=3] is -Inf" },
+    { FD_Q8_0, 1, AT_K, INFINITY, "args.k[b=1, kv_head=0, key=17, d=0..31]: the block's q8_0 scale is +Inf" },
+    { FD_Q4_0, 2, AT_V, NAN, "args.v[b=1, kv_head=1, key=9, d=0..31]: the block's q4_0 scale is NaN" },
+    { FD_Q4_0, 1, AT_K, -INFINITY, "args.k[b=1, kv_head=0, key=17, d=0..31]: the block's q4_0 scale is -Inf" },
   };
   for (size_t c = 0; c < sizeof C / sizeof *C; c++) {
     kproblem p;
@@ -418,6 +461,7 @@ int main(void) {
   f32_matrix(tcc, 3, "tcc");
   if (cc) f32_matrix(cc, 1, "cc");
   dtype_cases(tcc);
+  block_cases(tcc);
   masking(tcc);
   huge_values(tcc);
   if (cc) huge_values(cc);

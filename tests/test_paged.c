@@ -52,7 +52,7 @@ static int64_t valid_len(const kproblem *p, int b) { return p->ref.mask_mode == 
    table entries of pages past a row's valid keys are -1 (never read). */
 static void make_paged(const kproblem *p, int ps, uint64_t seed, paged *g) {
   const ref_problem *r = &p->ref;
-  size_t esz = t_dtype_size(p->kv_dtype), row = (size_t)r->D * esz;
+  size_t row = t_kv_bytes(p->kv_dtype, (size_t)r->D);
   g->ps = ps;
   g->per_row = (S + ps - 1) / ps;
   g->pool_pages = B * g->per_row + SPARE;

@@ -109,8 +109,25 @@ def reference(q, k, v, cur_pos, mask=None, scale=None, slopes=None, sinks=None):
 SCALE_RANGE = {"int8": (0.005, 0.02), "fp8_e4m3": (0.001, 0.004), "fp8_e5m2": (0.001, 0.004)}
 
 
+# ggml blocks (llama.cpp's q8_0 / q4_0) of random codes, every code possible, and f16 scales:
+# (uint8 array [..., D // 32 * block bytes], float64 values [..., D]), decoded here independently.
+def blocks(rng, dtype, shape):
+    lead, nb = shape[:-1], shape[-1] // 32
+    d = rng.uniform(0.002, 0.05, lead + (nb, 1)).astype(np.float16)
+    if dtype == "q8_0":
+        codes = rng.integers(-128, 128, lead + (nb, 32), dtype=np.int8)
+        raw, vals = codes.view(np.uint8), codes.astype(np.float64)
+    else:  # q4_0: byte j holds element j in its low nibble, element j + 16 in its high one
+        nib = rng.integers(0, 16, lead + (nb, 32), dtype=np.uint8)
+        raw, vals = nib[..., :16] | (nib[..., 16:] << 4), nib.astype(np.float64) - 8
+    raw = np.concatenate([d.view(np.uint8), raw], axis=-1)
+    return np.ascontiguousarray(raw.reshape(lead + (-1,))), (d.astype(np.float64) * vals).reshape(shape)
+
+
 # (array for the library, its float64 values) of random data in dtype.
 def values(rng, dtype, shape):
+    if dtype in ("q8_0", "q4_0"):
+        return blocks(rng, dtype, shape)
     x = rng.standard_normal(shape)
     if dtype == "f32":
         a = x.astype(np.float32)
@@ -212,6 +229,9 @@ CASES = [
     dict(name="int8 KV with scales, BSHD", kv="int8", layout="bshd", B=2, cur_pos=[100, 250]),
     dict(name="fp8 KV with scales, BSHD", kv="fp8_e4m3", layout="bshd"),
     dict(name="fp8 e5m2 KV with scales", kv="fp8_e5m2", q="bf16", out="f16", Hq=16, Hkv=4, D=128),
+    dict(name="q8_0 blocks (llama.cpp KV), mask mode", kv="q8_0", q="f16", out="f32", mode="mask", B=2, D=128),
+    dict(name="q4_0 blocks, BSHD, batch 2", kv="q4_0", q="bf16", out="bf16", layout="bshd", B=2, cur_pos=[299, 40]),
+    dict(name="q4_0 blocks, D 96, full mode", kv="q4_0", mode="full", D=96),
     dict(name="uneven cur_pos over batch 2", B=2, S=1024, cur_pos=[5, 900], kv="bf16", out="bf16"),
     dict(name="forced splits 7, chunk 64, group tile 2", S=2000, cur_pos=[1999], kv="bf16",
          opts=dict(splits=7, chunk=64, group_tile=2), want=dict(splits=7, chunk=64, group_tile=2)),
@@ -602,6 +622,9 @@ BAD_PLANS = [
      ["n_q_heads", "n_kv_heads"]),
     ("bad dtype string", dict(kv_dtype="bf17"), ValueError, ["kv_dtype", "bf17"]),
     ("q_dtype int8 refused (library)", dict(q_dtype="int8"), fd.Error, ["q_dtype"]),
+    ("q_dtype q8_0 refused (library)", dict(q_dtype="q8_0"), fd.Error, ["q_dtype"]),
+    ("q4_0 with head_dim 48 (library)", dict(kv_dtype="q4_0", head_dim=48), fd.InvalidArgumentError,
+     ["shape.head_dim", "q4_0", "32"]),
     ("bad mask_mode string", dict(mask_mode="sliding"), ValueError, ["mask_mode", "sliding"]),
     ("bad layout string", dict(layout="nhwc"), ValueError, ["layout", "nhwc"]),
     ("unknown feature name", dict(features=["alibi", "alibl"]), fd.InvalidArgumentError,

@@ -185,7 +185,7 @@ static const tcase CASES[] = {
   { "key: head_dim digits 000", 1, NULL, "1024", "10032000020000100", NULL, NULL, NULL, NULL, 0, "field head_dim (digits 9-11) is 0" },
   { "key: isa digit 9", 1, NULL, "1024", "10032064029000100", NULL, NULL, NULL, NULL, 0, "field isa (digits 6-6) is 9" },
   { "key: flags digit 9", 1, NULL, "1024", "10032064020900100", NULL, NULL, NULL, NULL, 0, "field flags (digits 5-5) is 9" },
-  { "key: kv_dtype digit 7", 1, NULL, "1024", "10032064020000700", NULL, NULL, NULL, NULL, 0, "field kv_dtype (digits 2-2) is 7" },
+  { "key: kv_dtype digit 8", 1, NULL, "1024", "10032064020000800", NULL, NULL, NULL, NULL, 0, "field kv_dtype (digits 2-2) is 8" },
   { "key: layout digit 3", 1, NULL, "1024", "10032064020000103", NULL, NULL, NULL, NULL, 0, "field layout (digits 0-0) is 3" },
   { "key: 14 digits (template 0)", 1, NULL, "1024", "32064020000100", NULL, NULL, NULL, NULL, 0, "field template (digits 16-16) is 0" },
   { "key: a leading zero", 1, NULL, "1024", "010032064020000100", NULL, NULL, NULL, NULL, 0, "has a leading zero" },

@@ -178,6 +178,15 @@ for lua in lua5.4 "$LUAJIT"; do
   check "gen/fdgen.lua export on $lua writes the same header" \
     bash -c "$lua gen/fdgen.lua export $tmp/t.tsv -o $tmp/tiny.$lua.h 2>/dev/null && cmp $tmp/tiny.h $tmp/tiny.$lua.h"
 done
+# llama.cpp's block KV dtypes through the header: beside each f16 row a copy
+# for q8_0 and beside each bf16 row one for q4_0 (the signature's kv name and
+# the key's kv_dtype digit changed; head_dims 64), header against the JIT.
+awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", $2 + n; next } { print }
+  $1 ~ /\.kvb?f16\./ { if (sub(/\.kvf16\./, ".kvq8_0.", $1)) d = 6; else if (sub(/\.kvbf16\./, ".kvq4_0.", $1)) d = 7
+    $3 = substr($3, 1, length($3) - 3) d substr($3, length($3) - 1); print; n++ }' \
+  "$tmp/t.tsv" >"$tmp/blocks.tsv"
+check "blocks: the table holds q8_0 and q4_0 rows" test "$(grep -cE $'\tkvq[84]_0|\.kvq[84]_0\.' "$tmp/blocks.tsv")" -ge 3
+compare_table blocks "$tmp/blocks.tsv"
 # The same rows forced to 3 and 5 splits (the header's split and merge path).
 awk -F'\t' -v OFS='\t' 'NR > 7 && $1 != "end" && $1 != "model" { $4 = NR % 2 ? 3 : 5 } { print }' "$tmp/t.tsv" >"$tmp/split.tsv"
 compare_table split "$tmp/split.tsv"

@@ -127,7 +127,7 @@ typedef struct pool { void *k, *v; float *ks, *vs; int32_t *table; int64_t pages
 static void make_pool(const wcase *c, pool *pl) {
   const ref_problem *r = &c->kp.ref;
   int64_t per_row = (S_CAP + PAGE - 1) / PAGE;
-  size_t esz = t_dtype_size(c->kp.kv_dtype), rowb = (size_t)r->D * esz;
+  size_t rowb = t_kv_bytes(c->kp.kv_dtype, (size_t)r->D);
   pl->pages = NB * per_row;
   size_t n = (size_t)pl->pages * HKV * PAGE;
   pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);

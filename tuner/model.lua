@@ -44,7 +44,7 @@ M.MAX_SPLIT_ITEMS = max_split_items()
 -- The model inputs (gen/facts.lua MODEL_VARS) of shape s (numeric fields, as
 -- facts.parse_signature returns) at len keys for configuration c.
 function M.vars(s, len, c)
-  return { G = s.n_q_heads / s.n_kv_heads, D = s.head_dim, kvb = facts.dtypes[s.kv_dtype].size,
+  return { G = s.n_q_heads / s.n_kv_heads, D = s.head_dim, kvb = facts.elem_bytes(s.kv_dtype),
            rows = s.batch * s.n_kv_heads, len = len, q = math.max(1, s.q_len or 0),
            paged = facts.layouts[s.layout].paged and 1 or 0, chunk = c.chunk, tile = c.tile, isa = c.isa,
            splits = c.splits, threads = c.threads }

@@ -37,7 +37,7 @@ function M.new(s, cap)
   local heads = n.batch * math.max(1, n.q_len or 0) * n.n_q_heads   -- query rows of every token
   if s.lse then w.lse = ffi.cast("float *", get(w, 4 * heads)) end
   if n.mask_mode == 1 then w.mask = ffi.cast("float *", get(w, 4 * heads * cap)) end
-  if n.kv_dtype >= 3 then
+  if facts.dtypes[n.kv_dtype].quant then   -- per-row scales (int8, fp8; block dtypes keep theirs)
     w.k_scale, w.v_scale = ffi.cast("float *", get(w, 4 * rows)), ffi.cast("float *", get(w, 4 * rows))
     for i = 0, rows - 1 do w.k_scale[i], w.v_scale[i] = 0.01, 0.01 end
   end

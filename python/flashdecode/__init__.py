@@ -8,7 +8,9 @@
 
 Arrays are numpy arrays, C-contiguous, of the plan's shapes and dtypes: f32 is
 float32, f16 float16, bf16 uint16 bits (or ml_dtypes.bfloat16; see to_bf16 /
-from_bf16), int8 int8, fp8_e4m3 and fp8_e5m2 uint8 bits. Shapes and dtypes are
+from_bf16), int8 int8, fp8_e4m3 and fp8_e5m2 uint8 bits, q8_0 and q4_0 uint8
+arrays of their raw ggml blocks (llama.cpp's KV cache bytes: each K/V row's last
+axis head_dim // 32 * 34 or * 18 bytes, no k_scale / v_scale). Shapes and dtypes are
 checked here (InvalidArgumentError, a ValueError, naming the argument);
 everything else is checked by the library, whose every failure raises an Error
 subclass carrying .code (FD_E*) and the library's message. Nothing is written
@@ -357,8 +359,9 @@ class Plan(_Handle):
         self._shape = shape
         B, Hq, Hkv, D, S = shape.batch, shape.n_q_heads, shape.n_kv_heads, shape.head_dim, shape.kv_len
         Bk = 1 if shape.features & L.FD_SHARED_KV else B      # FD_SHARED_KV: one sequence for every row
-        kv = {L.FD_BHSD: (Bk, Hkv, S, D), L.FD_BSHD: (Bk, S, Hkv, D),
-              L.FD_PAGED: (shape.pool_pages, Hkv, shape.page_size, D)}[shape.layout]
+        R = _dtypes.row_len(shape.kv_dtype, D)               # q8_0 / q4_0: the row's block bytes
+        kv = {L.FD_BHSD: (Bk, Hkv, S, R), L.FD_BSHD: (Bk, S, Hkv, R),
+              L.FD_PAGED: (shape.pool_pages, Hkv, shape.page_size, R)}[shape.layout]
         # field: (expected shape, fd_dtype) of every array argument.
         rows = (B, shape.q_len, Hq) if shape.q_len > 1 else (B, Hq)   # query rows: [B, q_len, Hq] for several tokens
         self._arrays = {"q": (rows + (D,), shape.q_dtype), "k": (kv, shape.kv_dtype), "v": (kv, shape.kv_dtype),

@@ -25,18 +25,27 @@ TABLE = {
     L.FD_I8: ("int8", ("int8",), np.dtype(np.int8)),
     L.FD_FP8_E4M3: ("fp8_e4m3", ("float8_e4m3fn", "uint8"), np.dtype(np.uint8)),
     L.FD_FP8_E5M2: ("fp8_e5m2", ("float8_e5m2", "uint8"), np.dtype(np.uint8)),
+    # ggml blocks: uint8 arrays of the raw blocks, head_dim // 32 blocks per K/V row (row_bytes)
+    L.FD_Q8_0: ("q8_0 blocks (uint8)", ("uint8",), np.dtype(np.uint8)),
+    L.FD_Q4_0: ("q4_0 blocks (uint8)", ("uint8",), np.dtype(np.uint8)),
 }
 # Every dtype of gen/facts.lua has an entry, of its size in bytes.
 assert sorted(TABLE) == list(range(len(L.DTYPE_SIZE)))
-assert all(TABLE[c][2].itemsize == L.DTYPE_SIZE[c] for c in TABLE), "dtype sizes differ from gen/facts.lua"
+assert all(TABLE[c][2].itemsize == (L.DTYPE_SIZE[c] or 1) for c in TABLE), "dtype sizes differ from gen/facts.lua"
 
 
 # The fd_dtype of a dtype name; ValueError naming the field for an unknown one.
 def parse(field, name, error):
     key = name.lower() if isinstance(name, str) else None
     if key not in NAMES:
-        raise error("%s: %r is not a dtype (one of f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2)" % (field, name))
+        raise error("%s: %r is not a dtype (one of f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2, q8_0, q4_0)" % (field, name))
     return NAMES[key]
+
+
+# The last axis of a K/V array of fd_dtype code for head_dim D: D, or a block dtype's row bytes.
+def row_len(code, D):
+    n, nbytes = L.DTYPE_BLOCK[code]
+    return D if n == 1 else D // n * nbytes
 
 
 # Whether a numpy dtype carries fd_dtype code.

@@ -31,6 +31,7 @@ FD_BACKEND_TCC, FD_BACKEND_CC = 0, 1
 FD_ISA_AUTO = 0
 # Names by value: dtypes and their sizes in bytes, mask modes, layouts, isa digits.
 DTYPE_NAMES, DTYPE_SIZE = _facts.DTYPE_NAMES, _facts.DTYPE_SIZE
+DTYPE_BLOCK = _facts.DTYPE_BLOCK   # (elements per block, bytes per block) by fd_dtype
 MASK_MODE_NAMES, LAYOUT_NAMES, ISA_NAMES = _facts.MASK_MODE_NAMES, _facts.LAYOUT_NAMES, _facts.ISA_NAMES
 # fd_shape.features bits by name ("alibi": FD_ALIBI, ...): the ENUMS entries gen/build.lua writes
 # after those of the dtypes, mask modes, layouts and ISAs, each named FD_<NAME> after gen/facts.lua's name.

@@ -256,7 +256,7 @@ static void print_shape(FILE *f, const char *name, const fd_shape *s) {
 static double kv_bytes(const fd_shape *s, const int32_t *cur_pos) {
   double rows = 0;
   for (int b = 0; b < s->batch; b++) rows += s->mask_mode == FD_CAUSAL ? cur_pos[b] + 1.0 : (double)s->kv_len;
-  return 2.0 * rows * s->n_kv_heads * s->head_dim * (double)t_dtype_size(s->kv_dtype);
+  return 2.0 * rows * s->n_kv_heads * (double)t_kv_bytes(s->kv_dtype, (size_t)s->head_dim);
 }
 
 /* The plan's keys, choices and planning/JIT times, on stdout. */
@@ -374,13 +374,13 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   fd_plan_info info;
   fd_plan_info_get(plan, len, &info);
   *key_ms = info.kernels_compiled ? plan_ms / info.kernels_compiled : -1;
-  size_t esz = t_dtype_size(s.kv_dtype);
+  size_t kvb = t_kv_bytes(s.kv_dtype, nkv);            /* q8_0 / q4_0: 34 or 18 bytes per 32 elements */
   size_t nq = (size_t)s.batch * (s.q_len > 1 ? s.q_len : 1) * s.n_q_heads * s.head_dim;
-  void *k = malloc(nkv * esz), *v = malloc(nkv * esz), *q = malloc(nq * 4), *out = malloc(nq * 4);
+  void *k = malloc(kvb), *v = malloc(kvb), *q = malloc(nq * 4), *out = malloc(nq * 4);
   float *mask = s.mask_mode == FD_MASK ? calloc((size_t)s.batch * (s.q_len > 1 ? s.q_len : 1) * s.n_q_heads * len, 4) : NULL;
   float *scales = fd_dtype_quant[s.kv_dtype] ? malloc(nkv / s.head_dim * 4) : NULL;
   int32_t *pos = malloc(sizeof(int32_t) * s.batch);
-  memset(k, 0x3c, nkv * esz); memset(v, 0x3c, nkv * esz); memset(q, 0x3c, nq * 4);
+  memset(k, 0x3c, kvb); memset(v, 0x3c, kvb); memset(q, 0x3c, nq * 4);
   for (size_t i = 0; scales && i < nkv / s.head_dim; i++) scales[i] = 0.01f;
   for (int b = 0; b < s.batch; b++) pos[b] = (int32_t)(len - 1);
   fd_args a = { q, k, v, pos, mask, scales, scales, table, 0, out, NULL };

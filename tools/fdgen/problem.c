@@ -13,7 +13,7 @@ void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, in
   p->q_dtype = q_dt; p->kv_dtype = kv_dt; p->out_dtype = out_dt;
   p->qf = malloc(nq * 4); p->kf = malloc(nkv * 4); p->vf = malloc(nkv * 4);
   p->q = malloc(nq * t_dtype_size(q_dt));
-  p->k = malloc(nkv * t_dtype_size(kv_dt)); p->v = malloc(nkv * t_dtype_size(kv_dt));
+  p->k = malloc(t_kv_bytes(kv_dt, nkv)); p->v = malloc(t_kv_bytes(kv_dt, nkv));
   p->cur_pos = malloc(sizeof(int32_t) * B);
   if (t_quant_max(kv_dt) > 0) { p->k_scale = malloc(4 * nkv / D); p->v_scale = malloc(4 * nkv / D); }
   for (size_t i = 0; i < nq; i++) p->qf[i] = t_rand(&st, -1, 1);
@@ -55,9 +55,26 @@ void kp_sync(kproblem *p) {
     }
     return;
   }
+  if (t_block(p->kv_dtype) > 1) {
+    for (size_t blk = 0; blk < nkv / 32; blk++) {
+      t_store_block(p->kv_dtype, p->k, blk, p->kf + blk * 32);
+      t_store_block(p->kv_dtype, p->v, blk, p->vf + blk * 32);
+    }
+    return;
+  }
   for (size_t i = 0; i < nkv; i++) {
     p->kf[i] = t_store(p->kv_dtype, p->k, i, p->kf[i]);
     p->vf[i] = t_store(p->kv_dtype, p->v, i, p->vf[i]);
+  }
+}
+
+/* The reference's K and V from the stored codes (tests that write codes directly). */
+void kp_decode_kv(kproblem *p) {
+  const ref_problem *r = &p->ref;
+  size_t nkv = (size_t)r->B * r->Hkv * r->S * r->D;
+  for (size_t i = 0; i < nkv; i++) {
+    p->kf[i] = t_load(p->kv_dtype, p->k, i) * (p->k_scale ? p->k_scale[i / r->D] : 1.0f);
+    p->vf[i] = t_load(p->kv_dtype, p->v, i) * (p->v_scale ? p->v_scale[i / r->D] : 1.0f);
   }
 }
 

@@ -20,6 +20,8 @@ void kp_init(kproblem *p, int B, int Hq, int Hkv, int D, int64_t S, int q_dt, in
 void kp_free(kproblem *p);
 /* Re-store q/k/v element values from qf/kf/vf after a test edits them. */
 void kp_sync(kproblem *p);
+/* Set kf/vf from the stored K/V codes (and row scales): tests that write codes directly. */
+void kp_decode_kv(kproblem *p);
 
 /* Largest |x| of a double array. */
 double max_abs_d(const double *x, size_t n);

@@ -153,15 +153,57 @@ uint8_t t_f32_to_e5m2(float x) { return (uint8_t)ieee_bits(x, 2, 5); }
 /* fp8 e5m2 bits -> f32 by value (exponent 31: infinity, or NaN with a mantissa). */
 float t_e5m2_to_f32(uint8_t b) { return ieee_value(b, 2, 5); }
 
-/* Per dtype, by value (f32, f16, bf16, int8, fp8 e4m3, fp8 e5m2): bytes per
-   element, and the value a row scale maps a row's largest |x| to (the largest
-   finite code; 0: no row scales). */
-static const struct { size_t size; float quant_max; } DTYPE[] = {
-  { 4, 0 }, { 2, 0 }, { 2, 0 }, { 1, 127.0f }, { 1, 448.0f }, { 1, 57344.0f },
+/* Per dtype, by value (f32, f16, bf16, int8, fp8 e4m3, fp8 e5m2, q8_0, q4_0):
+   bytes per element (0: a block dtype), the value a row scale maps a row's
+   largest |x| to (the largest finite code; 0: no row scales), and elements
+   and bytes per storage block (ggml q8_0: an f16 scale and 32 int8, 34 bytes;
+   q4_0: an f16 scale and 16 bytes of nibbles, 18 bytes). */
+static const struct { size_t size; float quant_max; int block, block_bytes; } DTYPE[] = {
+  { 4, 0, 1, 4 }, { 2, 0, 1, 2 }, { 2, 0, 1, 2 }, { 1, 127.0f, 1, 1 }, { 1, 448.0f, 1, 1 }, { 1, 57344.0f, 1, 1 },
+  { 0, 0, 32, 34 }, { 0, 0, 32, 18 },
 };
 
-/* Bytes per element of a dtype. */
+/* Bytes per element of a dtype (0 for a block dtype: t_kv_bytes). */
 size_t t_dtype_size(int dtype) { return DTYPE[dtype].size; }
+
+/* Elements per storage block: 32 for q8_0 and q4_0, else 1. */
+int t_block(int dtype) { return DTYPE[dtype].block; }
+
+/* Bytes of n elements of a dtype (n a multiple of its block). */
+size_t t_kv_bytes(int dtype, size_t n) { return n / (size_t)DTYPE[dtype].block * (size_t)DTYPE[dtype].block_bytes; }
+
+/* n elements in the kernels' K/V stride units: elements, or bytes for a block dtype. */
+int64_t t_kv_units(int dtype, int64_t n) { return DTYPE[dtype].block > 1 ? (int64_t)t_kv_bytes(dtype, (size_t)n) : n; }
+
+/* Element j of the ggml block at b, in double: its little-endian f16 scale
+   times the code (q8_0: signed byte j; q4_0: nibble j of the low nibbles for
+   j < 16, else nibble j - 16 of the high ones, offset by 8). */
+static double block_value(int dtype, const uint8_t *b, int j) {
+  double d = t_f16_to_f32((uint16_t)(b[0] + 256 * b[1]));
+  if (dtype == 6) return d * (double)(int8_t)b[2 + j];
+  int nib = j < 16 ? b[2 + j] % 16 : b[2 + j - 16] / 16;
+  return d * (double)(nib - 8);
+}
+
+/* Quantize 32 values x of block blk of dtype (6 q8_0, 7 q4_0) into buf: the
+   scale is the largest |x| over the largest code (127, 7) rounded to f16, the
+   codes x / scale rounded to nearest and clamped; x becomes the stored values. */
+void t_store_block(int dtype, void *buf, size_t blk, float *x) {
+  uint8_t *b = (uint8_t *)buf + blk * t_kv_bytes(dtype, 32);
+  double m = 0, top = dtype == 6 ? 127 : 7;
+  for (int j = 0; j < 32; j++) m = fmax(m, fabs(x[j]));
+  uint16_t h = t_f32_to_f16((float)(m / top));
+  double d = t_f16_to_f32(h);
+  b[0] = (uint8_t)(h & 255); b[1] = (uint8_t)(h >> 8);
+  if (dtype == 7) memset(b + 2, 0, 16);
+  for (int j = 0; j < 32; j++) {
+    double c = d > 0 ? nearbyint(x[j] / d) : 0;
+    c = fmin(fmax(c, dtype == 6 ? -128 : -8), top);
+    if (dtype == 6) b[2 + j] = (uint8_t)(int8_t)c;
+    else b[2 + j % 16] |= (uint8_t)((int)c + 8) << (j < 16 ? 0 : 4);
+  }
+  for (int j = 0; j < 32; j++) x[j] = (float)block_value(dtype, b, j);
+}
 
 /* The value a quantized dtype's row scale maps a row's largest |x| to; 0 for the others. */
 float t_quant_max(int dtype) { return DTYPE[dtype].quant_max; }
@@ -184,6 +226,8 @@ float t_store(int dtype, void *buf, size_t i, float x) {
 /* Load element i of dtype as f32. */
 float t_load(int dtype, const void *buf, size_t i) {
   if (dtype == 0) return ((const float *)buf)[i];
+  if (DTYPE[dtype].block > 1)
+    return (float)block_value(dtype, (const uint8_t *)buf + t_kv_bytes(dtype, i - i % 32), (int)(i % 32));
   if (dtype == 3) return ((const int8_t *)buf)[i];
   if (dtype == 4) return t_e4m3_to_f32(((const uint8_t *)buf)[i]);
   if (dtype == 5) return t_e5m2_to_f32(((const uint8_t *)buf)[i]);

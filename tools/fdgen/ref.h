@@ -37,8 +37,20 @@ float t_e4m3_to_f32(uint8_t b);
    round to nearest even, Inf from 61440 on. */
 uint8_t t_f32_to_e5m2(float x);
 float t_e5m2_to_f32(uint8_t b);
-/* Bytes per element of dtype 0 f32, 1 f16, 2 bf16, 3 int8, 4 fp8 e4m3, 5 fp8 e5m2. */
+/* Bytes per element of dtype 0 f32, 1 f16, 2 bf16, 3 int8, 4 fp8 e4m3, 5 fp8 e5m2
+   (0 for the block dtypes 6 q8_0, 7 q4_0: t_kv_bytes). */
 size_t t_dtype_size(int dtype);
+/* Elements per storage block: 32 for q8_0 and q4_0 (ggml's blocks), else 1. */
+int t_block(int dtype);
+/* Bytes of n elements of a dtype (n a multiple of its block): q8_0 34 and q4_0
+   18 per 32 elements. */
+size_t t_kv_bytes(int dtype, size_t n);
+/* n elements in the kernels' K/V stride units: elements, or bytes for a block dtype. */
+int64_t t_kv_units(int dtype, int64_t n);
+/* Quantize the 32 values x into block blk of a block dtype (its scale from the
+   largest |x|); x becomes the values stored. Element i of the blocks loads
+   through t_load, decoded in double. */
+void t_store_block(int dtype, void *buf, size_t blk, float *x);
 /* The value a row's largest |x| is scaled to for a quantized dtype (int8 127, e4m3 448,
    e5m2 57344); 0: the dtype has no row scales. */
 float t_quant_max(int dtype);

@@ -36,6 +36,10 @@ return {
   -- Speculative-decoding verification: 4 query tokens per row, each K/V row read
   -- once for the 4 x 4 query rows of a kv head (the vanilla baseline serves one token).
   llama("bf16", { 16 * K }, { name = "llama3-8b-q4", q_len = 4, quick = { 4 * K }, sweep = false }),
+  -- llama.cpp's quantized KV caches (ggml q8_0 / q4_0 blocks: 34 and 18 bytes per 32
+  -- values, the KV GB/s counted in those bytes), f16 q and out.
+  llama("f16", { 4 * K, 16 * K, 64 * K }, { name = "llama3-8b-q8_0", kv_dtype = "q8_0", quick = { 16 * K }, sweep = false }),
+  llama("f16", { 4 * K, 16 * K, 64 * K }, { name = "llama3-8b-q4_0", kv_dtype = "q4_0", quick = { 16 * K }, sweep = false }),
   -- f32 KV cache, the Llama-3.1-8B head layout.
   llama("f32", { 4 * K, 16 * K }, { name = "llama3-8b-f32", quick = { 4 * K }, sweep = false }),
 }
