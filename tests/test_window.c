@@ -369,8 +369,6 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "shape.sink_tokens is 4 without a window", "sinks without a window");
   s = base; s.window = 16; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "needs positions (FD_CAUSAL)", "window in full mode");
-  s = base; s.window = 16; s.features = FD_NEW_KV;
-  refused(ctx, s, FD_EUNSUPPORTED, "with FD_NEW_KV", "window with FD_NEW_KV");
   s = base; s.softcap = -1;
   refused(ctx, s, FD_EINVAL, "shape.softcap is -1", "negative softcap");
   s = base; s.softcap = NAN;
@@ -397,10 +395,6 @@ static void refusals(void) {
             fd_errmsg(ctx), i == sizeof out);
     fd_plan_destroy(plan);
   }
-  fd_destroy(ctx);
-  ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
-  s = base; s.window = 16;
-  refused(ctx, s, FD_EUNSUPPORTED, "config.check_inputs", "window with check_inputs");
   fd_destroy(ctx);
 }
 
