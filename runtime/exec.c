@@ -296,8 +296,8 @@ static int64_t contiguous_rows(const in_rows *r, int64_t i) {
 }
 
 /* The inputs in the order they are checked and reported, and how their elements are named. */
-enum { IN_Q, IN_K, IN_KSCALE, IN_V, IN_VSCALE, IN_MASK, IN_COUNT };
-static const char *const IN_NAME[] = { "q", "k", "k_scale", "v", "v_scale", "mask" };
+enum { IN_Q, IN_K, IN_KSCALE, IN_V, IN_VSCALE, IN_MASK, IN_KNEW, IN_VNEW, IN_COUNT };
+static const char *const IN_NAME[] = { "q", "k", "k_scale", "v", "v_scale", "mask", "k_new", "v_new" };
 
 /* Input t of (b, kv head) w with n keys read; 0 when the run reads none of it. */
 static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_rows *r) {
@@ -339,6 +339,9 @@ static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64
   if (t == IN_Q) return fd_fail(p->ctx, FD_EINVAL, "args.q[b=%d, %shead=%lld, d=%lld] is %s", b, tok, h, (long long)col, what);
   if (t == IN_MASK)
     return fd_fail(p->ctx, FD_EINVAL, "args.mask[b=%d, %shead=%lld, key=%lld] is %s", b, tok, h, (long long)col, what);
+  if (t == IN_KNEW || t == IN_VNEW)
+    return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, token=%lld, kv_head=%d, d=%lld] is %s", IN_NAME[t], b,
+                   (long long)row, j, (long long)col, what);
   if (t == IN_KSCALE || t == IN_VSCALE)
     return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld] is %s", IN_NAME[t], b, j, (long long)row, what);
   return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld, d=%lld] is %s", IN_NAME[t], b, j,
@@ -353,6 +356,12 @@ static int item_rows(const run_state *rs, int i, in_rows *r, int *t, int *b, int
   *b = i / s->n_kv_heads % s->batch;
   *j = i % s->n_kv_heads;
   fill_work(rs->p, rs->a, *b, *j, &w);
+  if (*t == IN_KNEW || *t == IN_VNEW) {           /* FD_NEW_KV: the q_len new keys, every one read */
+    if (!rs->p->new_kv) return 0;
+    new_rows(rs->p, rs->a, *b, *j, &w);
+    *r = (in_rows){ *t == IN_KNEW ? w.k : w.v, s->kv_dtype, rs->p->q_len, s->head_dim, w.kv_stride, NULL, 0, 0 };
+    return 1;
+  }
   int read = input_rows(rs->p, &w, *t, rs->p->row_len[*b], r);
   if (s->window && *t != IN_Q && *t != IN_MASK) {   /* K, V and scales: the window's ranges only */
     r->lo = rs->p->row_first[*b];
@@ -376,10 +385,10 @@ static void check_task(void *arg, int tid) { drain(arg, tid, check_item); }
 
 /* fd_config.check_inputs: every value the run reads (q; K, V, their scales and
    the mask for the keys of rs->p->row_len, with a window those of its
-   ranges: the sinks and the main range), scanned on the pool, one item per
-   input and (b, kv head); FD_EINVAL naming the first NaN or infinity in the
-   order q, k, k_scale, v, v_scale, mask, each in index order (-Inf allowed in
-   the mask). The caller's thread writes the message. */
+   ranges: the sinks and the main range; FD_NEW_KV's k_new and v_new),
+   scanned on the pool, one item per input and (b, kv head); FD_EINVAL naming
+   the first NaN or infinity in the order q, k, k_scale, v, v_scale, mask,
+   k_new, v_new, each in index order (-Inf allowed in the mask). The caller's thread writes the message. */
 static int check_inputs(run_state *rs) {
   const fd_shape *s = &rs->p->shape;
   int n = IN_COUNT * s->batch * s->n_kv_heads, threads = rs->b->threads < n ? rs->b->threads : n;

@@ -387,6 +387,56 @@ static void check_inputs_window(fd_ctx *ctx) {
   kp_free(&p);
 }
 
+/* One FD_NEW_KV run of p (q_len 1, causal) with k_new / v_new [B, 1, Hkv, D]
+   f32 and a window (0: none): FD_EINVAL with msg and out untouched, or
+   accepted (msg NULL). */
+static void new_kv_run(fd_ctx *ctx, const kproblem *p, const float *kn, const float *vn, int window, const char *msg,
+                       const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t nb = (size_t)r->B * r->Hq * r->D * 4;
+  fd_shape s = { r->B, r->Hq, r->Hkv, r->D, r->S, FD_F32, FD_F32, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  s.features = FD_NEW_KV;
+  s.window = window;
+  unsigned char *out = malloc(nb);
+  memset(out, 0xa5, nb);
+  fd_args a = { p->q, p->k, p->v, p->cur_pos, NULL, NULL, NULL, NULL, 0, out, NULL };
+  a.k_new = kn;
+  a.v_new = vn;
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create(ctx, &s, &plan), untouched = 1;
+  if (!rc) rc = fd_run(plan, &a);
+  const char *got = rc ? fd_errmsg(ctx) : "(accepted)";
+  for (size_t i = 0; i < nb; i++) untouched &= out[i] == 0xa5;
+  if (!msg) t_check(rc == 0, "%s: accepted (got %d: %s)", name, rc, got);
+  else t_check(rc == FD_EINVAL && !strcmp(got, msg) && untouched, "%s: want FD_EINVAL \"%s\", got %d \"%s\"%s", name,
+               msg, rc, got, untouched ? "" : ", out written");
+  fd_plan_destroy(plan);
+  free(out);
+}
+
+/* check_inputs reads FD_NEW_KV's k_new and v_new after the cache (q_len 1:
+   one new key per row and kv head), with and without a window. */
+static void check_inputs_new_kv(fd_ctx *ctx) {
+  kproblem p;
+  kp_init(&p, 2, 8, 2, 64, S_LEN, 0, 0, 0, 0, 0, 7700);                   /* causal f32 BHSD */
+  p.cur_pos[0] = 12; p.cur_pos[1] = S_LEN;                                /* 12 cached keys; a full cache */
+  size_t n = (size_t)2 * 2 * 64;
+  float *kn = calloc(n, sizeof(float)), *vn = calloc(n, sizeof(float));
+  new_kv_run(ctx, &p, kn, vn, 0, NULL, "check_inputs: FD_NEW_KV, finite k_new / v_new");
+  vn[(1 * 2 + 1) * 64 + 3] = NAN;
+  new_kv_run(ctx, &p, kn, vn, 0, "args.v_new[b=1, token=0, kv_head=1, d=3] is NaN", "check_inputs: a NaN in v_new");
+  kn[(0 * 2 + 1) * 64 + 60] = -INFINITY;
+  new_kv_run(ctx, &p, kn, vn, 5, "args.k_new[b=0, token=0, kv_head=1, d=60] is -Inf",
+             "check_inputs: k_new before v_new, window 5");
+  p.kf[ref_kv_offset(&p.ref, 1, 0, 3) + 1] = NAN;                         /* a cached key outside a window of 5 */
+  kp_sync(&p);
+  new_kv_run(ctx, &p, kn, vn, 5, "args.k_new[b=0, token=0, kv_head=1, d=60] is -Inf",
+             "check_inputs: FD_NEW_KV, window 5: cached key 3 not read");
+  new_kv_run(ctx, &p, kn, vn, 0, "args.k[b=1, kv_head=0, key=3, d=1] is NaN", "check_inputs: the cache before k_new");
+  free(kn); free(vn);
+  kp_free(&p);
+}
+
 /* check_inputs refuses each kind of non-finite input with the element named;
    -inf in the mask, NaN past cur_pos and finite values pass. */
 static void check_inputs(void) {
@@ -434,6 +484,7 @@ static void check_inputs(void) {
   refused(ctx, &p, "args.k[b=0, kv_head=1, key=10, d=4] is +Inf", "check_inputs: K before V");
   kp_free(&p);
   check_inputs_window(ctx);
+  check_inputs_new_kv(ctx);
   fd_destroy(ctx);
   /* off by default: the same input runs and gives NaN */
   ctx = fd_create(&(fd_config){ .threads = 1 });

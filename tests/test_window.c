@@ -350,6 +350,30 @@ static void items_visit_the_window(void) {
   fd_destroy(ctx);
 }
 
+/* fd_config.check_inputs with a window over a paged cache whose pages
+   outside the window are freed (block-table entries -1): the scan reads the
+   window's and the sinks' pages only, and the run matches the reference. */
+static void check_inputs_paged(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
+  for (int wi = 0; wi < 2; wi++) {
+    static const int W[2][2] = { { 7, 2 }, { 64, 5 } };
+    wcase c;
+    make(&c, HKV * 4, 64, FD_F32, FD_BF16, FD_F32, 3, W[wi][0], W[wi][1], 1, 1, 7700 + (uint64_t)wi);
+    size_t n = (size_t)NB * 3 * HKV * 4 * 64;
+    float *out = malloc(sizeof(float) * n), *lse = malloc(sizeof(float) * NB * 3 * HKV * 4);
+    pool pl;
+    make_pool(&c, &pl);
+    char name[128];
+    snprintf(name, sizeof name, "check_inputs, paged, window %d sinks %d, freed pages -1", c.window, c.sinks);
+    int rc = plan_run(ctx, &c, &pl, &(fd_plan_opts){ 64, 4, 3, 2, 0 }, out, lse);
+    if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) compare_tokens(&c, out, lse, name);
+    free_pool(&pl);
+    free(out); free(lse);
+    unmake(&c);
+  }
+  fd_destroy(ctx);
+}
+
 /* A shape that must be refused with code rc and a message holding want; nothing written. */
 static void refused(fd_ctx *ctx, fd_shape s, int rc, const char *want, const char *name) {
   fd_plan *plan = NULL;
@@ -403,6 +427,7 @@ int main(void) {
   softcap_modes();
   softcap_accuracy();
   items_visit_the_window();
+  check_inputs_paged();
   refusals();
   return t_done();
 }
