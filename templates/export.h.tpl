@@ -334,7 +334,7 @@ typedef struct fdt_job {
   const fdt_row *r;
   int G, S, rec, n_items;   /* S: the bucket's splits, the most a batch row gets */
   int q_len, heads;         /* tokens per row; query rows per kernel call (G x q_len) */
-  int stride;               /* partial records per (row, kv head): fdt_most_splits */
+  int stride;               /* partial records per (row, kv head): fdt_row_stride */
   float *qbuf, *state;
   int64_t *len, *keys;      /* [batch] valid keys; keys visited (the window's main range) */
   int64_t *first, *sink;    /* [batch] the main range's first key; the sink split's keys (window) */

@@ -19,7 +19,8 @@
        sink logits (FD_SINK_LOGITS), and causal ones with ALiBi (the
        standard slopes), a sliding window with 4 sink tokens and a window
        alone (the items then tile each row's visible keys: sinks, then the
-       window), bit for bit too, and out differing from the plain run's.
+       window; paged rows with the pages outside them freed, -1 in the
+       block table), bit for bit too, and out differing from the plain run's.
    Each row runs at a length inside its bucket, batch rows of uneven lengths. */
 #include FDT_HEADER
 #include <ctype.h>
@@ -634,6 +635,21 @@ static int items_tile(const prob *p, const fd_item *x, int n) {
   return ok;
 }
 
+/* Paged and windowed: set the block-table entry of every page that holds no
+   key a row's tokens see to -1 (an engine frees them; neither executor may
+   read them). */
+static void free_pages(prob *p) {
+  int64_t per_row = (p->s.kv_len + 63) / 64;
+  for (int b = 0; p->s.layout == FDT_PAGED && p->s.window && b < p->s.batch; b++) {
+    int64_t len = valid_len(p, b), ws = window_start(p, len);
+    for (int64_t i = 0; i < per_row; i++) {
+      int64_t lo = i * 64, hi = lo + 64;
+      int seen = (lo < p->s.sink_tokens || ws == 0 || hi > ws) && lo < len;
+      if (!seen) p->table[b * per_row + i] = -1;
+    }
+  }
+}
+
 /* Are the item lists x[0..nx) and y[0..ny) the same? why: the first difference. */
 static int same_items(const fd_item *x, int nx, const fd_item *y, int ny, char *why, size_t n) {
   snprintf(why, n, "header %d items, exec.c %d", nx, ny);
@@ -687,6 +703,7 @@ static void uneven_case(fd_ctx *ctx, int c, uint32_t seed, int i, int k, int wit
     int64_t len = uneven_len(k, b, row->bucket), least = s.q_len > 1 ? s.q_len : 1;
     p.pos[b] = (int32_t)((len > least ? len : least) - 1);
   }
+  free_pages(&p);
   fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, with_lse ? p.lse : NULL,
                   v == V_ALIBI ? slopes : NULL, v == V_SINK_LOGITS ? logits : NULL };
   fd_args fa = to_fd_args(&ta);
