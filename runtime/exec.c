@@ -116,7 +116,8 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)s->head_dim));
   w->out = (char *)a->out + h0 * D * fd_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : NULL;
-  if (p->new_kv) w->tok_end0 = p->row_len[b];   /* every token sees every cached key */
+  /* FD_NEW_KV: every token sees every cached key; token t sits at row_len + t (ALiBi's position) */
+  if (p->new_kv) w->tok_end0 = p->row_len[b] + 1;
   if (p->alibi) w->alibi = a->alibi_slopes + (size_t)j * p->G;
   w->softcap = s->softcap;
   if (s->window) {                               /* the keys below a later token's window start */

@@ -147,9 +147,6 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if ((s->features & FD_ALIBI) && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_ALIBI with mask_mode %s; ALiBi's bias needs positions "
                    "(FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);
-  if ((s->features & FD_ALIBI) && (s->features & FD_NEW_KV))
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_ALIBI with FD_NEW_KV, which this build does not "
-                   "support yet");
   if ((s->features & FD_NEW_KV) && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with mask_mode %s; the new tokens' keys need "
                    "positions (FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);

@@ -25,13 +25,13 @@ static const int Q_LENS[] = { 1, 2, 3, 4, 7, 16 };
 
 /* The inputs of one case: K/V, positions and a [B, Hq, S_CAP] mask from kp; q
    [B, q_len, Hq, D] from qp (a problem of B x q_len rows); mask [B, q_len, Hq, S_CAP]. */
-typedef struct tokens { kproblem kp, qp; int q_len, window, sinks; float *mask; } tokens;
+typedef struct tokens { kproblem kp, qp; int q_len, window, sinks, alibi; float *mask; } tokens;
 
 /* Build a case: K/V of kv dtype kd, q of qd, out od, mode; positions: row 0
    ends at S_CAP - 1, row 1 starts at 0 (its last token at q_len - 1), row 2 between. */
 static void make(tokens *c, int Hq, int D, int qd, int kd, int od, int mode, int q_len, uint64_t seed) {
   c->q_len = q_len;
-  c->window = c->sinks = 0;
+  c->window = c->sinks = c->alibi = 0;
   kp_init(&c->kp, B, Hq, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, seed);
   kp_init(&c->qp, B * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
   c->kp.cur_pos[0] = S_CAP - 1;
@@ -50,15 +50,22 @@ static void make(tokens *c, int Hq, int D, int qd, int kd, int od, int mode, int
 
 static void unmake(tokens *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->mask); }
 
-/* The mask [B, Hq, S] of a causal case with a window: 0 where position
-   pos[b] sees key k (k <= pos, and k > pos - window or k < sinks), -inf elsewhere. */
+/* The ALiBi slope of head h of Hq (the ALiBi paper's 2^(-8(h+1)/Hq)). */
+static float alibi_slope(int h, int Hq) { return (float)exp2(-8.0 * (h + 1) / Hq); }
+
+/* The mask [B, Hq, S] of a causal case with a window or ALiBi: where position
+   pos[b] sees key k (k <= pos, and with a window k > pos - window or
+   k < sinks) 0, or ALiBi's slope x (k - pos) rounded to float as the kernels
+   round it; -inf elsewhere. */
 static float *window_mask(const tokens *c, const ref_problem *r, const int32_t *pos) {
   float *m = malloc(sizeof(float) * (size_t)B * r->Hq * r->S);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < r->Hq; h++)
-      for (int64_t k = 0; k < r->S; k++)
-        m[((size_t)b * r->Hq + h) * r->S + k] =
-            k <= pos[b] && (k > pos[b] - c->window || k < c->sinks) ? 0.0f : -INFINITY;
+      for (int64_t k = 0; k < r->S; k++) {
+        int seen = k <= pos[b] && (!c->window || k > pos[b] - c->window || k < c->sinks);
+        float bias = c->alibi ? (float)((double)alibi_slope(h, r->Hq) * (double)(k - pos[b])) : 0.0f;
+        m[((size_t)b * r->Hq + h) * r->S + k] = seen ? bias : -INFINITY;
+      }
   return m;
 }
 
@@ -78,7 +85,7 @@ static void reference(const void *cv, int t, double *rout, double *rlse) {
   rt.q = q;
   rt.mask = mask;
   rt.cur_pos = pos;
-  if (c->window) {                          /* the window's keys by an additive mask */
+  if (c->window || c->alibi) {              /* the window's keys and ALiBi's bias by an additive mask */
     free(mask);
     rt.mask = mask = window_mask(c, r, pos);
     rt.mask_mode = FD_MASK;
@@ -141,17 +148,22 @@ static void sweep(void) {
    cache: only the new tokens), C in the middle, C = S_CAP (a full cache).
    With a sliding window (window, sinks; 0: none) token t at position C + t
    sees the keys from C + t - window + 1 and the sinks, cached or new: the
-   reference masks the concatenation. */
+   reference masks the concatenation. Every other case adds ALiBi (the
+   standard slopes): key k of the concatenation sits at position k. */
 static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int window, int sinks, int idx) {
   int G = 4, D = idx % 2 ? 128 : 64, Hq = HKV * G, qd = idx % 3, od = idx / 3 % 3;
   if (D % fd_isa_table[isa].width) return;
   char name[200];
-  snprintf(name, sizeof name, "FD_NEW_KV isa%d kv%s q_len %d splits%d D%d window %d sinks %d", isa, fd_dtype_names[kd],
-           q_len, splits, D, window, sinks);
+  int alibi = idx / 2 % 2;
+  snprintf(name, sizeof name, "FD_NEW_KV isa%d kv%s q_len %d splits%d D%d window %d sinks %d%s", isa, fd_dtype_names[kd],
+           q_len, splits, D, window, sinks, alibi ? " alibi" : "");
   tokens c;
   make(&c, Hq, D, qd, kd, od, FD_CAUSAL, q_len, 900 + (uint64_t)idx);
   c.window = window;
   c.sinks = sinks;
+  c.alibi = alibi;
+  float slopes[64];
+  for (int h = 0; h < Hq; h++) slopes[h] = alibi_slope(h, Hq);
   kproblem nk;                                  /* k_new, v_new: [B, q_len, Hkv, D] (bshd rows of q_len keys) */
   kp_init(&nk, B, Hq, HKV, D, q_len, qd, kd, od, FD_FULL, FD_BSHD, 950 + (uint64_t)idx);
   int32_t *pos = c.kp.cur_pos;
@@ -166,7 +178,9 @@ static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int
   s.features = FD_NEW_KV;
   s.window = window;
   s.sink_tokens = sinks;
+  s.features |= alibi ? FD_ALIBI : 0;
   fd_args a = { c.qp.q, c.kp.k, c.kp.v, pos, NULL, NULL, NULL, NULL, 0, out, lse };
+  a.alibi_slopes = slopes;
   a.k_new = nk.k;
   a.v_new = nk.v;
   fd_plan *plan = NULL;

@@ -401,8 +401,6 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "shape.softcap is inf", "infinite softcap");
   s = base; s.features = FD_ALIBI; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "FD_ALIBI with mask_mode", "ALiBi in full mode");
-  s = base; s.features = FD_ALIBI | FD_NEW_KV;
-  refused(ctx, s, FD_EUNSUPPORTED, "FD_ALIBI with FD_NEW_KV", "ALiBi with FD_NEW_KV");
   {                                       /* FD_SINK_LOGITS without args.sink_logits: refused at run, out untouched */
     fd_plan *plan = NULL;
     float q[8 * 64] = { 0 }, kv[2 * 256 * 64] = { 0 }, out[8 * 64];
