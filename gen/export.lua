@@ -268,8 +268,10 @@ function M.render(t, opts)
     PAGE_SIZE_MIN = facts.PAGE_SIZE_MIN, PAGE_SIZE_MAX = facts.PAGE_SIZE_MAX, Q_LEN_MAX = facts.Q_LEN_MAX,
     FEATURE_COUNT = #facts.features, FEATURES_SERVED = facts.feature_bits(function(f) return f.served end),
     SHARED_KV = facts.feature_bits(function(f) return f.name == "shared_kv" end),
-    HEADER_FEATURES = facts.feature_bits(function(f) return f.name == "shared_kv" or f.name == "alibi" end),
+    HEADER_FEATURES = facts.feature_bits(function(f)
+      return f.name == "shared_kv" or f.name == "alibi" or f.name == "sink_logits" end),
     ALIBI = facts.feature_bits(function(f) return f.name == "alibi" end),
+    SINK_LOGITS = facts.feature_bits(function(f) return f.name == "sink_logits" end),
     SHAPE_FIELDS = facts.SHAPE_FIELDS, SIGNATURE = facts.SIGNATURE, FIT_SAME = facts.FIT_SAME,
     C_TYPE = { int = "int", i64 = "int64_t", float = "float", unsigned = "unsigned" },
     DTYPE_COUNT = #facts.dtypes + 1,

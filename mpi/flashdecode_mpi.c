@@ -26,6 +26,7 @@ typedef struct call {
   float *state;                 /* this rank's state: out [rows, D] then lse [rows] */
   float *recv;                  /* receivers: the combined records, or every rank's state */
   int32_t *pos;                 /* [B] local cur_pos handed to fd_run */
+  float *no_sink;               /* FD_SINK_LOGITS: [Hq] -inf, fd_run's sink logits (the combine adds the real ones once) */
   unsigned char *empty;         /* [B] rows with no attended key here */
   int code;                     /* local failure (0: none), with msg */
   char msg[MSG_LEN];
@@ -36,7 +37,7 @@ typedef struct head {
   int32_t code, root, combine, pad;
   uint64_t shape_hash, q_hash;
   uint32_t scale_bits, pad2;
-  int64_t reserved;
+  uint64_t extra_hash;          /* args.alibi_slopes and args.sink_logits, when the features use them */
 } head;
 
 /* Per row and rank: the shard's first global key, its key count, the global cur_pos (-1: not causal). */
@@ -114,6 +115,10 @@ static int check_pointers(call *c) {
   if (c->receives && !a->out) return local_fail(c, FD_EINVAL, "args.out is NULL on a rank that receives the result");
   if (sh->shape->mask_mode == FD_CAUSAL && !a->cur_pos)
     return local_fail(c, FD_EINVAL, "args.cur_pos is NULL but the shape's mask_mode is FD_CAUSAL");
+  if ((sh->shape->features & FD_ALIBI) && !a->alibi_slopes)
+    return local_fail(c, FD_EINVAL, "args.alibi_slopes is NULL but the shape's features set FD_ALIBI");
+  if ((sh->shape->features & FD_SINK_LOGITS) && !a->sink_logits)
+    return local_fail(c, FD_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
   return 0;
 }
 
@@ -126,20 +131,13 @@ static int check_shape(call *c) {
   if (s->mask_mode > FD_FULL) return local_fail(c, FD_EINVAL, "shard.shape.mask_mode is %d", (int)s->mask_mode);
   if (s->q_len > 1)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.q_len is %d; fdmpi_run serves one query token per row", s->q_len);
-  if (s->features & FD_ALIBI)
-    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets FD_ALIBI; fdmpi_run does not serve ALiBi yet");
-  if (s->features & FD_SINK_LOGITS)
-    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets FD_SINK_LOGITS; fdmpi_run does not serve learned "
-                      "sink logits yet (each rank's merge would count them)");
   if (s->features & (FD_K_PER_CHANNEL | FD_BEAMS))
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets %s; fdmpi_run does not serve it yet",
                       s->features & FD_BEAMS ? "FD_BEAMS" : "FD_K_PER_CHANNEL");
   if (s->window)
-    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.window is %d; fdmpi_run does not serve sliding windows yet",
-                      s->window);
-  if (s->softcap != 0)
-    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.softcap is %g; fdmpi_run does not serve the logit softcap yet",
-                      (double)s->softcap);
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.window is %d; fdmpi_run does not serve sliding windows: a "
+                      "shard that ends before cur_pos and that the window's start cuts needs its own first key per row, "
+                      "which fd_run cannot take (its window counts back from each row's local cur_pos)", s->window);
   if (s->q_dtype > FD_BF16) return local_fail(c, FD_EINVAL, "shard.shape.q_dtype is %d", (int)s->q_dtype);
   if ((int64_t)s->batch * s->n_q_heads * (s->head_dim + 1) > INT32_MAX)
     return local_fail(c, FD_EINVAL, "shard.shape: batch x n_q_heads x (head_dim + 1) is above INT32_MAX, the largest "
@@ -201,14 +199,31 @@ static int alloc_buffers(call *c) {
   c->state = malloc(sizeof(float) * (size_t)(state + recv));
   c->pos = malloc(sizeof(int32_t) * (size_t)c->s->batch);
   c->empty = malloc((size_t)c->s->batch);
-  if (!c->state || !c->pos || !c->empty) {
-    free(c->state); free(c->pos); free(c->empty);
-    c->state = NULL; c->pos = NULL; c->empty = NULL;
+  c->no_sink = malloc(sizeof(float) * (size_t)c->s->n_q_heads);
+  if (!c->state || !c->pos || !c->empty || !c->no_sink) {
+    free(c->state); free(c->pos); free(c->empty); free(c->no_sink);
+    c->state = NULL; c->pos = NULL; c->empty = NULL; c->no_sink = NULL;
     return local_fail(c, FD_ENOMEM, "cannot allocate %lld bytes of state", (long long)(4 * (state + recv)));
   }
   c->recv = recv ? c->state + state : NULL;
   c->state[state - 1] = 0;
+  for (int h = 0; h < c->s->n_q_heads; h++) c->no_sink[h] = -INFINITY;
   return 0;
+}
+
+/* ALiBi: fd_run biased row b's scores by slope x (local key - local cur_pos); the
+   true bias is slope x (global key - global cur_pos), larger by slope x (key_offset
+   + local cur_pos - cur_pos) for every key of the row: out is unchanged, lse shifts
+   by that much (0 on the rank that holds cur_pos). */
+static void alibi_shift(const call *c, float *lse) {
+  const float *slope = c->args->alibi_slopes;
+  for (int b = 0; b < c->s->batch; b++) {
+    double d = (double)(c->sh->key_offset[b] + c->pos[b] - c->args->cur_pos[b]);
+    for (int h = 0; h < c->s->n_q_heads && !c->empty[b]; h++) {
+      float *l = &lse[(int64_t)b * c->s->n_q_heads + h];
+      *l = (float)((double)*l + (double)slope[h] * d);
+    }
+  }
 }
 
 /* The local partial state: fd_run over the attended keys into c->state; rows with none: out 0, lse -inf. */
@@ -224,10 +239,12 @@ static int attend_local(call *c) {
   if (any) {
     fd_args a = *c->args;
     if (c->s->mask_mode == FD_CAUSAL) a.cur_pos = c->pos;
+    if (c->s->features & FD_SINK_LOGITS) a.sink_logits = c->no_sink;   /* the combine adds them once */
     a.out = out;
     a.lse = lse;
     int rc = fd_run(c->plan, &a);
     if (rc) return local_fail(c, rc, "fd_run: %s", c->sh->ctx ? fd_errmsg(c->sh->ctx) : "failed (shard.ctx not given)");
+    if (c->s->features & FD_ALIBI) alibi_shift(c, lse);
   }
   for (int b = 0; b < B; b++) {
     if (!c->empty[b]) continue;
@@ -248,6 +265,9 @@ static head make_head(const call *c) {
   h.shape_hash = fd_shape_signature(s, sig, sizeof sig) < 0 ? 1 : hash_bytes(sig, strlen(sig), 7);
   h.q_hash = hash_bytes(c->args->q, qbytes, 11);
   memcpy(&h.scale_bits, &c->args->scale, 4);
+  size_t hq = sizeof(float) * (size_t)s->n_q_heads;
+  if (s->features & FD_ALIBI) h.extra_hash = hash_bytes(c->args->alibi_slopes, hq, 13);
+  if (s->features & FD_SINK_LOGITS) h.extra_hash ^= hash_bytes(c->args->sink_logits, hq, 17);
   return h;
 }
 
@@ -298,6 +318,9 @@ static int report_disagreement(call *c, const head *hs, int r) {
     memcpy(&s1, &h->scale_bits, 4);
     return fail(FD_EINVAL, "fdmpi_run: args.scale differs across ranks: rank 0 has %g, rank %d has %g", s0, r, s1);
   }
+  if (h->extra_hash != h0->extra_hash)
+    return fail(FD_EINVAL, "fdmpi_run: args.alibi_slopes or args.sink_logits differ across ranks (rank 0 and rank %d "
+                "hold different values)", r);
   return fail(FD_EINVAL, "fdmpi_run: args.q differs across ranks (rank 0 and rank %d hold different queries)", r);
 }
 
@@ -310,7 +333,7 @@ static int agree(call *c, head *hs) {
     if (hs[r].code) return report_local_failure(c, hs);
   for (int r = 1; r < c->np; r++)
     if (memcmp(&hs[r].shape_hash, &hs[0].shape_hash, 2 * sizeof(uint64_t)) || hs[r].root != hs[0].root ||
-        hs[r].combine != hs[0].combine || hs[r].scale_bits != hs[0].scale_bits)
+        hs[r].combine != hs[0].combine || hs[r].scale_bits != hs[0].scale_bits || hs[r].extra_hash != hs[0].extra_hash)
       return report_disagreement(c, hs, r);
   c->combine = hs[0].combine;
   return 0;
@@ -422,13 +445,24 @@ static int remote_failure(const call *c, int who) {
   return fail(FDMPI_EREMOTE, "fdmpi_run: rank %d failed (shard.trusted: its message is on that rank)", who);
 }
 
+/* FD_SINK_LOGITS: merge each head's learned sink logit into the records, once
+   for the whole communicator (rank 0 calls it): a state of lse = the logit and
+   out 0 (the sink has no value row), built in sink (D + 1 floats of zeros). */
+static void add_sinks(const call *c, float *rec, float *sink) {
+  for (int64_t r = 0; r < c->rows; r++) {
+    sink[0] = c->args->sink_logits[r % c->s->n_q_heads];
+    merge_pair(sink, rec + r * (c->D + 1), c->D);
+  }
+}
+
 /* Combine by MPI_Reduce / MPI_Allreduce over records with the merge operator; one more record carries
    the status (lse NaN: some rank failed; the merge keeps a NaN). */
 static int combine_reduce(call *c) {
   int64_t n = (c->rows + 1) * (c->D + 1);
-  float *send = calloc((size_t)n, sizeof(float));
+  float *send = calloc((size_t)(n + c->D + 1), sizeof(float));   /* the records, then a sink record */
   if (!send) return fail(FD_ENOMEM, "fdmpi_run: cannot allocate %lld bytes of records", (long long)(4 * n));
   pack_records(c, send, 0);
+  if ((c->s->features & FD_SINK_LOGITS) && c->rank == 0 && !c->code) add_sinks(c, send, send + n);
   send[c->rows * (c->D + 1)] = c->code ? NAN : -INFINITY;
   MPI_Datatype rec;
   MPI_Op op;
@@ -458,14 +492,22 @@ static int combine_gather(call *c) {
   if (!c->receives) return c->code ? remote_failure(c, c->rank) : 0;
   for (int r = 0; r < c->np; r++)
     if (c->recv[(int64_t)r * n + n - 1] != 0) return remote_failure(c, r);
-  const float **outs = malloc(sizeof(float *) * 2 * (size_t)c->np), **lses = outs + c->np;
-  if (!outs) return fail(FD_ENOMEM, "fdmpi_run: cannot allocate the merge table");
+  int sinks = (c->s->features & FD_SINK_LOGITS) != 0, m = c->np + sinks;
+  const float **outs = malloc(sizeof(float *) * 2 * (size_t)m), **lses = outs + m;
+  float *sink = sinks ? calloc((size_t)(c->rows * (c->D + 1)), sizeof(float)) : NULL;
+  if (!outs || (sinks && !sink)) { free(outs); free(sink); return fail(FD_ENOMEM, "fdmpi_run: cannot allocate the merge table"); }
   for (int r = 0; r < c->np; r++) {
     outs[r] = c->recv + (int64_t)r * n;
     lses[r] = outs[r] + c->rows * c->D;
   }
-  int rc = fd_merge_states(c->np, outs, lses, c->rows, c->D, c->args->out, c->args->lse);
+  if (sinks) {                         /* the learned sink logits: one more state, lse the logit, out 0 */
+    for (int64_t r = 0; r < c->rows; r++) sink[c->rows * c->D + r] = c->args->sink_logits[r % c->s->n_q_heads];
+    outs[c->np] = sink;
+    lses[c->np] = sink + c->rows * c->D;
+  }
+  int rc = fd_merge_states(m, outs, lses, c->rows, c->D, c->args->out, c->args->lse);
   free(outs);
+  free(sink);
   return rc ? fail(rc, "fdmpi_run: fd_merge_states: %s", fd_errmsg(NULL)) : 0;
 }
 
@@ -528,5 +570,6 @@ int fdmpi_run(const fd_plan *plan, const fd_args *args, const fdmpi_shard *shard
   free(c.state);
   free(c.pos);
   free(c.empty);
+  free(c.no_sink);
   return rc;
 }

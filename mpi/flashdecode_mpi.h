@@ -34,6 +34,16 @@
    small validation collectives (an Allgather of 40 bytes per rank, then one
    of 24 bytes per row per rank) before the combine, unless shard.trusted.
 
+   Model features: FD_ALIBI (args.cur_pos is global and a shard's keys sit
+   key_offset further, so each rank's lse is shifted from its local positions
+   to the global ones before the combine; out is unchanged), FD_SINK_LOGITS
+   (each rank attends with -inf sinks, the combine adds args.sink_logits once:
+   one more state in GATHER, rank 0's records in REDUCE) and the softcap are
+   served; args.alibi_slopes and args.sink_logits must agree across ranks
+   (validated). Sliding windows (shape.window) are refused with
+   FD_EUNSUPPORTED: a shard that ends before cur_pos and that the window's
+   start cuts needs its own first key per row, which fd_run cannot take.
+
    Threads: the MPI rules apply (concurrent calls need MPI_THREAD_MULTIPLE
    and distinct communicators); fdmpi_errmsg is per calling thread.
    q_len > 1 (several query tokens per row) is not supported yet. */

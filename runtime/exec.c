@@ -110,6 +110,12 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   return s->layout == FD_PAGED ? check_block_table(p, a) : FD_OK;
 }
 
+/* The window ranges of row b's cached keys: its tokens sit after them, and
+   with FD_NEW_KV after the q_len new keys too (templates/items.h.tpl). */
+static fd_window row_window(const fd_plan *p, int b) {
+  return fd_window_of(p->row_len[b] + (p->new_kv ? p->q_len : 0), p->q_len, p->shape.window, p->shape.sink_tokens);
+}
+
 /* Row lengths, the keys each row visits (its window's), rows by descending
    keys and the bucket of the longest (the rules of templates/items.h.tpl,
    shared with the exported header). */
@@ -117,7 +123,7 @@ static const fd_bucket *measure_rows(fd_plan *p, const fd_args *a) {
   const fd_shape *s = &p->shape;
   for (int b = 0; b < s->batch; b++) {  /* FD_NEW_KV: the cached keys, before the q_len new ones */
     p->row_len[b] = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len) - (p->new_kv ? p->q_len : 0);
-    fd_window wd = fd_window_of(p->row_len[b], p->q_len, s->window, s->sink_tokens);
+    fd_window wd = row_window(p, b);
     p->row_first[b] = wd.first;
     p->row_sink[b] = wd.sink;
     p->row_keys[b] = p->row_len[b] - wd.first;
@@ -169,18 +175,21 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   w->scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)s->head_dim));
   w->out = (char *)a->out + h0 * D * fd_dtype_size(s->out_dtype);
   w->lse = a->lse ? a->lse + h0 : NULL;
-  if (p->new_kv) w->tok_end0 = p->row_len[b];   /* every token sees every cached key */
+  /* FD_NEW_KV: every token sees every cached key; token t sits at row_len + t (ALiBi's position) */
+  if (p->new_kv) w->tok_end0 = p->row_len[b] + 1;
   if (p->alibi) w->alibi = a->alibi_slopes + (size_t)j * p->G;
   w->softcap = s->softcap;
   if (s->window) {                               /* the keys below a later token's window start */
-    fd_window wd = fd_window_of(p->row_len[b], p->q_len, s->window, s->sink_tokens);
+    fd_window wd = row_window(p, b);
     w->win_lo = wd.cut_lo;
     w->win_hi0 = wd.cut_hi0;
   }
 }
 
 /* Point w at the new keys of (b, j) (FD_NEW_KV: k_new/v_new [B, q_len, Hkv, D],
-   keys [0, q_len) of their own split): token t sees new keys 0..t. */
+   keys [0, q_len) of their own split): token t sees new keys 0..t; with a
+   window (new key k sits at position row_len + k, token t at row_len + t)
+   not the keys [0, t + 1 - window) below its start, unless they are sinks. */
 static void new_rows(const fd_plan *p, const fd_args *a, int b, int j, fd_work *w) {
   const fd_shape *s = &p->shape;
   size_t row0 = ((size_t)b * p->q_len * s->n_kv_heads + j) * s->head_dim * fd_dtype_size(s->kv_dtype);
@@ -191,6 +200,10 @@ static void new_rows(const fd_plan *p, const fd_args *a, int b, int j, fd_work *
   w->pages = NULL;
   w->beam_src = NULL;
   w->tok_end0 = 1;
+  if (s->window) {
+    w->win_lo = s->sink_tokens > p->row_len[b] ? s->sink_tokens - p->row_len[b] : 0;
+    w->win_hi0 = 1 - s->window;
+  }
 }
 
 /* Merge the partials of (b, j) into out and lse (with the heads' learned sink logits). */
@@ -337,10 +350,13 @@ static const char *bad_name(int dtype, const void *p, int64_t i) {
 /* rows x len elements of one input for one (b, kv head), rows stride elements
    apart, in blocks of page_rows rows (0: one block) page_stride elements
    apart: row i is row i % page_rows of block pages[i / page_rows] (paged
-   K/V), or of block i / page_rows (pages NULL: q and mask rows in tokens). */
+   K/V), or of block i / page_rows (pages NULL: q and mask rows in tokens).
+   Rows [sink, lo) are not read (a window's keys past the sinks, before its
+   start; lo = sink = 0: every row). */
 typedef struct in_rows {
   const void *base; int dtype; int64_t rows, len, stride;
   const int32_t *pages; int64_t page_rows, page_stride;
+  int64_t lo, sink;
 } in_rows;
 
 /* The address of row i of r. */
@@ -359,8 +375,8 @@ static int64_t contiguous_rows(const in_rows *r, int64_t i) {
 }
 
 /* The inputs in the order they are checked and reported, and how their elements are named. */
-enum { IN_Q, IN_K, IN_KSCALE, IN_V, IN_VSCALE, IN_MASK, IN_COUNT };
-static const char *const IN_NAME[] = { "q", "k", "k_scale", "v", "v_scale", "mask" };
+enum { IN_Q, IN_K, IN_KSCALE, IN_V, IN_VSCALE, IN_MASK, IN_KNEW, IN_VNEW, IN_COUNT };
+static const char *const IN_NAME[] = { "q", "k", "k_scale", "v", "v_scale", "mask", "k_new", "v_new" };
 
 /* Input t of (b, kv head) w with n keys read; 0 when the run reads none of it. */
 static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_rows *r) {
@@ -387,12 +403,16 @@ static int input_rows(const fd_plan *p, const fd_work *w, int t, int64_t n, in_r
   }
 }
 
-/* The first refused element of r: its row and column; 0 when there is none. */
+/* The first refused element of r in its rows [0, sink) and [lo, rows): its row and column; 0 when there is none. */
 static int scan_rows(const in_rows *r, int64_t *row, int64_t *col) {
-  for (int64_t i = 0, whole; i < r->rows; i += whole) {
-    whole = contiguous_rows(r, i);
-    int64_t k = first_bad(r->dtype, row_at(r, i), whole * r->len);
-    if (k >= 0) { *row = i + k / r->len; *col = k % r->len; return 1; }
+  for (int part = 0; part < 2; part++) {
+    int64_t to = part ? r->rows : r->sink;
+    for (int64_t i = part ? r->lo : 0, whole; i < to; i += whole) {
+      whole = contiguous_rows(r, i);
+      if (whole > to - i) whole = to - i;
+      int64_t k = first_bad(r->dtype, row_at(r, i), whole * r->len);
+      if (k >= 0) { *row = i + k / r->len; *col = k % r->len; return 1; }
+    }
   }
   return 0;
 }
@@ -408,6 +428,9 @@ static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64
     return fd_fail(p->ctx, FD_EINVAL, "args.mask[b=%d, %shead=%lld, key=%lld] is %s", b, tok, h, (long long)col, what);
   if (t == IN_KSCALE && p->k_per_channel)
     return fd_fail(p->ctx, FD_EINVAL, "args.k_scale[b=%d, kv_head=%d, d=%lld] is %s", b, j, (long long)col, what);
+  if (t == IN_KNEW || t == IN_VNEW)
+    return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, token=%lld, kv_head=%d, d=%lld] is %s", IN_NAME[t], b,
+                   (long long)row, j, (long long)col, what);
   if (t == IN_KSCALE || t == IN_VSCALE)
     return fd_fail(p->ctx, FD_EINVAL, "args.%s[b=%d, kv_head=%d, key=%lld] is %s", IN_NAME[t], b, j, (long long)row, what);
   if (r->dtype >= BLOCK_KIND) {
@@ -428,7 +451,18 @@ static int item_rows(const run_state *rs, int i, in_rows *r, int *t, int *b, int
   *b = i / s->n_kv_heads % s->batch;
   *j = i % s->n_kv_heads;
   fill_work(rs->p, rs->a, *b, *j, &w);
-  return input_rows(rs->p, &w, *t, rs->p->row_len[*b], r);
+  if (*t == IN_KNEW || *t == IN_VNEW) {           /* FD_NEW_KV: the q_len new keys, every one read */
+    if (!rs->p->new_kv) return 0;
+    new_rows(rs->p, rs->a, *b, *j, &w);
+    *r = (in_rows){ *t == IN_KNEW ? w.k : w.v, s->kv_dtype, rs->p->q_len, s->head_dim, w.kv_stride, NULL, 0, 0 };
+    return 1;
+  }
+  int read = input_rows(rs->p, &w, *t, rs->p->row_len[*b], r);
+  if (s->window && *t != IN_Q && *t != IN_MASK) {   /* K, V and scales: the window's ranges only */
+    r->lo = rs->p->row_first[*b];
+    r->sink = rs->p->row_sink[*b];
+  }
+  return read;
 }
 
 /* Scan check item i; a refused value lowers rs->bad to i unless a lower item holds one. */
@@ -445,10 +479,11 @@ static void check_item(run_state *rs, int i, int tid) {
 static void check_task(void *arg, int tid) { drain(arg, tid, check_item); }
 
 /* fd_config.check_inputs: every value the run reads (q; K, V, their scales and
-   the mask for the keys of rs->p->row_len), scanned on the pool, one item per
-   input and (b, kv head); FD_EINVAL naming the first NaN or infinity in the
-   order q, k, k_scale, v, v_scale, mask, each in index order (-Inf allowed in
-   the mask). The caller's thread writes the message. */
+   the mask for the keys of rs->p->row_len, with a window those of its
+   ranges: the sinks and the main range; FD_NEW_KV's k_new and v_new),
+   scanned on the pool, one item per input and (b, kv head); FD_EINVAL naming
+   the first NaN or infinity in the order q, k, k_scale, v, v_scale, mask,
+   k_new, v_new, each in index order (-Inf allowed in the mask). The caller's thread writes the message. */
 static int check_inputs(run_state *rs) {
   const fd_shape *s = &rs->p->shape;
   int n = IN_COUNT * s->batch * s->n_kv_heads, threads = rs->b->threads < n ? rs->b->threads : n;

@@ -167,20 +167,12 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if (s->window && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.window %d with mask_mode %s; a sliding window needs positions (FD_CAUSAL)",
                    s->window, fd_mask_mode_names[s->mask_mode]);
-  if (s->window && (s->features & FD_NEW_KV))
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.window %d with FD_NEW_KV is not supported by this build yet", s->window);
-  if (s->window && ctx && ctx->check_inputs)
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.window %d with config.check_inputs is not supported by this build yet "
-                   "(the scan reads every key, not the window's)", s->window);
   for (int i = 0; i < FD_FEATURE_COUNT; i++)
     if (s->features & ~FD_FEATURES_SERVED & (1u << i))
       return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets %s, which this build does not support yet", fd_feature_names[i]);
   if ((s->features & FD_ALIBI) && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_ALIBI with mask_mode %s; ALiBi's bias needs positions "
                    "(FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);
-  if ((s->features & FD_ALIBI) && (s->features & FD_NEW_KV))
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_ALIBI with FD_NEW_KV, which this build does not "
-                   "support yet");
   if ((s->features & FD_NEW_KV) && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with mask_mode %s; the new tokens' keys need "
                    "positions (FD_CAUSAL)", fd_mask_mode_names[s->mask_mode]);

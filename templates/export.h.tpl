@@ -72,6 +72,7 @@ typedef struct fdt_args {
   void *out;                /* [B, Hq, D] out_dtype */
   float *lse;               /* [B, Hq] or NULL */
   const float *alibi_slopes;  /* FD_ALIBI (shape.features): [Hq] slopes; score += slope x (key - position) */
+  const float *sink_logits;   /* FD_SINK_LOGITS (shape.features): [Hq] logits joining each head's denominator once */
 } fdt_args;
 
 /* One row of the tuned table; batch 0 marks the default row (any shape its kernels serve). */
@@ -210,11 +211,15 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if (!(s->softcap >= 0) || s->softcap - s->softcap != 0)
     return fdt_refuse(why, FDT_EINVAL, "shape.softcap must be finite and at least 0");
   if (s->features >> $(FEATURE_COUNT)) return fdt_refuse(why, FDT_EINVAL, "shape.features has unknown bits");
-  if (s->window) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.window: sliding windows are not served yet");
-  if (s->sink_tokens) return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.sink_tokens: sink tokens are not served yet");
+  if (s->sink_tokens && !s->window)
+    return fdt_refuse(why, FDT_EINVAL, "shape.sink_tokens is set without a window; sink tokens stay visible beside a "
+                      "sliding window (set shape.window)");
+  if (s->window && s->mask_mode != FDT_CAUSAL)
+    return fdt_refuse(why, FDT_EINVAL, "shape.window is set with a mask_mode other than causal (a sliding window needs "
+                      "positions)");
   if (s->features & ~$(HEADER_FEATURES)u)
-    return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.features sets a bit this header does not serve (only FD_SHARED_KV "
-                      "and FD_ALIBI)");
+    return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.features sets a bit this header does not serve (only FD_SHARED_KV, "
+                      "FD_ALIBI and FD_SINK_LOGITS)");
   if ((s->features & $(ALIBI)u) && s->mask_mode != FDT_CAUSAL)
     return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_ALIBI with a mask_mode other than causal (ALiBi's bias "
                       "needs positions)");
@@ -247,9 +252,12 @@ static inline size_t fdt_round64(size_t n) { return (n + 63) / 64 * 64; }
 /* Where the parts of a run's scratch lie, in bytes from its 64-byte aligned start. */
 typedef struct fdt_scratch_map { size_t qbuf, state, len, items, order, splits, end; } fdt_scratch_map;
 
+/* Rows of [batch] int64 in the scratch: valid keys, keys visited, first key and sink keys (window). */
+#define FDT_ROW_ARRAYS 4
+
 /* The scratch of a run of shape s with at most S splits per row and rec
    floats per head in a state record: a query buffer per work item, the
-   state records of every (batch row, kv head, split), then the row lengths,
+   state records of every (batch row, kv head, split), then the rows' lengths and window ranges,
    the work items, the row order and the splits of each row. */
 static inline fdt_scratch_map fdt_scratch_map_of(const fdt_shape *s, int S, int rec) {
   size_t B = (size_t)s->batch, items = B * (size_t)s->n_kv_heads * (size_t)S;
@@ -258,7 +266,7 @@ static inline fdt_scratch_map fdt_scratch_map_of(const fdt_shape *s, int S, int 
   m.qbuf = 0;
   m.state = m.qbuf + fdt_round64(items * fdt_qbuf_floats(s) * sizeof(float));
   m.len = m.state + fdt_round64(items * G * (size_t)rec * sizeof(float));
-  m.items = m.len + fdt_round64(B * sizeof(int64_t));
+  m.items = m.len + fdt_round64(FDT_ROW_ARRAYS * B * sizeof(int64_t));
   m.order = m.items + fdt_round64(items * sizeof(fd_item));
   m.splits = m.order + fdt_round64(B * sizeof(int));
   m.end = m.splits + fdt_round64(B * sizeof(int));
@@ -272,9 +280,15 @@ static inline int fdt_most_splits(const fdt_row *r) {
   return most > 1 ? most : 1;
 }
 
+/* Partial records per (batch row, kv head) of row r's runs of shape s: its
+   most splits, plus the sink split of a window with sink tokens (as exec.c). */
+static inline int fdt_row_stride(const fdt_row *r, const fdt_shape *s) {
+  return fdt_most_splits(r) + (s->window > 0 && s->sink_tokens > 0);
+}
+
 /* Bytes of scratch a run of row r needs for shape s, 64 for the alignment included. */
 static inline size_t fdt_row_bytes(const fdt_row *r, const fdt_shape *s) {
-  return fdt_scratch_map_of(s, fdt_most_splits(r), r->plain->state_floats).end + 64;
+  return fdt_scratch_map_of(s, fdt_row_stride(r, s), r->plain->state_floats).end + 64;
 }
 
 /* The shape fdt_run executes for s, as libflashdecode's planner: with
@@ -326,9 +340,11 @@ typedef struct fdt_job {
   const fdt_row *r;
   int G, S, rec, n_items;   /* S: the bucket's splits, the most a batch row gets */
   int q_len, heads;         /* tokens per row; query rows per kernel call (G x q_len) */
-  int stride;               /* partial records per (row, kv head): fdt_most_splits */
+  int stride;               /* partial records per (row, kv head): fdt_row_stride */
   float *qbuf, *state;
-  int64_t *len;             /* [batch] valid keys */
+  int64_t *len, *keys;      /* [batch] valid keys; keys visited (the window's main range) */
+  int64_t *first, *sink;    /* [batch] the main range's first key; the sink split's keys (window) */
+  int sink_logits;          /* FD_SINK_LOGITS: every row goes through the merge, which adds them once */
   fd_item *items;           /* [n_items] in the order the parallel-for gets them */
   int *order, *row_splits;  /* [batch] rows longest first; splits of each row */
 } fdt_job;
@@ -358,6 +374,11 @@ static inline void fdt_fill_work(const fdt_job *J, int b, int j, fd_work *w) {
   w->lse = a->lse ? a->lse + h0 : 0;
   w->softcap = s->softcap;
   if (s->features & $(ALIBI)u) w->alibi = a->alibi_slopes + (size_t)j * J->G;
+  if (s->window) {                               /* the keys below a later token's window start */
+    fd_window wd = fd_window_of(J->len[b], J->q_len, s->window, s->sink_tokens);
+    w->win_lo = wd.cut_lo;
+    w->win_hi0 = wd.cut_hi0;
+  }
 }
 
 /* Run work item i (the parallel-for's body): its kernel over its keys; a
@@ -371,18 +392,20 @@ static inline void fdt_item(void *ctx, int i) {
   w.end = it->end;
   w.qbuf = J->qbuf + (size_t)i * fdt_qbuf_floats(J->s);
   w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->stride, it->s, J->heads, J->rec);
-  fd_item_kernel(J->r->plain, J->r->lse, J->r->split, J->row_splits[it->b] > 1, J->a->lse != 0)->run(&w);
+  fd_item_kernel(J->r->plain, J->r->lse, J->r->split, fd_row_merged(J->row_splits[it->b], J->sink_logits),
+                 J->a->lse != 0)->run(&w);
 }
 
 /* Merge the split partials of (b, j) = i into out and lse, when its row was
-   split (the parallel-for's body of the merge pass). */
+   split or has learned sink logits (the parallel-for's body of the merge pass). */
 static inline void fdt_merge(void *ctx, int i) {
   const fdt_job *J = (const fdt_job *)ctx;
-  int b = i / J->s->n_kv_heads, S = J->row_splits[b];
-  if (S == 1) return;
+  int b = i / J->s->n_kv_heads, j = i % J->s->n_kv_heads, S = J->row_splits[b];
+  if (!fd_row_merged(S, J->sink_logits)) return;
   fd_work w;
-  fdt_fill_work(J, b, i % J->s->n_kv_heads, &w);
-  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->stride, 0, J->heads, J->rec), S, J->rec, &w, NULL);
+  fdt_fill_work(J, b, j, &w);
+  const float *sink = J->sink_logits ? J->a->sink_logits + (size_t)j * J->G : 0;
+  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->stride, 0, J->heads, J->rec), S, J->rec, &w, sink);
 }
 
 /* The default parallel-for: every item in order on the calling thread. */
@@ -420,12 +443,14 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
   }
   if ((s->features & $(ALIBI)u) && !a->alibi_slopes)
     return fdt_refuse(why, FDT_EINVAL, "args.alibi_slopes is NULL but the shape's features set FD_ALIBI");
+  if ((s->features & $(SINK_LOGITS)u) && !a->sink_logits)
+    return fdt_refuse(why, FDT_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
   if (s->layout != FDT_PAGED) return FDT_OK;
   if (!a->block_table) return fdt_refuse(why, FDT_EINVAL, "args.block_table is NULL but the shape's layout is FDT_PAGED");
   int bad_b;
   int64_t bad_page;
-  if (fd_bad_page(a->block_table, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len, 0, 1, 0, 0, s->page_size,
-                  s->pool_pages, &bad_b, &bad_page))
+  if (fd_bad_page(a->block_table, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len, 0, fdt_q_len(s), s->window,
+                  s->sink_tokens, s->page_size, s->pool_pages, &bad_b, &bad_page))
     return fdt_refuse(why, FDT_EINVAL, "args.block_table[b, page] is outside 0..shape.pool_pages - 1 for a page of valid keys");
   return FDT_OK;
 }
@@ -443,36 +468,53 @@ static inline int fdt_validate(const fdt_shape *s, const fdt_args *a, const char
 /* Check the arguments as fd_run does; FDT_OK or the refusal's code. */
 static inline int fdt_check(const fdt_shape *s, const fdt_args *a) { return fdt_validate(s, a, NULL); }
 
-/* Prepare job J for checked s and a: the row of the longest valid length,
+/* The keys row b visits (its window's main range, as exec.c's measure_rows):
+   their count; its first key and sink split's keys in *first and *sink. */
+static inline int64_t fdt_row_keys(const fdt_shape *s, const fdt_args *a, int b, int64_t *first, int64_t *sink) {
+  int64_t len = fdt_row_len(s, a, b);
+  fd_window wd = fd_window_of(len, fdt_q_len(s), s->window, s->sink_tokens);
+  *first = wd.first;
+  *sink = wd.sink;
+  return len - wd.first;
+}
+
+/* Prepare job J for checked s and a: the row of the most keys visited,
    the scratch's parts and the work items (templates/items.h.tpl, as fd_run);
    FDT_OK, FDT_EUNSUPPORTED (no kernel serves s) or FDT_ENOMEM. */
 static inline int fdt_prepare(const fdt_shape *s, const fdt_args *a, void *scratch, size_t scratch_bytes, fdt_job *J) {
-  int64_t longest = 1;
+  int64_t longest = 1, first, sink;
   for (int b = 0; b < s->batch; b++)
-    if (fdt_row_len(s, a, b) > longest) longest = fdt_row_len(s, a, b);
+    if (fdt_row_keys(s, a, b, &first, &sink) > longest) longest = fdt_row_keys(s, a, b, &first, &sink);
   const fdt_row *r = fdt_lookup(s, longest);
   if (!r) return FDT_EUNSUPPORTED;
   if (!scratch || scratch_bytes < fdt_row_bytes(r, s)) return FDT_ENOMEM;
-  fdt_scratch_map m = fdt_scratch_map_of(s, fdt_most_splits(r), r->plain->state_floats);
+  fdt_scratch_map m = fdt_scratch_map_of(s, fdt_row_stride(r, s), r->plain->state_floats);
   char *base = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
   J->s = s; J->a = a; J->r = r;
   J->G = s->n_q_heads / s->n_kv_heads;
   J->q_len = fdt_q_len(s);
   J->heads = J->G * J->q_len;
   J->S = fd_bucket_splits(r->splits > 1 ? r->splits : 1, fdt_bucket(longest), s->kv_len);
-  J->stride = fdt_most_splits(r);
+  J->stride = fdt_row_stride(r, s);
+  J->sink_logits = (s->features & $(SINK_LOGITS)u) != 0;
   J->rec = r->plain->state_floats;
   J->qbuf = (float *)(base + m.qbuf);
   J->state = (float *)(base + m.state);
   J->len = (int64_t *)(base + m.len);
+  J->keys = J->len + s->batch;
+  J->first = J->keys + s->batch;
+  J->sink = J->first + s->batch;
   J->items = (fd_item *)(base + m.items);
   J->order = (int *)(base + m.order);
   J->row_splits = (int *)(base + m.splits);
-  for (int b = 0; b < s->batch; b++) J->len[b] = fdt_row_len(s, a, b);
-  fd_order_rows(s->batch, J->len, J->order);
+  for (int b = 0; b < s->batch; b++) {
+    J->len[b] = fdt_row_len(s, a, b);
+    J->keys[b] = fdt_row_keys(s, a, b, &J->first[b], &J->sink[b]);
+  }
+  fd_order_rows(s->batch, J->keys, J->order);
   /* no forced splits; split_keys 0: this header has no deterministic mode (its rows are per length bucket) */
-  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->len, NULL, NULL, J->order, J->S, 0, 0, r->threads, 0, J->row_splits,
-                               J->items);
+  J->n_items = fd_layout_items(s->batch, s->n_kv_heads, J->keys, J->first, s->window ? J->sink : 0, J->order, J->S, 0, 0,
+                               r->threads, 0, J->row_splits, J->items);
   return FDT_OK;
 }
 
@@ -499,7 +541,7 @@ static inline int fdt_run(const fdt_shape *s, const fdt_args *a, void *scratch, 
   if (!pfor) pfor = fdt_serial_for;
   pfor(user, J.n_items, fdt_item, &J);
   int rows = J.s->batch * J.s->n_kv_heads;   /* the executed shape's (FD_SHARED_KV: one row) */
-  if (J.n_items > rows) pfor(user, rows, fdt_merge, &J);   /* some row was split */
+  if (J.n_items > rows || J.sink_logits) pfor(user, rows, fdt_merge, &J);   /* some row was split, or sink logits */
   return FDT_OK;
 }
 

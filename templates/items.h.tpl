@@ -49,9 +49,9 @@ static inline int64_t fd_table_pages(int64_t kv_len, int page_size) { return (kv
 
 /* The paged layout's block table [batch][fd_table_pages] checked where it
    holds keys the run visits (causal: 0..cur_pos[b], else all kv_len; the
-   last not_cached of them are not in the cache: FD_NEW_KV's new tokens;
-   with a window, its ranges: the pages engines free outside it are not
-   read): 1 with the row and page of the first entry outside
+   last not_cached of them are not in the cache: FD_NEW_KV's new tokens,
+   whose positions the window counts; with a window, its ranges: the pages
+   engines free outside it are not read): 1 with the row and page of the first entry outside
    0..pool_pages - 1, else 0. */
 static inline int fd_bad_page(const int32_t *table, int batch, int causal, const int32_t *cur_pos, int64_t kv_len,
                               int64_t not_cached, int q_len, int window, int sink_tokens, int page_size,
@@ -59,7 +59,7 @@ static inline int fd_bad_page(const int32_t *table, int batch, int causal, const
   int64_t per_row = fd_table_pages(kv_len, page_size);
   for (int b = 0; b < batch; b++) {
     int64_t len = fd_valid_len(causal, cur_pos, b, kv_len) - not_cached;
-    fd_window wd = fd_window_of(len, q_len, window, sink_tokens);
+    fd_window wd = fd_window_of(len + not_cached, q_len, window, sink_tokens);
     int64_t sink_pages = fd_table_pages(wd.sink, page_size), pages = fd_table_pages(len, page_size);
     for (int64_t i = 0; i < pages; i++) {
       int32_t e = table[b * per_row + i];

@@ -15,9 +15,12 @@
        row's bucket, and mirrored) through fdt_run and fd_run and checks the
        same work items, item by item (fdt_work_items, fd_exec_items), and
        the same out and lse, bit for bit; each case again with softcap
-       0.25 (small, so that it shows on these small logits) and causal ones
-       with ALiBi (the standard slopes), bit for bit too, and out differing
-       from the plain run's.
+       0.25 (small, so that it shows on these small logits), with learned
+       sink logits (FD_SINK_LOGITS), and causal ones with ALiBi (the
+       standard slopes), a sliding window with 4 sink tokens and a window
+       alone (the items then tile each row's visible keys: sinks, then the
+       window; paged rows with the pages outside them freed, -1 in the
+       block table), bit for bit too, and out differing from the plain run's.
    Each row runs at a length inside its bucket, batch rows of uneven lengths. */
 #include FDT_HEADER
 #include <ctype.h>
@@ -179,7 +182,7 @@ static int aot_case(int i, FILE *f) {
   const fdt_row *row = case_of(i, &s, &L);
   prob p;
   make(&p, &s, L, 100u + (uint32_t)i);
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL, NULL };
   size_t n = fdt_scratch_bytes(&p.s);
   void *scratch = malloc(n);
   int calls = 0;
@@ -210,7 +213,7 @@ static int error_cases(void) {
   case_of(0, &s, &L);
   prob p;
   make(&p, &s, L, 7);
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, NULL, NULL };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, NULL, NULL, NULL };
   size_t n = fdt_scratch_bytes(&p.s);
   void *scratch = malloc(n);
   int bad = 0;
@@ -285,7 +288,7 @@ static fd_shape to_fd_shape(const fdt_shape *s) {
 static fd_args to_fd_args(const fdt_args *a) {
   fd_args fa = { .q = a->q, .k = a->k, .v = a->v, .cur_pos = a->cur_pos, .mask = a->mask, .k_scale = a->k_scale,
                  .v_scale = a->v_scale, .block_table = a->block_table, .scale = a->scale, .out = a->out, .lse = a->lse,
-                 .alibi_slopes = a->alibi_slopes };
+                 .alibi_slopes = a->alibi_slopes, .sink_logits = a->sink_logits };
   return fa;
 }
 
@@ -305,7 +308,7 @@ static void jit_case(int i, const char *table, FILE *f) {
   int rc = fd_plan_create(ctx, &fs, &plan);
   if (!rc) rc = fd_plan_info_get(plan, L, &info);
   if (row != &fdt_default_row) check(!rc && info.from_table && !strcmp(info.key, row->key), "the planner did not use the row's key", i);
-  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL };
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL, NULL };
   fd_args a = to_fd_args(&ta);
   if (!rc) rc = fd_run(plan, &a);
   check(rc == 0, "plan or run failed", i);
@@ -375,6 +378,26 @@ static const refusal REFUSALS[] = {
   { "features bit 64 (unknown)", BASE_MASK, 0, { SHAPE_INT(features, 64) } },
   { "FD_ALIBI in full mode", BASE_FULL_FP8, 0, { SHAPE_INT(features, 1) } },
   { "args.alibi_slopes NULL with FD_ALIBI", BASE_CAUSAL, 0, { SHAPE_INT(features, 1) } },
+  { "FD_SINK_LOGITS with args.sink_logits (control)", BASE_CAUSAL, 1, { SHAPE_INT(features, 2) } },
+  { "FD_SINK_LOGITS in mask mode (control)", BASE_MASK, 1, { SHAPE_INT(features, 2) } },
+  { "args.sink_logits NULL with FD_SINK_LOGITS", BASE_CAUSAL, 0, { SHAPE_INT(features, 2), ARG_NULL(sink_logits) } },
+  { "args.sink_logits NULL with FD_SINK_LOGITS (full fp8)", BASE_FULL_FP8, 0,
+    { SHAPE_INT(features, 2), ARG_NULL(sink_logits) } },
+  { "window 8 (control)", BASE_CAUSAL, 1, { SHAPE_INT(window, 8) } },
+  { "window 8 with 3 sink tokens (control)", BASE_CAUSAL, 1, { SHAPE_INT(window, 8), SHAPE_INT(sink_tokens, 3) } },
+  { "window 1 with 50 sink tokens (sinks past the cache: control)", BASE_E5M2, 1,
+    { SHAPE_INT(window, 1), SHAPE_INT(sink_tokens, 50) } },
+  { "window -1", BASE_CAUSAL, 0, { SHAPE_INT(window, -1) } },
+  { "sink_tokens -2 with a window", BASE_CAUSAL, 0, { SHAPE_INT(window, 4), SHAPE_INT(sink_tokens, -2) } },
+  { "sink_tokens 4 without a window", BASE_CAUSAL, 0, { SHAPE_INT(sink_tokens, 4) } },
+  { "window 16 in mask mode", BASE_MASK, 0, { SHAPE_INT(window, 16) } },
+  { "window 16 in full mode", BASE_FULL_FP8, 0, { SHAPE_INT(window, 16) } },
+  { "order: shape.window -1 before shape.sink_tokens -1", BASE_CAUSAL, 0,
+    { SHAPE_INT(sink_tokens, -1), SHAPE_INT(window, -1) } },
+  { "order: shape.sink_tokens before args.cur_pos", BASE_CAUSAL, 0, { POS(0, -1), SHAPE_INT(sink_tokens, 2) } },
+  { "order: args.alibi_slopes before args.sink_logits", BASE_CAUSAL, 0,
+    { SHAPE_INT(features, 3), ARG_NULL(sink_logits) } },
+  { "window with cur_pos[last] kv_len", BASE_CAUSAL, 0, { SHAPE_INT(window, 8), POS(-1, AT_KV_LEN) } },
   { "q_len 4 with cur_pos[0] 2 (token 0 before position 0)", BASE_CAUSAL, 0, { SHAPE_INT(q_len, 4), POS(0, 2) } },
   { "causal kv_len 2^31 + 1", BASE_CAUSAL, 0, { KV_LEN(((int64_t)1 << 31) + 1) } },
   { "kv_len 2^60", BASE_FULL_FP8, 0, { KV_LEN((int64_t)1 << 60) } },
@@ -539,7 +562,8 @@ static void refusal_case(fd_ctx *ctx, int i) {
   prob p;
   make(&p, &base, base.kv_len, 500u + (uint32_t)i);
   fdt_shape s = p.s;
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, p.lse, NULL };
+  float *logits = calloc((size_t)base.n_q_heads, sizeof(float));   /* learned sink logits 0: valid */
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, p.lse, NULL, logits };
   int no_shape = 0, no_args = 0;
   for (int k = 0; k < 2; k++) mutate(&r->m[k], &s, &a, p.pos, &no_shape, &no_args);
   const fdt_shape *sp = no_shape ? NULL : &s;
@@ -556,6 +580,7 @@ static void refusal_case(fd_ctx *ctx, int i) {
   x.f_clean = untouched(&p);
   judge(i, &x);
   free(scratch);
+  free(logits);
   unmake(&p);
 }
 
@@ -610,13 +635,27 @@ static int64_t valid_len(const prob *p, int b) {
   return p->s.mask_mode == FDT_CAUSAL ? (int64_t)p->pos[b] + 1 : p->s.kv_len;
 }
 
-/* Do items x[0..n) tile the keys [0, len) of every (b, kv head) once, splits in order? */
+/* The first key a causal row of len keys visits past its sinks under the
+   shape's window (docs/DESIGN.md: token 0 at len - q_len sees keys from
+   len - q_len - window + 1; sinks that reach it make one range from 0). */
+static int64_t window_start(const prob *p, int64_t len) {
+  int64_t q = p->s.q_len > 1 ? p->s.q_len : 1, ws = len - q - p->s.window + 1;
+  if (!p->s.window || ws <= p->s.sink_tokens) return 0;
+  return ws;
+}
+
+/* Do items x[0..n) tile the visible keys of every (b, kv head) once, splits
+   in order: [0, len), or with a window its sinks [0, sink_tokens) then
+   [window start, len)? */
 static int items_tile(const prob *p, const fd_item *x, int n) {
   int rows = p->s.batch * p->s.n_kv_heads, ok = 1;
   int64_t *next = calloc((size_t)rows, sizeof *next);
   int *split = calloc((size_t)rows, sizeof *split);
   for (int i = 0; i < n && ok; i++) {
     int r = x[i].b * p->s.n_kv_heads + x[i].j;
+    int64_t ws = window_start(p, valid_len(p, x[i].b));
+    if (ws > 0 && next[r] == (p->s.sink_tokens > 0 ? p->s.sink_tokens : 0) && split[r] == (p->s.sink_tokens > 0))
+      next[r] = ws;                       /* past the sink split (or at the start): the window */
     ok = x[i].b >= 0 && x[i].b < p->s.batch && x[i].j >= 0 && x[i].j < p->s.n_kv_heads && x[i].s == split[r]++ &&
          x[i].begin == next[r] && x[i].end >= x[i].begin;
     if (ok) next[r] = x[i].end;
@@ -624,6 +663,21 @@ static int items_tile(const prob *p, const fd_item *x, int n) {
   for (int r = 0; r < rows && ok; r++) ok = next[r] == valid_len(p, r / p->s.n_kv_heads);
   free(next); free(split);
   return ok;
+}
+
+/* Paged and windowed: set the block-table entry of every page that holds no
+   key a row's tokens see to -1 (an engine frees them; neither executor may
+   read them). */
+static void free_pages(prob *p) {
+  int64_t per_row = (p->s.kv_len + 63) / 64;
+  for (int b = 0; p->s.layout == FDT_PAGED && p->s.window && b < p->s.batch; b++) {
+    int64_t len = valid_len(p, b), ws = window_start(p, len);
+    for (int64_t i = 0; i < per_row; i++) {
+      int64_t lo = i * 64, hi = lo + 64;
+      int seen = (lo < p->s.sink_tokens || ws == 0 || hi > ws) && lo < len;
+      if (!seen) p->table[b * per_row + i] = -1;
+    }
+  }
 }
 
 /* Are the item lists x[0..nx) and y[0..ny) the same? why: the first difference. */
@@ -651,9 +705,13 @@ static int splits_vary(const prob *p, const fd_item *x, int n) {
   return most > least;
 }
 
-/* The variants of an uneven case: plain, the logit softcap, ALiBi. */
-enum { V_PLAIN, V_SOFTCAP, V_ALIBI, N_VARIANTS };
-static const char *const VARIANT_NAMES[N_VARIANTS] = { "plain", "softcap 0.25", "ALiBi" };
+/* The variants of an uneven case: plain, the logit softcap, learned sink
+   logits; then the causal ones: ALiBi, a window with sink tokens, a window
+   alone (window: 3/4 of the bucket, so that the longest row's visible keys
+   stay in the row's bucket: the planner and fdt_lookup then pick that row). */
+enum { V_PLAIN, V_SOFTCAP, V_SINK_LOGITS, V_ALIBI, V_WINDOW_SINKS, V_WINDOW, N_VARIANTS };
+static const char *const VARIANT_NAMES[N_VARIANTS] = { "plain", "softcap 0.25", "sink logits", "ALiBi",
+                                                       "window + 4 sinks", "window" };
 
 /* One uneven case (number c, data from seed): table row i, length pattern k,
    lse on or off, variant v (not plain: its out must differ from *plain, the
@@ -664,15 +722,20 @@ static void uneven_case(fd_ctx *ctx, int c, uint32_t seed, int i, int k, int wit
   prob p;
   if (v == V_SOFTCAP) s.softcap = 0.25f;
   if (v == V_ALIBI) s.features |= FD_ALIBI;
+  if (v == V_SINK_LOGITS) s.features |= FD_SINK_LOGITS;
+  if (v == V_WINDOW_SINKS || v == V_WINDOW) s.window = (int)(row->bucket - row->bucket / 4);   /* keys stay in the bucket */
+  if (v == V_WINDOW_SINKS) s.sink_tokens = 4;
   make(&p, &s, row->bucket, seed);
-  float *slopes = malloc(sizeof(float) * (size_t)s.n_q_heads);
+  float *slopes = malloc(sizeof(float) * (size_t)s.n_q_heads), *logits = malloc(sizeof(float) * (size_t)s.n_q_heads);
   for (int h = 0; h < s.n_q_heads; h++) slopes[h] = (float)exp2(-8.0 * (h + 1) / s.n_q_heads);
+  for (int h = 0; h < s.n_q_heads; h++) logits[h] = h % 3 == 1 ? -INFINITY : (float)(h % 5) - 1.5f;   /* -inf: no sink */
   for (int b = 0; s.mask_mode == FDT_CAUSAL && b < s.batch; b++) {   /* at least q_len keys: every token sees one */
     int64_t len = uneven_len(k, b, row->bucket), least = s.q_len > 1 ? s.q_len : 1;
     p.pos[b] = (int32_t)((len > least ? len : least) - 1);
   }
+  free_pages(&p);
   fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, with_lse ? p.lse : NULL,
-                  v == V_ALIBI ? slopes : NULL };
+                  v == V_ALIBI ? slopes : NULL, v == V_SINK_LOGITS ? logits : NULL };
   fd_args fa = to_fd_args(&ta);
   fd_shape fs = to_fd_shape(&p.s);
   size_t n = fdt_scratch_bytes(&p.s), ob = p.nq * fdt_dtype_size(s.out_dtype);
@@ -711,7 +774,7 @@ static void uneven_case(fd_ctx *ctx, int c, uint32_t seed, int i, int k, int wit
     check(*plain && memcmp(*plain, hout, ob), "the variant left out as the plain run's", c);
   }
   fd_plan_destroy(plan);
-  free(scratch); free(hout); free(hlse); free(slopes);
+  free(scratch); free(hout); free(hlse); free(slopes); free(logits);
   unmake(&p);
 }
 

@@ -8,8 +8,14 @@
    shard and fd_merge_states in one process; and each bad input refused on every
    rank with the same code and message, outputs untouched; in trusted mode (no
    validation collectives) a local failure on one rank fails the receivers with
-   FDMPI_EREMOTE and writes nothing, no rank hanging. Every rank prints
-   its own "N passed, N failed"; the script sums them. */
+   FDMPI_EREMOTE and writes nothing, no rank hanging. The model features
+   across shards: ALiBi (the standard slopes; a shard's keys sit key_offset
+   further, so its lse is shifted back to the global positions), learned sink
+   logits (gpt-oss: one of them -inf, one 12 that dominates; they must enter
+   the merged softmax once, not once per rank) and the logit softcap, against
+   the reference with the bias in its mask and the sinks in its denominator;
+   sliding windows refused with FD_EUNSUPPORTED naming shard.shape.window.
+   Every rank prints its own "N passed, N failed"; the script sums them. */
 #include "flashdecode_mpi.h"
 #include "fdmpi_data.h"
 #include "problem.h"
@@ -19,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAXR = 4, MAXB = 4, SEED = 1234 };
+enum { MAXR = 4, MAXB = 4, MAXH = 8, SEED = 1234 };
 static const float SENTINEL = 7.0f;
 static int rank, np;
 static fd_ctx *ctx;
@@ -43,6 +49,7 @@ typedef struct shard_data {
   fd_plan *plan;
   void *q, *k, *v;
   float *mask, *out, *lse;
+  float *slopes, *logits;      /* [Hq]: ALiBi slopes, learned sink logits (used when the features say) */
   int32_t pos[MAXB];
   int64_t off[MAXB], n[MAXB];
   int64_t rows;
@@ -59,7 +66,32 @@ static const tcase CASES[] = {
   { "mask f16 BHSD MQA", { .batch = 3, .n_q_heads = 4, .n_kv_heads = 1, .head_dim = 16, .q_dtype = FD_F16,
       .kv_dtype = FD_F16, .out_dtype = FD_F32, .mask_mode = FD_MASK, .layout = FD_BHSD },
     { 12, 28, 20, 16 }, { { -1, -1, -1, -1 }, { -1, -1, 0, -1 }, { -1, -1, -1, -1 } }, { 0 }, { 0 } },
+  { "causal f32 BHSD ALiBi + sink logits", { .batch = 4, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 32,
+      .q_dtype = FD_F32, .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD,
+      .features = FD_ALIBI | FD_SINK_LOGITS },
+    { 48, 40, 56, 32 }, { { -1, -1, -1, -1 }, { -1, -1, -1, -1 }, { 30, 0, 25, 10 }, { -1, -1, -1, -1 } },
+    { 0, 1, 0, 1 }, { -1, 20, -1, 100 } },
+  { "causal bf16 BSHD MQA ALiBi softcap 30", { .batch = 3, .n_q_heads = 4, .n_kv_heads = 1, .head_dim = 64,
+      .q_dtype = FD_BF16, .kv_dtype = FD_BF16, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BSHD,
+      .softcap = 30, .features = FD_ALIBI },
+    { 24, 40, 16, 32 }, { { -1, -1, -1, -1 }, { 5, -1, 0, -1 }, { -1, -1, -1, -1 } }, { 1, 0, 0 }, { -1, 3, 60 } },
+  { "full f16 BHSD sink logits softcap 50", { .batch = 3, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+      .q_dtype = FD_F16, .kv_dtype = FD_F16, .out_dtype = FD_F32, .mask_mode = FD_FULL, .layout = FD_BHSD,
+      .softcap = 50, .features = FD_SINK_LOGITS },
+    { 24, 16, 20, 8 }, { { -1, -1, -1, -1 }, { -1, 0, -1, 0 }, { 0, -1, 0, 0 } }, { 0, 1, 0 }, { 0 } },
+  { "mask f32 BSHD sink logits", { .batch = 2, .n_q_heads = 8, .n_kv_heads = 4, .head_dim = 16, .q_dtype = FD_F32,
+      .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_MASK, .layout = FD_BSHD, .features = FD_SINK_LOGITS },
+    { 12, 28, 20, 16 }, { { -1, -1, -1, -1 }, { -1, 0, -1, -1 } }, { 0, 1 }, { 0 } },
 };
+
+/* The ALiBi slopes of Hq heads (the ALiBi paper's 2^(-8(h+1)/Hq)) and learned sink
+   logits: -inf (no sink) for head 1, 12 (it dominates) for head 2, small otherwise. */
+static void head_params(int Hq, float *slopes, float *logits) {
+  for (int h = 0; h < Hq; h++) {
+    slopes[h] = (float)exp2(-8.0 * (h + 1) / Hq);
+    logits[h] = h == 1 ? -INFINITY : h == 2 ? 12.0f : (float)(h % 5) * 0.75f - 1.0f;
+  }
+}
 
 /* The shards of case t on np ranks (rows in rank order, or reversed). */
 static void make_layout(const tcase *t, layout *L) {
@@ -93,6 +125,9 @@ static int shard_init(const tcase *t, const layout *L, int r, shard_data *d) {
   d->mask = calloc((size_t)d->rows * s->kv_len, 4);
   d->out = malloc(sizeof(float) * (size_t)d->rows * s->head_dim);
   d->lse = malloc(sizeof(float) * (size_t)d->rows);
+  d->slopes = malloc(sizeof(float) * (size_t)s->n_q_heads);
+  d->logits = malloc(sizeof(float) * (size_t)s->n_q_heads);
+  head_params(s->n_q_heads, d->slopes, d->logits);
   for (int b = 0; b < s->batch; b++) { d->off[b] = L->off[r][b]; d->n[b] = L->n[r][b]; d->pos[b] = L->pos[b]; }
   for (size_t i = 0; i < kv / t_dtype_size(s->kv_dtype); i++) {   /* slots no key fills hold NaN */
     t_store(s->kv_dtype, d->k, i, NAN);
@@ -110,12 +145,13 @@ static int shard_init(const tcase *t, const layout *L, int r, shard_data *d) {
 /* Free a shard. */
 static void shard_free(shard_data *d) {
   fd_plan_destroy(d->plan);
-  free(d->q); free(d->k); free(d->v); free(d->mask); free(d->out); free(d->lse);
+  free(d->q); free(d->k); free(d->v); free(d->mask); free(d->out); free(d->lse); free(d->slopes); free(d->logits);
 }
 
 /* The fd_args of a shard (cur_pos global). */
 static fd_args shard_args(shard_data *d) {
-  return (fd_args){ .q = d->q, .k = d->k, .v = d->v, .cur_pos = d->pos, .mask = d->mask, .out = d->out, .lse = d->lse };
+  return (fd_args){ .q = d->q, .k = d->k, .v = d->v, .cur_pos = d->pos, .mask = d->mask, .out = d->out, .lse = d->lse,
+                    .alibi_slopes = d->slopes, .sink_logits = d->logits };
 }
 
 /* The fdmpi_shard descriptor of a shard. */
@@ -146,10 +182,39 @@ static void one_process(const fd_shape *g, const void *q, const void *k, const v
   if (s.mask_mode == FD_FULL) s.mask_mode = FD_MASK;
   fd_plan *plan = NULL;
   int rc = fd_plan_create_opts(ctx, &s, &(fd_plan_opts){ .threads = 1 }, &plan);
+  float slopes[MAXH], logits[MAXH];
+  head_params(s.n_q_heads, slopes, logits);
   fd_args a = { .q = q, .k = k, .v = v, .cur_pos = pos, .mask = mask, .out = out };
+  a.alibi_slopes = slopes;
+  a.sink_logits = logits;
   if (!rc) rc = fd_run(plan, &a);
   t_check(rc == 0, "fd_run over the whole cache: %s", fd_errmsg(ctx));
   fd_plan_destroy(plan);
+}
+
+/* The causal mask of ALiBi over S keys: slope x (key - cur_pos) rounded to float as the
+   kernels round it, -inf past cur_pos (the reference then runs in mask mode). */
+static float *alibi_mask(const fd_shape *g, int64_t S, const int32_t *pos) {
+  float slopes[MAXH], logits[MAXH], *m = malloc(sizeof(float) * (size_t)(g->batch * g->n_q_heads * S));
+  head_params(g->n_q_heads, slopes, logits);
+  for (int b = 0; b < g->batch; b++)
+    for (int h = 0; h < g->n_q_heads; h++)
+      for (int64_t i = 0; i < S; i++)
+        m[((int64_t)b * g->n_q_heads + h) * S + i] = i > pos[b] ? -INFINITY : (float)((double)slopes[h] * (double)(i - pos[b]));
+  return m;
+}
+
+/* The learned sink logits in the reference's denominator, once per head: out x e^lse / (e^lse + e^sink),
+   lse = log(e^lse + e^sink). */
+static void ref_sinks(const fd_shape *g, double *rout, double *rlse) {
+  float slopes[MAXH], logits[MAXH];
+  head_params(g->n_q_heads, slopes, logits);
+  for (int64_t r = 0; r < (int64_t)g->batch * g->n_q_heads; r++) {
+    double l = rlse[r], s = logits[r % g->n_q_heads], top = l > s ? l : s;
+    double all = top == -INFINITY ? -INFINITY : top + log(exp(l - top) + exp(s - top));
+    for (int d = 0; d < g->head_dim; d++) rout[r * g->head_dim + d] *= all == -INFINITY ? 0.0 : exp(l - all);
+    rlse[r] = all;
+  }
 }
 
 /* The double-precision reference over every key of every row, the whole cache rebuilt from the seed
@@ -172,9 +237,13 @@ static void reference(const tcase *t, const layout *L, double *rout, double *rls
       for (int64_t i = L->total[b]; i < S; i++) mask[((int64_t)b * g.n_q_heads + h) * S + i] = -INFINITY;
   ref_problem p = { g.batch, g.n_q_heads, g.n_kv_heads, g.head_dim, S, g.mask_mode == FD_CAUSAL ? 0 : 1, g.layout,
                     qf, kf, vf, L->pos, mask, 1.0 / sqrt((double)g.head_dim) };
+  p.softcap = g.softcap;
+  float *bias = (g.features & FD_ALIBI) ? alibi_mask(&g, S, L->pos) : NULL;
+  if (bias) { p.mask = bias; p.mask_mode = 1; }
   ref_attention(&p, rout, rlse);
+  if (g.features & FD_SINK_LOGITS) ref_sinks(&g, rout, rlse);
   if (single) one_process(&g, q, k, v, L->pos, mask, single);
-  free(qf); free(kf); free(vf); free(mask); free(q); free(k); free(v);
+  free(qf); free(kf); free(vf); free(mask); free(q); free(k); free(v); free(bias);
 }
 
 /* fd_run on every rank's shard in this process, then fd_merge_states in rank order: what the gather
@@ -274,11 +343,13 @@ static void run_case(const tcase *t) {
   if (shard_init(t, &L, rank, &d)) return;
   double *rout = malloc(sizeof(double) * (size_t)(d.rows * t->shape.head_dim)), *rlse = malloc(sizeof(double) * (size_t)d.rows);
   float *emu = NULL, *single = NULL;
-  if (rank == 0) {
+  int per_rank = (t->shape.features & (FD_ALIBI | FD_SINK_LOGITS)) != 0;   /* the combine corrects each rank's state */
+  if (rank == 0 && !per_rank) {
     emu = malloc(sizeof(float) * (size_t)(d.rows * (t->shape.head_dim + 1)));
     single = malloc(sizeof(float) * (size_t)(d.rows * t->shape.head_dim));
     emulate(t, &L, emu, emu + d.rows * t->shape.head_dim);
   }
+  if (rank == 0 && per_rank) single = malloc(sizeof(float) * (size_t)(d.rows * t->shape.head_dim));
   reference(t, &L, rout, rlse, single);
   int roots[] = { 0, np - 1, FDMPI_ALL };
   for (int c = FDMPI_COMBINE_REDUCE; c <= FDMPI_COMBINE_GATHER; c++)
@@ -311,6 +382,7 @@ typedef struct bad_case {
   const char *name;
   int min_np;                          /* run only with at least this many ranks */
   void (*edit)(shard_data *d, fd_shape *shape, int *root, MPI_Comm *comm, char *want);
+  int code;                            /* the code every rank returns; 0: FD_EINVAL */
 } bad_case;
 
 /* The layout the bad cases edit (the first case's on np ranks). */
@@ -386,7 +458,30 @@ static void bad_root_range(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, c
   snprintf(want, 128, "fdmpi_run: rank 0: root is %d; it must be FDMPI_ALL or a rank 0..%d", np, np - 1);
 }
 
+/* A sliding window on every rank: refused, not served (flashdecode_mpi.h says why). */
+static void bad_window(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)d; (void)root; (void)c;
+  s->window = 16;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.window is 16; fdmpi_run does not serve sliding windows");
+}
+/* FD_SINK_LOGITS without args.sink_logits on the last rank. */
+static void bad_sinks(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)root; (void)c;
+  s->features |= FD_SINK_LOGITS;
+  if (rank == np - 1) d->logits = NULL;
+  snprintf(want, 128, "fdmpi_run: rank %d: args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS", np - 1);
+}
+/* Rank 1 holds other sink logits. */
+static void bad_sink_values(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)root; (void)c;
+  s->features |= FD_SINK_LOGITS;
+  if (rank == 1) d->logits = d->slopes;
+  snprintf(want, 128, "args.alibi_slopes or args.sink_logits differ across ranks (rank 0 and rank 1");
+}
+
 static const bad_case BAD[] = {
+  { "a sliding window", 1, bad_window, FD_EUNSUPPORTED }, { "sink logits NULL on one rank", 1, bad_sinks, 0 },
+  { "sink logits differ across ranks", 2, bad_sink_values, 0 },
   { "overlapping shards", 2, bad_overlap }, { "a gap between shards", 1, bad_gap },
   { "shapes differ across ranks", 2, bad_shape }, { "MPI_COMM_NULL", 1, bad_comm },
   { "a bad key count on one rank", 1, bad_count }, { "out_dtype bf16", 1, bad_out_dtype },
@@ -419,7 +514,7 @@ static void refusals(void) {
     fd_plan_destroy(other);
     char name[96];
     snprintf(name, sizeof name, "refused, np %d: %s", np, BAD[i].name);
-    expect_refusal(name, rc, FD_EINVAL, want, &d);
+    expect_refusal(name, rc, BAD[i].code ? BAD[i].code : FD_EINVAL, want, &d);
     ((uint16_t *)d.q)[5] = q5;
     fd_args g = shard_args(&d);
     fdmpi_shard gs = shard_desc(&d, 0, NULL, 0);

@@ -369,12 +369,15 @@ static void huge_values(fd_ctx *ctx) {
 
 /* ---- fd_config.check_inputs ---- */
 
-/* A refused run: code FD_EINVAL, message msg, out and lse untouched. */
-static void refused(fd_ctx *ctx, const kproblem *p, const char *msg, const char *name) {
+/* A refused run of p with a sliding window (window, sinks; 0: none): code
+   FD_EINVAL, message msg, out and lse untouched; msg NULL: accepted. */
+static void refused_window(fd_ctx *ctx, const kproblem *p, int window, int sinks, const char *msg, const char *name) {
   const ref_problem *r = &p->ref;
   size_t nb = (size_t)r->B * r->Hq * r->D * t_dtype_size(p->out_dtype), nl = (size_t)r->B * r->Hq * 4;
   fd_shape s = { r->B, r->Hq, r->Hkv, r->D, r->S, (fd_dtype)p->q_dtype, (fd_dtype)p->kv_dtype,
                  (fd_dtype)p->out_dtype, (fd_mask_mode)r->mask_mode, (fd_layout)r->layout, 0 };
+  s.window = window;
+  s.sink_tokens = sinks;
   unsigned char *out = malloc(nb), *lse = malloc(nl);
   memset(out, 0xa5, nb); memset(lse, 0xa5, nl);
   fd_args a = { p->q, p->k, p->v, p->cur_pos, p->mask, p->k_scale, p->v_scale, NULL, 0, out, (float *)lse };
@@ -389,6 +392,89 @@ static void refused(fd_ctx *ctx, const kproblem *p, const char *msg, const char 
                msg, rc, got, untouched ? "" : ", out or lse written");
   fd_plan_destroy(plan);
   free(out); free(lse);
+}
+
+/* A refused run: code FD_EINVAL, message msg, out and lse untouched. */
+static void refused(fd_ctx *ctx, const kproblem *p, const char *msg, const char *name) {
+  refused_window(ctx, p, 0, 0, msg, name);
+}
+
+/* check_inputs with a sliding window of 8 keys and 2 sinks (causal BHSD f32,
+   row 1 at position 39: it reads keys 0..1 and 32..39): non-finite K and V
+   outside them pass (an engine may have freed those keys), inside them they
+   are named; the same keys without a window, or with a wider window or more
+   sinks, are refused. */
+static void check_inputs_window(fd_ctx *ctx) {
+  kproblem p;
+  kp_init(&p, 2, 8, 2, 64, S_LEN, 0, 0, 0, 0, 0, 7600);                   /* causal, f32 K/V, BHSD */
+  p.cur_pos[0] = 5; p.cur_pos[1] = 39;
+  p.kf[ref_kv_offset(&p.ref, 1, 0, 20) + 2] = NAN;                        /* between the sinks and the window */
+  p.vf[ref_kv_offset(&p.ref, 1, 1, 31) + 0] = INFINITY;                   /* just below the window */
+  p.kf[ref_kv_offset(&p.ref, 1, 1, 2) + 9] = -INFINITY;                   /* just past the sinks */
+  kp_sync(&p);
+  refused_window(ctx, &p, 8, 2, NULL, "check_inputs: window 8 + 2 sinks: non-finite keys outside them pass");
+  refused_window(ctx, &p, 0, 0, "args.k[b=1, kv_head=0, key=20, d=2] is NaN", "check_inputs: the same keys, no window");
+  refused_window(ctx, &p, 9, 0, "args.v[b=1, kv_head=1, key=31, d=0] is +Inf",
+                 "check_inputs: window 9 reaches key 31 (keys 2 and 20 not read)");
+  refused_window(ctx, &p, 8, 3, "args.k[b=1, kv_head=1, key=2, d=9] is -Inf", "check_inputs: 3 sinks reach key 2");
+  p.vf[ref_kv_offset(&p.ref, 1, 1, 1) + 5] = -INFINITY;                   /* a sink */
+  p.kf[ref_kv_offset(&p.ref, 1, 0, 33) + 7] = INFINITY;                   /* in the window */
+  kp_sync(&p);
+  refused_window(ctx, &p, 8, 2, "args.k[b=1, kv_head=0, key=33, d=7] is +Inf", "check_inputs: window: K before V");
+  p.kf[ref_kv_offset(&p.ref, 1, 0, 33) + 7] = 1;
+  kp_sync(&p);
+  refused_window(ctx, &p, 8, 2, "args.v[b=1, kv_head=1, key=1, d=5] is -Inf", "check_inputs: window: a sink's V is read");
+  kp_free(&p);
+}
+
+/* One FD_NEW_KV run of p (q_len 1, causal) with k_new / v_new [B, 1, Hkv, D]
+   f32 and a window (0: none): FD_EINVAL with msg and out untouched, or
+   accepted (msg NULL). */
+static void new_kv_run(fd_ctx *ctx, const kproblem *p, const float *kn, const float *vn, int window, const char *msg,
+                       const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t nb = (size_t)r->B * r->Hq * r->D * 4;
+  fd_shape s = { r->B, r->Hq, r->Hkv, r->D, r->S, FD_F32, FD_F32, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  s.features = FD_NEW_KV;
+  s.window = window;
+  unsigned char *out = malloc(nb);
+  memset(out, 0xa5, nb);
+  fd_args a = { p->q, p->k, p->v, p->cur_pos, NULL, NULL, NULL, NULL, 0, out, NULL };
+  a.k_new = kn;
+  a.v_new = vn;
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create(ctx, &s, &plan), untouched = 1;
+  if (!rc) rc = fd_run(plan, &a);
+  const char *got = rc ? fd_errmsg(ctx) : "(accepted)";
+  for (size_t i = 0; i < nb; i++) untouched &= out[i] == 0xa5;
+  if (!msg) t_check(rc == 0, "%s: accepted (got %d: %s)", name, rc, got);
+  else t_check(rc == FD_EINVAL && !strcmp(got, msg) && untouched, "%s: want FD_EINVAL \"%s\", got %d \"%s\"%s", name,
+               msg, rc, got, untouched ? "" : ", out written");
+  fd_plan_destroy(plan);
+  free(out);
+}
+
+/* check_inputs reads FD_NEW_KV's k_new and v_new after the cache (q_len 1:
+   one new key per row and kv head), with and without a window. */
+static void check_inputs_new_kv(fd_ctx *ctx) {
+  kproblem p;
+  kp_init(&p, 2, 8, 2, 64, S_LEN, 0, 0, 0, 0, 0, 7700);                   /* causal f32 BHSD */
+  p.cur_pos[0] = 12; p.cur_pos[1] = S_LEN;                                /* 12 cached keys; a full cache */
+  size_t n = (size_t)2 * 2 * 64;
+  float *kn = calloc(n, sizeof(float)), *vn = calloc(n, sizeof(float));
+  new_kv_run(ctx, &p, kn, vn, 0, NULL, "check_inputs: FD_NEW_KV, finite k_new / v_new");
+  vn[(1 * 2 + 1) * 64 + 3] = NAN;
+  new_kv_run(ctx, &p, kn, vn, 0, "args.v_new[b=1, token=0, kv_head=1, d=3] is NaN", "check_inputs: a NaN in v_new");
+  kn[(0 * 2 + 1) * 64 + 60] = -INFINITY;
+  new_kv_run(ctx, &p, kn, vn, 5, "args.k_new[b=0, token=0, kv_head=1, d=60] is -Inf",
+             "check_inputs: k_new before v_new, window 5");
+  p.kf[ref_kv_offset(&p.ref, 1, 0, 3) + 1] = NAN;                         /* a cached key outside a window of 5 */
+  kp_sync(&p);
+  new_kv_run(ctx, &p, kn, vn, 5, "args.k_new[b=0, token=0, kv_head=1, d=60] is -Inf",
+             "check_inputs: FD_NEW_KV, window 5: cached key 3 not read");
+  new_kv_run(ctx, &p, kn, vn, 0, "args.k[b=1, kv_head=0, key=3, d=1] is NaN", "check_inputs: the cache before k_new");
+  free(kn); free(vn);
+  kp_free(&p);
 }
 
 /* check_inputs refuses each kind of non-finite input with the element named;
@@ -440,6 +526,8 @@ static void check_inputs(void) {
   kp_sync(&p);
   refused(ctx, &p, "args.k[b=0, kv_head=1, key=10, d=4] is +Inf", "check_inputs: K before V");
   kp_free(&p);
+  check_inputs_window(ctx);
+  check_inputs_new_kv(ctx);
   fd_destroy(ctx);
   /* off by default: the same input runs and gives NaN */
   ctx = fd_create(&(fd_config){ .threads = 1 });

@@ -25,12 +25,13 @@ static const int Q_LENS[] = { 1, 2, 3, 4, 7, 16 };
 
 /* The inputs of one case: K/V, positions and a [B, Hq, S_CAP] mask from kp; q
    [B, q_len, Hq, D] from qp (a problem of B x q_len rows); mask [B, q_len, Hq, S_CAP]. */
-typedef struct tokens { kproblem kp, qp; int q_len; float *mask; } tokens;
+typedef struct tokens { kproblem kp, qp; int q_len, window, sinks, alibi; float *mask; } tokens;
 
 /* Build a case: K/V of kv dtype kd, q of qd, out od, mode; positions: row 0
    ends at S_CAP - 1, row 1 starts at 0 (its last token at q_len - 1), row 2 between. */
 static void make(tokens *c, int Hq, int D, int qd, int kd, int od, int mode, int q_len, uint64_t seed) {
   c->q_len = q_len;
+  c->window = c->sinks = c->alibi = 0;
   kp_init(&c->kp, B, Hq, HKV, D, S_CAP, qd, kd, od, mode, FD_BHSD, seed);
   kp_init(&c->qp, B * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
   c->kp.cur_pos[0] = S_CAP - 1;
@@ -49,6 +50,25 @@ static void make(tokens *c, int Hq, int D, int qd, int kd, int od, int mode, int
 
 static void unmake(tokens *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->mask); }
 
+/* The ALiBi slope of head h of Hq (the ALiBi paper's 2^(-8(h+1)/Hq)). */
+static float alibi_slope(int h, int Hq) { return (float)exp2(-8.0 * (h + 1) / Hq); }
+
+/* The mask [B, Hq, S] of a causal case with a window or ALiBi: where position
+   pos[b] sees key k (k <= pos, and with a window k > pos - window or
+   k < sinks) 0, or ALiBi's slope x (k - pos) rounded to float as the kernels
+   round it; -inf elsewhere. */
+static float *window_mask(const tokens *c, const ref_problem *r, const int32_t *pos) {
+  float *m = malloc(sizeof(float) * (size_t)B * r->Hq * r->S);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < r->Hq; h++)
+      for (int64_t k = 0; k < r->S; k++) {
+        int seen = k <= pos[b] && (!c->window || k > pos[b] - c->window || k < c->sinks);
+        float bias = c->alibi ? (float)((double)alibi_slope(h, r->Hq) * (double)(k - pos[b])) : 0.0f;
+        m[((size_t)b * r->Hq + h) * r->S + k] = seen ? bias : -INFINITY;
+      }
+  return m;
+}
+
 /* The reference of token t: out [B, Hq, D] and lse [B, Hq] in double. */
 static void reference(const void *cv, int t, double *rout, double *rlse) {
   const tokens *c = cv;
@@ -65,6 +85,11 @@ static void reference(const void *cv, int t, double *rout, double *rlse) {
   rt.q = q;
   rt.mask = mask;
   rt.cur_pos = pos;
+  if (c->window || c->alibi) {              /* the window's keys and ALiBi's bias by an additive mask */
+    free(mask);
+    rt.mask = mask = window_mask(c, r, pos);
+    rt.mask_mode = FD_MASK;
+  }
   ref_attention(&rt, rout, rlse);
   free(q); free(mask);
 }
@@ -120,14 +145,25 @@ static void sweep(void) {
    tokens' K/V come in k_new/v_new [B, q_len, Hkv, D]; token t sees the C
    cached keys and new keys 0..t. Checked per token against the reference
    over each row's concatenation [cache[0..C), new[0..q_len)]: C = 0 (empty
-   cache: only the new tokens), C in the middle, C = S_CAP (a full cache). */
-static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int idx) {
+   cache: only the new tokens), C in the middle, C = S_CAP (a full cache).
+   With a sliding window (window, sinks; 0: none) token t at position C + t
+   sees the keys from C + t - window + 1 and the sinks, cached or new: the
+   reference masks the concatenation. Every other case adds ALiBi (the
+   standard slopes): key k of the concatenation sits at position k. */
+static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int window, int sinks, int idx) {
   int G = 4, D = idx % 2 ? 128 : 64, Hq = HKV * G, qd = idx % 3, od = idx / 3 % 3;
   if (D % fd_isa_table[isa].width) return;
   char name[200];
-  snprintf(name, sizeof name, "FD_NEW_KV isa%d kv%s q_len %d splits%d D%d", isa, fd_dtype_names[kd], q_len, splits, D);
+  int alibi = idx / 2 % 2;
+  snprintf(name, sizeof name, "FD_NEW_KV isa%d kv%s q_len %d splits%d D%d window %d sinks %d%s", isa, fd_dtype_names[kd],
+           q_len, splits, D, window, sinks, alibi ? " alibi" : "");
   tokens c;
   make(&c, Hq, D, qd, kd, od, FD_CAUSAL, q_len, 900 + (uint64_t)idx);
+  c.window = window;
+  c.sinks = sinks;
+  c.alibi = alibi;
+  float slopes[64];
+  for (int h = 0; h < Hq; h++) slopes[h] = alibi_slope(h, Hq);
   kproblem nk;                                  /* k_new, v_new: [B, q_len, Hkv, D] (bshd rows of q_len keys) */
   kp_init(&nk, B, Hq, HKV, D, q_len, qd, kd, od, FD_FULL, FD_BSHD, 950 + (uint64_t)idx);
   int32_t *pos = c.kp.cur_pos;
@@ -140,7 +176,11 @@ static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int
   fd_shape s = { B, Hq, HKV, D, S_CAP, qd, kd, od, FD_CAUSAL, FD_BHSD, 0 };
   s.q_len = q_len;
   s.features = FD_NEW_KV;
+  s.window = window;
+  s.sink_tokens = sinks;
+  s.features |= alibi ? FD_ALIBI : 0;
   fd_args a = { c.qp.q, c.kp.k, c.kp.v, pos, NULL, NULL, NULL, NULL, 0, out, lse };
+  a.alibi_slopes = slopes;
   a.k_new = nk.k;
   a.v_new = nk.v;
   fd_plan *plan = NULL;
@@ -170,15 +210,21 @@ static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int
   unmake(&c);
 }
 
-/* FD_NEW_KV over every isa, KV dtype f32/f16/bf16, q_len 1, 4 and 7, split and not. */
+/* FD_NEW_KV over every isa, KV dtype f32/f16/bf16, q_len 1, 4 and 7, split
+   and not; without a window, then (window, sinks): 1 key, 3 keys with 2
+   sinks (new keys hidden from later tokens, and sinks past an empty cache),
+   6 with 1 sink, 64 with 4 (the window starts in the cache), wider than the
+   cache. */
 static void new_kv_sweep(void) {
   int idx = 0;
-  static const int qlens[] = { 1, 4, 7 };
+  static const int qlens[] = { 1, 4, 7 }, windows[][2] = { { 0, 0 }, { 1, 0 }, { 3, 2 }, { 6, 1 }, { 64, 4 }, { 1000, 0 } };
   for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int kd = 0; kd <= FD_BF16; kd++)
       for (int qi = 0; qi < 3; qi++)
-        for (int sp = 0; sp < 2; sp++) new_kv_case(ctx, isa, kd, qlens[qi], sp ? 3 : 1, idx++);
+        for (int wi = 0; wi < 6; wi++)
+          for (int sp = 0; sp < 2; sp++)
+            new_kv_case(ctx, isa, kd, qlens[qi], sp ? 3 : 1, windows[wi][0], windows[wi][1], idx++);
     fd_destroy(ctx);
   }
 }

@@ -350,6 +350,30 @@ static void items_visit_the_window(void) {
   fd_destroy(ctx);
 }
 
+/* fd_config.check_inputs with a window over a paged cache whose pages
+   outside the window are freed (block-table entries -1): the scan reads the
+   window's and the sinks' pages only, and the run matches the reference. */
+static void check_inputs_paged(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
+  for (int wi = 0; wi < 2; wi++) {
+    static const int W[2][2] = { { 7, 2 }, { 64, 5 } };
+    wcase c;
+    make(&c, HKV * 4, 64, FD_F32, FD_BF16, FD_F32, 3, W[wi][0], W[wi][1], 1, 1, 7700 + (uint64_t)wi);
+    size_t n = (size_t)NB * 3 * HKV * 4 * 64;
+    float *out = malloc(sizeof(float) * n), *lse = malloc(sizeof(float) * NB * 3 * HKV * 4);
+    pool pl;
+    make_pool(&c, &pl);
+    char name[128];
+    snprintf(name, sizeof name, "check_inputs, paged, window %d sinks %d, freed pages -1", c.window, c.sinks);
+    int rc = plan_run(ctx, &c, &pl, &(fd_plan_opts){ 64, 4, 3, 2, 0 }, out, lse);
+    if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) compare_tokens(&c, out, lse, name);
+    free_pool(&pl);
+    free(out); free(lse);
+    unmake(&c);
+  }
+  fd_destroy(ctx);
+}
+
 /* A shape that must be refused with code rc and a message holding want; nothing written. */
 static void refused(fd_ctx *ctx, fd_shape s, int rc, const char *want, const char *name) {
   fd_plan *plan = NULL;
@@ -369,8 +393,6 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "shape.sink_tokens is 4 without a window", "sinks without a window");
   s = base; s.window = 16; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "needs positions (FD_CAUSAL)", "window in full mode");
-  s = base; s.window = 16; s.features = FD_NEW_KV;
-  refused(ctx, s, FD_EUNSUPPORTED, "with FD_NEW_KV", "window with FD_NEW_KV");
   s = base; s.softcap = -1;
   refused(ctx, s, FD_EINVAL, "shape.softcap is -1", "negative softcap");
   s = base; s.softcap = NAN;
@@ -379,8 +401,6 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "shape.softcap is inf", "infinite softcap");
   s = base; s.features = FD_ALIBI; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "FD_ALIBI with mask_mode", "ALiBi in full mode");
-  s = base; s.features = FD_ALIBI | FD_NEW_KV;
-  refused(ctx, s, FD_EUNSUPPORTED, "FD_ALIBI with FD_NEW_KV", "ALiBi with FD_NEW_KV");
   {                                       /* FD_SINK_LOGITS without args.sink_logits: refused at run, out untouched */
     fd_plan *plan = NULL;
     float q[8 * 64] = { 0 }, kv[2 * 256 * 64] = { 0 }, out[8 * 64];
@@ -398,10 +418,6 @@ static void refusals(void) {
     fd_plan_destroy(plan);
   }
   fd_destroy(ctx);
-  ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
-  s = base; s.window = 16;
-  refused(ctx, s, FD_EUNSUPPORTED, "config.check_inputs", "window with check_inputs");
-  fd_destroy(ctx);
 }
 
 int main(void) {
@@ -409,6 +425,7 @@ int main(void) {
   softcap_modes();
   softcap_accuracy();
   items_visit_the_window();
+  check_inputs_paged();
   refusals();
   return t_done();
 }
