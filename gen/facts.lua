@@ -149,9 +149,11 @@ M.MODEL_FEATURES = {
 -- items_max: the most split work items per thread (batch x n_kv_heads x
 -- splits / threads) among the measurements with splits > 1; a candidate with
 -- more splits than one must stay within it (the log holds no evidence beyond).
--- splits_up: the largest factor by which a winner the log's paired
--- verification kept multiplied the heuristic's splits (1 when none did); the
--- planner's decision takes no more splits than the heuristic's times it.
+-- splits_up, splits_up_len: the largest factor by which a winner the log's
+-- paired verification kept multiplied the heuristic's splits (1 when none
+-- did), and the longest length such a winner had (0 when none); the
+-- planner's decision takes no more splits than the heuristic's times
+-- splits_up, and no more than the heuristic's beyond splits_up_len.
 -- margin_kernel, margin_splits, margin_threads: what a move off the
 -- heuristic's configuration must gain, in predicted log time, beyond
 -- MODEL_MARGIN: the largest over the classes it moves (the kernel: chunk,
@@ -165,7 +167,7 @@ M.MODEL_FEATURES = {
 -- would extrapolate).
 M.MODEL_SHAPE_VARS = { "G", "D", "kvb", "rows", "q" }
 M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max", "items_max", "len_max", "splits_up",
-                   "margin_kernel", "margin_splits", "margin_threads" }
+                   "splits_up_len", "margin_kernel", "margin_splits", "margin_threads" }
 for _, v in ipairs(M.MODEL_SHAPE_VARS) do
   M.MODEL_LIMITS[#M.MODEL_LIMITS + 1] = v .. "_min"
   M.MODEL_LIMITS[#M.MODEL_LIMITS + 1] = v .. "_max"

@@ -110,12 +110,14 @@ int fd_model_rank(const fd_model *m, const fd_shape *s, int64_t len, int max_isa
 }
 
 /* fd_model_decide's state: the heuristic's configuration, the best so far and its penalized score. */
-typedef struct { const fd_model *m; const fd_model_pick *h; fd_model_pick best; double bp; int any; } decide_state;
+typedef struct { const fd_model *m; const fd_model_pick *h; int64_t len; fd_model_pick best; double bp; int any; } decide_state;
 
-/* Keep c when its score plus its margin from h is the lowest so far (within splits_up x h's splits). */
+/* Keep c when its score plus its margin from h is the lowest so far (within
+   splits_up x h's splits up to splits_up_len keys, h's splits beyond). */
 static void decide_visit(const fd_model_pick *c, void *arg) {
   decide_state *d = arg;
-  if (c->splits > d->h->splits * d->m->limit[FD_MODEL_SPLITS_UP]) return;
+  double up = d->len <= d->m->limit[FD_MODEL_SPLITS_UP_LEN] ? d->m->limit[FD_MODEL_SPLITS_UP] : 1;
+  if (c->splits > d->h->splits * up) return;
   double p = c->score + move_margin(d->m, c, d->h);
   if (!d->any || p < d->bp) { d->best = *c; d->bp = p; d->any = 1; }
 }
@@ -134,7 +136,7 @@ static int covers(const fd_model *m, const fd_shape *s, int64_t len) {
 int fd_model_decide(const fd_model *m, const fd_shape *s, int64_t len, int max_isa, int threads, const fd_model_pick *h,
                     fd_model_pick *out) {
   if (!m || !m->present || !covers(m, s, len)) return 0;   /* beyond the measured shapes and lengths: h */
-  decide_state d = { m, h, { 0 }, 0, 0 };
+  decide_state d = { m, h, len, { 0 }, 0, 0 };
   each_candidate(m, s, len, max_isa, threads, decide_visit, &d);
   if (!d.any || !(d.bp < fd_model_score(m, s, len, h) - FD_MODEL_MARGIN)) return 0;
   *out = d.best;

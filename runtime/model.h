@@ -26,7 +26,8 @@ int fd_model_rank(const fd_model *m, const fd_shape *s, int64_t len, int max_isa
 
 /* The planner's decision for s at len given the heuristic's configuration h
    (tuner/model.lua decide, the same order and arithmetic): among the
-   candidates with at most splits_up x h's splits, the lowest score plus its
+   candidates with at most splits_up x h's splits (h's beyond splits_up_len
+   keys), the lowest score plus its
    margin from h (the largest margin_* of the classes it moves: kernel,
    splits, threads); 1 with it in out when that is more than FD_MODEL_MARGIN
    below h's score, else 0 (keep h; also for a shape or length outside the

@@ -28,7 +28,7 @@ static double value_of(const char *name) {
   static const struct { const char *name; double v; } V[] = {
     { "chunk", 1.0 }, { "tiles", -0.5 }, { "isa_c", 5.0 }, { "splits", 1.0 }, { "threads", -1.0 },
     { "short", -1.2345678901234567e-05 }, { "chunk_min", 32 }, { "chunk_max", 64 }, { "splits_max", 8 },
-    { "threads_max", 2 }, { "items_max", 4 }, { "splits_up", 8 }, { "len_max", 1e6 }, { "G_min", 1 }, { "G_max", 16 }, { "D_min", 32 },
+    { "threads_max", 2 }, { "items_max", 4 }, { "splits_up", 8 }, { "splits_up_len", 1e6 }, { "len_max", 1e6 }, { "G_min", 1 }, { "G_max", 16 }, { "D_min", 32 },
     { "D_max", 256 }, { "kvb_min", 1 }, { "kvb_max", 4 }, { "rows_min", 1 }, { "rows_max", 64 }, { "q_min", 1 }, { "q_max", 8 },
   };
   for (size_t i = 0; i < sizeof V / sizeof *V; i++) if (!strcmp(V[i].name, name)) return V[i].v;

@@ -119,7 +119,7 @@ local h = { chunk = 256, tile = 4, isa = 2, splits = 1, threads = 4 }
 local function brute(mm, hh)
   local best, bp = nil, math.huge
   for _, c in ipairs(model.candidates(mm, s, 4096, 2, 4)) do
-    if c.splits <= hh.splits * mm.limits.splits_up then
+    if c.splits <= hh.splits * (4096 <= mm.limits.splits_up_len and mm.limits.splits_up or 1) then
       local g = 0
       if c.chunk ~= hh.chunk or c.tile ~= hh.tile or c.isa ~= hh.isa then g = math.max(g, mm.limits.margin_kernel) end
       if c.splits ~= hh.splits then g = math.max(g, mm.limits.margin_splits) end
@@ -131,19 +131,32 @@ local function brute(mm, hh)
   local hs = model.score(mm, model.features(s, 4096, hh))
   return bp < hs - facts.MODEL_MARGIN and model.config_text(best) or model.config_text(hh)
 end
-T.ok(m.limits.splits_up == 1 and m.limits.margin_kernel == 0, "a log without decisions: splits_up 1, margins 0")
+T.ok(m.limits.splits_up == 1 and m.limits.splits_up_len == 0 and m.limits.margin_kernel == 0,
+  "a log without decisions: splits_up 1, splits_up_len 0, margins 0")
 local pick, from_model = model.decide(m, s, 4096, 2, 4, h)
 T.ok(model.config_text(pick) == brute(m, h) and from_model == (model.config_text(pick) ~= model.config_text(h)),
   "decide: the best within splits_up x the heuristic's splits, when more than MODEL_MARGIN better: " .. model.config_text(pick))
 T.ok(pick.splits <= h.splits, "splits_up 1: no more splits than the heuristic's")
 local mm = { coef = m.coef, limits = {} }
 for k, v in pairs(m.limits) do mm.limits[k] = v end
-mm.limits.splits_up, mm.limits.margin_kernel = 8, 0.2
+mm.limits.splits_up, mm.limits.splits_up_len, mm.limits.margin_kernel = 8, 4096, 0.2
 local p3 = model.decide(mm, s, 4096, 2, 4, h)
 T.ok(model.config_text(p3) == brute(mm, h), "decide with a kernel margin and splits_up 8: " .. model.config_text(p3))
 T.ok(p3.chunk == h.chunk and p3.tile == h.tile and p3.isa == h.isa or
   model.score(mm, model.features(s, 4096, p3)) + 0.2 < model.score(mm, model.features(s, 4096, h)) - facts.MODEL_MARGIN,
   "a kernel move only when it beats the kernel margin too")
+T.ok(p3.splits > h.splits, "splits_up 8 up to splits_up_len: more splits than the heuristic's allowed (and taken here)")
+mm.limits.splits_up_len = 4095
+local p3b = model.decide(mm, s, 4096, 2, 4, h)
+T.ok(model.config_text(p3b) == brute(mm, h) and p3b.splits <= h.splits, "beyond splits_up_len: no more splits than the heuristic's")
+mm.limits.splits_up_len = 4096
+-- splits_up and splits_up_len from the log's kept winners that raised the splits
+local withd = model.observations(path)
+withd.decisions = { { sig = shapes[1], shape = s, len = 3000, c = { splits = 4 }, h = { splits = 1 }, kept = true },
+                    { sig = shapes[1], shape = s, len = 9000, c = { splits = 16 }, h = { splits = 1 }, kept = false },
+                    { sig = shapes[1], shape = s, len = 5000, c = { splits = 1 }, h = { splits = 2 }, kept = true } }
+local md2 = model.fit(withd, 1e-12)
+T.ok(md2.limits.splits_up == 4 and md2.limits.splits_up_len == 3000, ("splits_up %g, splits_up_len %g: from the kept winner that raised the splits"):format(md2.limits.splits_up, md2.limits.splits_up_len))
 mm.limits.margin_kernel, mm.limits.margin_splits, mm.limits.margin_threads = 1e3, 1e3, 1e3
 local p4, fm4 = model.decide(mm, s, 4096, 2, 4, h)
 T.ok(not fm4 and p4 == h, "margins no prediction beats keep the heuristic's configuration")

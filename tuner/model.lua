@@ -167,7 +167,7 @@ function M.fit(obs, lambda)
   for i = 1, nf do A[i] = {}; b[i] = 0; for j = 1, nf do A[i][j] = 0 end end
   local jobs, sst = {}, 0
   local lim = { chunk_min = math.huge, chunk_max = 0, splits_max = 0, threads_max = 0, items_max = 0,
-                margin_kernel = 0, margin_splits = 0, margin_threads = 0, splits_up = 1, len_max = 0 }   -- margins: M.calibrate
+                margin_kernel = 0, margin_splits = 0, margin_threads = 0, splits_up = 1, splits_up_len = 0, len_max = 0 }   -- margins: M.calibrate
   for _, o in ipairs(obs) do
     local x = o.dx
     for i = 1, nf do
@@ -192,7 +192,9 @@ function M.fit(obs, lambda)
     end
   end
   for _, d in ipairs(obs.decisions or {}) do   -- splits_up: the most a verified winner multiplied the heuristic's splits by
-    if d.kept then lim.splits_up = math.max(lim.splits_up, math.floor(d.c.splits / d.h.splits)) end
+    if d.kept and d.c.splits > d.h.splits then
+      lim.splits_up, lim.splits_up_len = math.max(lim.splits_up, math.floor(d.c.splits / d.h.splits)), math.max(lim.splits_up_len, d.len)
+    end
   end
   if #obs == 0 then error("model: no cold-cache measurements to fit", 0) end
   for i = 1, nf do for j = 1, i - 1 do A[i][j] = A[j][i] end end
@@ -296,7 +298,7 @@ function M.decide(model, s, len, max_isa, threads, h)
   if not M.covers(model, s, len) then return h, false end   -- beyond the measured shapes and lengths
   local best, bp = nil, math.huge
   for _, c in ipairs(M.candidates(model, s, len, max_isa, threads)) do
-    if c.splits <= h.splits * model.limits.splits_up then
+    if c.splits <= h.splits * (len <= model.limits.splits_up_len and model.limits.splits_up or 1) then
       c.score = M.score(model, M.features(s, len, c))
       local p = c.score + M.margin(model, c, h)
       if p < bp then best, bp = c, p end
@@ -348,7 +350,7 @@ local function add_quick_pairs(pairs, model, list)
   end
 end
 
-M.CAL_QUANTILE = 0.75      -- the quantile of a move class's optimism (measured minus predicted change) its margin takes
+M.CAL_QUANTILE = 0.9       -- the quantile of a move class's optimism (measured minus predicted change) its margin takes
 M.CAL_MIN_PAIRS = 10       -- fewer moves of a class than this: its margin is the quantile over every class's moves
 
 -- The q-quantile (nearest rank) of list, which it sorts; nil when empty.
@@ -443,12 +445,15 @@ function M.loso(path, lambda)
 end
 
 -- The model the table carries: fitted on obs, its margins calibrated on the
--- leave-one-shape-out quick moves (M.calibrate); returns the model, the
--- leave-one-shape-out figures and the margins' per-class info.
+-- log's verified moves of the shapes left out in turn (M.loso's pairs: the
+-- paired-round medians of the tuner's decisions; the quick jobs' single runs
+-- (qpairs) are too noisy: their 0.9 quantiles of 0.3-0.4 would block every
+-- move); returns the model, the leave-one-shape-out figures and the margins'
+-- per-class info.
 function M.fit_calibrated(obs, lambda)
   local model = M.fit(obs, lambda)
   local loso = M.loso(obs, lambda)
-  local _, info = M.calibrate(model, loso.qpairs)
+  local _, info = M.calibrate(model, loso.pairs)
   return model, loso, info
 end
 
