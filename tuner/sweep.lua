@@ -266,11 +266,12 @@ local function report(cfg, results, secs, tbl_why)
   return table.concat(out, "\n")
 end
 
--- The measurement lines in the log at path (0 when none).
-local function log_lines(path)
+-- The measurement lines of build in the log at path (0 when none).
+local function log_lines(path, build)
   local fh, n = io.open(path, "rb"), 0
   if not fh then return 0 end
-  for line in fh:lines() do if line ~= "" and line:sub(1, 1) ~= "#" then n = n + 1 end end
+  local prefix = build .. "\t"
+  for line in fh:lines() do if line:sub(1, #prefix) == prefix then n = n + 1 end end
   fh:close()
   return n
 end
@@ -299,14 +300,14 @@ end
 -- Main: sweep every row, write and print the report.
 local function main(a)
   local cfg = settings(a)
-  local before = log_lines(cfg.log)
+  local t_start, before = sys.now(), log_lines(cfg.log, build_id())
   if not cfg.upto and cfg.procs > 1 then run_parts(cfg) end
   local rows = rows_of(space.load_shapes(cfg.shapes))
   local tbl, tbl_why = load_table(cfg.table)
   if tbl_why then io.stderr:write(("sweep: tuned table not used (%s): the heuristic stands in for the tuned pick\n"):format(tbl_why)) end
   files.mkdir(sys.dirname(cfg.log))
   local log = tlog.open(cfg.log, build_id())
-  local ctx, bar, t0, results = fd.create {}, progress.new(#rows, cfg.progress), sys.now(), {}
+  local ctx, bar, results = fd.create {}, progress.new(#rows, cfg.progress), {}
   for i, row in ipairs(rows) do
     local j = job_of(row, ctx, log, cfg)
     bar:job(i, j.name, j.len, j.bucket)
@@ -317,12 +318,12 @@ local function main(a)
   bar:done()
   log:close()
   if cfg.upto then return end
-  local text = report(cfg, results, sys.now() - t0, tbl_why)
+  local text = report(cfg, results, sys.now() - t_start, tbl_why)
   files.write_if_changed(cfg.report, text)
   print(text)
-  local written = cfg.procs > 1 and log_lines(cfg.log) - before or log.written   -- every process's
+  local written = cfg.procs > 1 and log_lines(cfg.log, build_id()) - before or log.written   -- every process's
   print(("report %s\nlog    %s (%d measurements, %d reused)\nsweep took %.0f s"):format(cfg.report, cfg.log,
-    written, cfg.procs > 1 and before or log.reused, sys.now() - t0))
+    written, cfg.procs > 1 and before or log.reused, sys.now() - t_start))
 end
 
 local ok, err = pcall(main, arg)
