@@ -149,7 +149,7 @@ M.MODEL_FEATURES = {
   { "tiles", "ln(G / tile)" }, { "tiles2", "ln(G / tile) * ln(G / tile)" },
   { "tiles_c", "ln(G / tile) * eq(isa, 0)" }, { "tiles_avx2", "ln(G / tile) * eq(isa, 1)" },
   { "tiles_d", "ln(G / tile) * ln(D)" }, { "tiles_q", "ln(G / tile) * ln(q)" },
-  { "tile_lane", "eq(tile, 16) * eq(isa, 2)" },
+  { "tile_lane", "eq(tile, 16) * eq(isa, 2)" }, { "isa_dp", "eq(isa, 3)" },
   { "idle", "ln(max(1, threads / (rows * splits)))" },
   { "threads", "ln(threads)" }, { "threads_rows", "ln(threads) * ln(rows)" }, { "threads_len", "ln(threads) * ln(len)" },
   { "splits", "ln(splits)" }, { "splits_len", "ln(splits) * ln(len)" }, { "splits_rows", "ln(splits) * ln(rows)" },
@@ -158,7 +158,29 @@ M.MODEL_FEATURES = {
 -- items_max: the most split work items per thread (batch x n_kv_heads x
 -- splits / threads) among the measurements with splits > 1; a candidate with
 -- more splits than one must stay within it (the log holds no evidence beyond).
-M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max", "items_max" }
+-- splits_up, splits_up_len: the largest factor by which a winner the log's
+-- paired verification kept multiplied the heuristic's splits (1 when none
+-- did), and the longest length such a winner had (0 when none); the
+-- planner's decision takes no more splits than the heuristic's times
+-- splits_up, and no more than the heuristic's beyond splits_up_len.
+-- margin_kernel, margin_splits, margin_threads: what a move off the
+-- heuristic's configuration must gain, in predicted log time, beyond
+-- MODEL_MARGIN: the largest over the classes it moves (the kernel: chunk,
+-- tile or isa; the splits; the threads); tuner/model.lua calibrate sets each
+-- from the model's own leave-one-shape-out errors on the log's verified moves
+-- of that class, so the planner leaves the heuristic only where the predicted
+-- gain exceeds what the fit gets wrong for that kind of move.
+-- len_max and <var>_min, <var>_max of the shape's G, D, kvb, rows, q: the
+-- measured range; the planner's decision keeps the heuristic's configuration
+-- for a shape or length outside it (the products with the shape's terms
+-- would extrapolate).
+M.MODEL_SHAPE_VARS = { "G", "D", "kvb", "rows", "q" }
+M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max", "items_max", "len_max", "splits_up",
+                   "splits_up_len", "margin_kernel", "margin_splits", "margin_threads" }
+for _, v in ipairs(M.MODEL_SHAPE_VARS) do
+  M.MODEL_LIMITS[#M.MODEL_LIMITS + 1] = v .. "_min"
+  M.MODEL_LIMITS[#M.MODEL_LIMITS + 1] = v .. "_max"
+end
 -- The planner takes the model's best only when it predicts it at least this
 -- much faster than the heuristic's configuration (a log-time difference:
 -- 0.03 is 3%), else the heuristic's configuration, so a near tie of the model

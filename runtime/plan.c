@@ -329,10 +329,10 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   }
   fd_model_pick pick;
   int forced = o->chunk || o->group_tile || o->splits || o->threads || o->isa || p->split_keys;
-  if (!forced && ctx->table && fd_model_rank(&ctx->table->model, &p->shape, len, ctx->max_isa, ctx->threads, &pick, 1)) {
-    b->from_table = 2;   /* the model decides: its best, or the heuristic's when not FD_MODEL_MARGIN better */
+  if (!forced && ctx->table && ctx->table->model.present) {
+    b->from_table = 2;   /* the model decides: its pick (fd_model_decide), or the heuristic's */
     fd_model_pick h = { b->chunk, b->tile, b->isa, b->splits, b->threads, 0 };
-    if (pick.score < fd_model_score(&ctx->table->model, &p->shape, len, &h) - FD_MODEL_MARGIN) {
+    if (fd_model_decide(&ctx->table->model, &p->shape, len, ctx->max_isa, ctx->threads, &h, &pick)) {
       /* valid by construction: chunk <= FD_MAX_CHUNK, tile divides G, isa <= max, splits bounded */
       b->chunk = pick.chunk; b->tile = pick.tile; b->isa = pick.isa;
       b->splits = pick.splits; b->threads = pick.threads;

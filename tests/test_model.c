@@ -21,11 +21,15 @@
 /* The model's values by name (0 for a feature not named): prefers chunk 32
    (chunk +1), tile 1 (tiles -0.5), no portable C (isa_c +5), one split
    (splits +1), the most threads (threads -1); limits chunk 32..64, splits 8, threads 2. */
+static const char *override_name;   /* a name whose value override_value replaces (NULL: none) */
+static double override_value;
 static double value_of(const char *name) {
+  if (override_name && !strcmp(name, override_name)) return override_value;
   static const struct { const char *name; double v; } V[] = {
     { "chunk", 1.0 }, { "tiles", -0.5 }, { "isa_c", 5.0 }, { "splits", 1.0 }, { "threads", -1.0 },
     { "short", -1.2345678901234567e-05 }, { "chunk_min", 32 }, { "chunk_max", 64 }, { "splits_max", 8 },
-    { "threads_max", 2 }, { "items_max", 4 },
+    { "threads_max", 2 }, { "items_max", 4 }, { "splits_up", 8 }, { "splits_up_len", 1e6 }, { "len_max", 1e6 }, { "G_min", 1 }, { "G_max", 16 }, { "D_min", 32 },
+    { "D_max", 256 }, { "kvb_min", 1 }, { "kvb_max", 4 }, { "rows_min", 1 }, { "rows_max", 64 }, { "q_min", 1 }, { "q_max", 8 },
   };
   for (size_t i = 0; i < sizeof V / sizeof *V; i++) if (!strcmp(V[i].name, name)) return V[i].v;
   return 0;
@@ -170,7 +174,11 @@ static void planner(void) {
   for (int j = 0; j < FD_MODEL_NFEATURES + FD_MODEL_NLIMITS; j++)
     k += (size_t)snprintf(text + k, sizeof text - k, "model\t%s\t%s\n",
                           j < FD_MODEL_NFEATURES ? fd_model_feature_names[j] : fd_model_limit_names[j - FD_MODEL_NFEATURES],
-                          j < FD_MODEL_NFEATURES ? "0" : j == FD_MODEL_NFEATURES + FD_MODEL_CHUNK_MIN ? "32" : "4096");
+                          j < FD_MODEL_NFEATURES || (j >= FD_MODEL_NFEATURES + FD_MODEL_MARGIN_KERNEL &&
+                                                     j <= FD_MODEL_NFEATURES + FD_MODEL_MARGIN_THREADS) ? "0"
+                          : j == FD_MODEL_NFEATURES + FD_MODEL_CHUNK_MIN ? "32"
+                          : j >= FD_MODEL_NFEATURES + FD_MODEL_G_MIN && strstr(fd_model_limit_names[j - FD_MODEL_NFEATURES], "_min") ? "1"
+                          : "4096");
   snprintf(text + k, sizeof text - k, "end\t1\n");
   path = temp_file(text);
   c = fd_create(&(fd_config){ .threads = 2, .table = path });
@@ -179,6 +187,31 @@ static void planner(void) {
   rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
   t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key) && i.splits == h.splits && i.threads == h.threads,
           "a flat model keeps the heuristic's configuration: %s/%d vs %s/%d", i.key, i.splits, h.key, h.splits);
+  fd_destroy(c);
+  fd_destroy(plain);
+  unlink(path);
+  /* a shape outside the model's measured range (its kv bytes above kvb_max) keeps the heuristic's configuration */
+  override_name = "kvb_max", override_value = 1;
+  path = temp_file(table_text(text, sizeof text, &SHAPE, 1, 1, -1, ""));
+  override_name = NULL;
+  c = fd_create(&(fd_config){ .threads = 2, .table = path });
+  plain = fd_create(&(fd_config){ .threads = 2 });
+  rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
+  t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key) && i.splits == h.splits && i.threads == h.threads,
+          "kv bytes outside the measured range keep the heuristic's configuration: %s/%d vs %s/%d", i.key, i.splits,
+          h.key, h.splits);
+  fd_destroy(c);
+  fd_destroy(plain);
+  unlink(path);
+  /* a kernel margin no prediction beats keeps the heuristic's kernel */
+  override_name = "margin_kernel", override_value = 1e3;
+  path = temp_file(table_text(text, sizeof text, &SHAPE, 1, 1, -1, ""));
+  override_name = NULL;
+  c = fd_create(&(fd_config){ .threads = 2, .table = path });
+  plain = fd_create(&(fd_config){ .threads = 2 });
+  rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
+  t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key),
+          "a kernel margin of 1e3 keeps the heuristic's kernel: %s vs %s", i.key, h.key);
   fd_destroy(c);
   fd_destroy(plain);
   unlink(path);

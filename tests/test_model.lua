@@ -42,7 +42,7 @@ for si, sig in ipairs(shapes) do
   local G = s.n_q_heads / s.n_kv_heads
   for _, len in ipairs { 200, 1024, 5000 } do
     local job_const = si * 0.7 + len / 1000
-    for _, isa in ipairs { 0, 1, 2 } do
+    for _, isa in ipairs { 0, 1, 2, 3 } do
       for _, chunk in ipairs { 32, 64, 128, 256, 512 } do
         for tile = 1, G do
           if G % tile == 0 and tile <= facts.isas[isa].max_tile then
@@ -113,11 +113,80 @@ for _, c in ipairs(all) do
 end
 T.ok(top[1].score == best, "the first is the best of every candidate")
 local h = { chunk = 256, tile = 4, isa = 2, splits = 1, threads = 4 }
+-- decide's rule by brute force: the lowest score plus the move's margin (the
+-- largest margin_* of the classes moved) among candidates within splits_up x
+-- h's splits, taken when more than MODEL_MARGIN below h's score.
+local function brute(mm, hh)
+  local best, bp = nil, math.huge
+  for _, c in ipairs(model.candidates(mm, s, 4096, 2, 4)) do
+    if c.splits <= hh.splits * (4096 <= mm.limits.splits_up_len and mm.limits.splits_up or 1) then
+      local g = 0
+      if c.chunk ~= hh.chunk or c.tile ~= hh.tile or c.isa ~= hh.isa then g = math.max(g, mm.limits.margin_kernel) end
+      if c.splits ~= hh.splits then g = math.max(g, mm.limits.margin_splits) end
+      if c.threads ~= hh.threads then g = math.max(g, mm.limits.margin_threads) end
+      local p = model.score(mm, model.features(s, 4096, c)) + g
+      if p < bp then best, bp = c, p end
+    end
+  end
+  local hs = model.score(mm, model.features(s, 4096, hh))
+  return bp < hs - facts.MODEL_MARGIN and model.config_text(best) or model.config_text(hh)
+end
+T.ok(m.limits.splits_up == 1 and m.limits.splits_up_len == 0 and m.limits.margin_kernel == 0,
+  "a log without decisions: splits_up 1, splits_up_len 0, margins 0")
 local pick, from_model = model.decide(m, s, 4096, 2, 4, h)
-local hs = model.score(m, model.features(s, 4096, h))
-T.ok(from_model == (top[1].score < hs - facts.MODEL_MARGIN) and
-  (from_model and model.config_text(pick) == model.config_text(top[1]) or pick == h),
-  "decide: the model's best only when more than MODEL_MARGIN better than the heuristic's")
+T.ok(model.config_text(pick) == brute(m, h) and from_model == (model.config_text(pick) ~= model.config_text(h)),
+  "decide: the best within splits_up x the heuristic's splits, when more than MODEL_MARGIN better: " .. model.config_text(pick))
+T.ok(pick.splits <= h.splits, "splits_up 1: no more splits than the heuristic's")
+local mm = { coef = m.coef, limits = {} }
+for k, v in pairs(m.limits) do mm.limits[k] = v end
+mm.limits.splits_up, mm.limits.splits_up_len, mm.limits.margin_kernel = 8, 4096, 0.2
+local p3 = model.decide(mm, s, 4096, 2, 4, h)
+T.ok(model.config_text(p3) == brute(mm, h), "decide with a kernel margin and splits_up 8: " .. model.config_text(p3))
+T.ok(p3.chunk == h.chunk and p3.tile == h.tile and p3.isa == h.isa or
+  model.score(mm, model.features(s, 4096, p3)) + 0.2 < model.score(mm, model.features(s, 4096, h)) - facts.MODEL_MARGIN,
+  "a kernel move only when it beats the kernel margin too")
+T.ok(p3.splits > h.splits, "splits_up 8 up to splits_up_len: more splits than the heuristic's allowed (and taken here)")
+mm.limits.splits_up_len = 4095
+local p3b = model.decide(mm, s, 4096, 2, 4, h)
+T.ok(model.config_text(p3b) == brute(mm, h) and p3b.splits <= h.splits, "beyond splits_up_len: no more splits than the heuristic's")
+mm.limits.splits_up_len = 4096
+-- splits_up and splits_up_len from the log's kept winners that raised the splits
+local withd = model.observations(path)
+withd.decisions = { { sig = shapes[1], shape = s, len = 3000, c = { splits = 4 }, h = { splits = 1 }, kept = true },
+                    { sig = shapes[1], shape = s, len = 9000, c = { splits = 16 }, h = { splits = 1 }, kept = false },
+                    { sig = shapes[1], shape = s, len = 5000, c = { splits = 1 }, h = { splits = 2 }, kept = true } }
+local md2 = model.fit(withd, 1e-12)
+T.ok(md2.limits.splits_up == 4 and md2.limits.splits_up_len == 3000, ("splits_up %g, splits_up_len %g: from the kept winner that raised the splits"):format(md2.limits.splits_up, md2.limits.splits_up_len))
+mm.limits.margin_kernel, mm.limits.margin_splits, mm.limits.margin_threads = 1e3, 1e3, 1e3
+local p4, fm4 = model.decide(mm, s, 4096, 2, 4, h)
+T.ok(not fm4 and p4 == h, "margins no prediction beats keep the heuristic's configuration")
+mm.limits.margin_kernel, mm.limits.margin_splits, mm.limits.margin_threads, mm.limits.len_max = 0, 0, 0, 4095
+local p5, fm5 = model.decide(mm, s, 4096, 2, 4, h)
+T.ok(not fm5 and p5 == h, "a length beyond len_max keeps the heuristic's configuration")
+T.ok(m.limits.len_max == 5000, "len_max: the longest measured length")
+T.ok(m.limits.G_min == 1 and m.limits.G_max == 16 and m.limits.D_min == 32 and m.limits.D_max == 256 and m.limits.kvb_min == 1
+  and m.limits.kvb_max == 4 and m.limits.rows_min == 1 and m.limits.rows_max == 64 and m.limits.q_min == 1 and m.limits.q_max == 8,
+  "the shape variables' measured ranges")
+mm.limits.len_max = 1e9
+T.ok(model.covers(mm, s, 4096), "a shape inside the ranges is covered")
+for _, n in ipairs(facts.MODEL_SHAPE_VARS) do
+  local lo, hi = mm.limits[n .. "_min"], mm.limits[n .. "_max"]
+  mm.limits[n .. "_min"] = model.vars(s, 4096, h)[n] + 0.5
+  local p6, fm6 = model.decide(mm, s, 4096, 2, 4, h)
+  T.ok(not model.covers(mm, s, 4096) and not fm6 and p6 == h, "a shape below " .. n .. "_min keeps the heuristic's configuration")
+  mm.limits[n .. "_min"], mm.limits[n .. "_max"] = lo, model.vars(s, 4096, h)[n] - 0.5
+  T.ok(not model.covers(mm, s, 4096), "a shape above " .. n .. "_max is not covered")
+  mm.limits[n .. "_max"] = hi
+end
+-- calibrate: per class the quantile of measured minus predicted among the moves predicted better
+local pairs_ = {}
+for i = 1, 20 do pairs_[#pairs_ + 1] = { k = true, s = false, t = false, pred = -0.1, act = -0.1 + i / 100 } end
+for i = 1, 3 do pairs_[#pairs_ + 1] = { k = false, s = true, t = false, pred = -0.2, act = 0.1 * i } end
+pairs_[#pairs_ + 1] = { k = false, s = false, t = true, pred = 0.5, act = 0.0 }   -- predicted worse: no part of it
+local _, info = model.calibrate({ limits = {} }, pairs_, 0.75)
+T.ok(math.abs(info.kernel.margin - 0.15) < 1e-12 and info.kernel.n == 20, ("kernel margin: the 0.75 quantile 0.15 (%g)"):format(info.kernel.margin))
+T.ok(info.splits.n == 3 and info.threads.n == 0 and info.splits.margin == info.threads.margin and info.splits.margin > 0,
+  "classes with fewer than CAL_MIN_PAIRS moves take the quantile over all moves")
 local flat = { coef = {}, limits = m.limits }
 for i = 1, nf do flat.coef[i] = 0 end
 local p2, fm2 = model.decide(flat, s, 4096, 2, 4, h)

@@ -61,6 +61,41 @@ local prior = { ["c32.t1.i0"] = 1 }
 local kp = search.kernels(j, h, prior)
 T.ok(kp[1].name == "c32.t1.i0" and kp[1].coarse, "the prior's best kernel first, and in the coarse pass")
 
+-- Refinement interleaved: three finalists, the true times 90 (the quick
+-- best), 100 and 120; the first run is twice as slow (a bandwidth
+-- level switch), so timing each finalist's repetitions back to back (the
+-- former refinement: the first finalist's all in the slow level) took the second. Each round times
+-- every finalist once; the lowest median per-round ratio to the quick best wins.
+local measure = package.loaded["tuner.measure"]
+local truth, calls, stages = {}, 0, {}
+measure.config_name = function(c) return ("c%d.t%d.s%d.p%d.i%d"):format(c.chunk, c.tile, c.splits, c.threads, c.isa) end
+measure.measure = function(_, c, stage, reps, _)
+  calls = calls + 1
+  local name = measure.config_name(c)
+  stages[stage] = (stages[stage] or "") .. name .. " "
+  local t = truth[name] * (calls <= 1 and 2 or 1)
+  return { ok = true, c = c, config = name, key = name, median_us = t, times = { t }, reps = reps }
+end
+local fin = { { chunk = 512, v = 90 }, { chunk = 256, v = 100 }, { chunk = 1024, v = 120 } }
+local st = { j = {}, spent = 0, budget = 100, quick = {}, refined = {}, n = 0, planned = 0 }
+for i, f in ipairs(fin) do
+  local c = { chunk = f.chunk, tile = 4, isa = 1, splits = 1, threads = 2 }
+  local name = measure.config_name(c)
+  truth[name] = f.v
+  st.quick[name] = { ok = true, c = c, config = name, median_us = 50 + i }   -- quick order: 512, 256, 1024
+end
+local win = search.refine(st, 0.1)   -- 3 rounds of 3
+T.eq(win and win.config, "c512.t4.s1.p2.i1", "interleaved refinement finds the truly fastest across a level switch")
+local rounds, each = 0, true
+for stage, list in pairs(stages) do
+  rounds = rounds + 1
+  local n = 0
+  for _ in list:gmatch("%S+") do n = n + 1 end
+  each = each and stage:match("^r%d+$") ~= nil and n == 3
+end
+T.ok(rounds == 3 and each, "3 rounds (stages r1..r3), each timing every finalist once")
+T.ok(math.abs(st.refined["c1024.t4.s1.p2.i1"].median_us - 120) < 1e-9, "a finalist's refined time: the median of its rounds")
+
 -- Log notes: format, parse, round trip, errors naming the field.
 local note = { build = "b1", shape = "sig", bucket = 1024, len = 700, cache = "cold", what = "c4096.t4.i1",
                why = "chunk 4096 >= 2 x the length 700", name = "tiny" }

@@ -86,6 +86,12 @@ for spec in batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtype=f16,kv_len=300
   l=$($LUAJIT tuner/model.lua predict "$tmp/t.tsv" "$spec" --threads 2 --max-isa "${mi:-0}" 2>&1 | awk -F'\t' '{ print $3, $4 }')
   check "fdgen predict == tuner/model.lua predict: same configurations and scores ($spec)" \
     bash -c '[ -n "$1" ] && [ "$1" = "$2" ] || { printf "C:\n%s\nLua:\n%s\n" "$1" "$2"; exit 1; }' _ "$c" "$l"
+  hc=$(awk '$1 == "heur" { print $2 }' <<<"$pc")
+  dc=$(awk '$1 == "decision" { print $2, $3 }' <<<"$pc")
+  dl=$($LUAJIT tuner/model.lua predict "$tmp/t.tsv" "$spec" --threads 2 --max-isa "${mi:-0}" --heuristic "$hc" 2>&1 |
+       awk -F'\t' '$2 == "decision" { print $3, $4 }')
+  check "fdgen predict == tuner/model.lua predict: the same decision from the heuristic's $hc ($spec)" \
+    bash -c '[ -n "$1" ] && [ "$1" = "$2" ] || { printf "C: %s\nLua: %s\n" "$1" "$2"; exit 1; }' _ "$dc" "$dl"
 done
 cat > "$tmp/ctx.lua" <<'LUA'
 package.path = "./?.lua;./gen/?.lua;./lua/?.lua;" .. package.path

@@ -6,12 +6,17 @@
 -- out of log(time) and of every feature, so the fit explains only how the
 -- configuration moves the time within a job, never how jobs differ. Ridge
 -- least squares (a small penalty on each standardized feature), solved here:
--- the same log gives the same coefficients.
+-- the same log gives the same coefficients. The planner's decision (M.decide)
+-- leaves the heuristic's configuration only for a move whose predicted gain
+-- beats the margin of its class, calibrated on the model's own
+-- leave-one-shape-out errors (M.calibrate).
 --   luajit tuner/model.lua fit LOG [TABLE]       fit on LOG (cold cache), print the fit report
 --                                                (R^2, leave-one-shape-out ranking), write the
 --                                                model into TABLE when given
---   luajit tuner/model.lua predict TABLE SPEC [--threads N] [--max-isa I] [--top K]
---                                                the model's top configurations for inline shape SPEC
+--   luajit tuner/model.lua predict TABLE SPEC [--threads N] [--max-isa I] [--top K] [--heuristic CONFIG]
+--                                                the model's top configurations for inline shape SPEC;
+--                                                with the heuristic's CONFIG (c256.t4.s1.p2.i3), also
+--                                                the planner's decision (M.decide)
 local M = {}
 local modname = ...
 
@@ -68,9 +73,12 @@ function M.config_text(c) return ("c%d.t%d.s%d.p%d.i%d"):format(c.chunk, c.tile,
 -- true leaves a shape out.
 function M.observations(path, skip)
   local fh = assert(io.open(path, "rb"))
-  local out = {}
+  local out = { decisions = {} }
   for line in fh:lines() do
-    if line ~= "" and line:sub(1, 1) ~= "#" then
+    if line:sub(1, 10) == "#decision\t" then
+      local d = M.parse_decision(line)
+      if d and not (skip and skip(d.sig)) then out.decisions[#out.decisions + 1] = d end
+    elseif line ~= "" and line:sub(1, 1) ~= "#" then
       local r = tlog.parse(line)
       local c = r and r.ok and r.cache == "cold" and r.median_us and r.median_us > 0 and M.parse_config(r.config)
       local s = c and facts.parse_signature(r.shape)
@@ -83,6 +91,27 @@ function M.observations(path, skip)
   end
   fh:close()
   return out
+end
+
+-- A "#decision" line of the log (tuner/log.lua DECISION_FIELDS) as { sig,
+-- shape, len, c (challenger), h (heuristic), act = log of the median paired
+-- ratio challenger/heuristic }, or nil (warm cache, a malformed line).
+function M.parse_decision(line)
+  local f = {}
+  for x in (line .. "\t"):gmatch("([^\t]*)\t") do f[#f + 1] = x end
+  if #f ~= #tlog.DECISION_FIELDS + 1 or f[6] ~= "cold" then return nil end
+  local c, h, med, len = M.parse_config(f[7]), M.parse_config(f[8]), tonumber(f[12]), tonumber(f[5])
+  local s = c and h and med and med > 0 and len and facts.parse_signature(f[3])
+  if not s then return nil end
+  return { sig = f[3], shape = s, len = len, c = c, h = h, act = math.log(med), kept = f[17] == "challenger" }
+end
+
+-- The observations obs (and their decisions) without shape sig's.
+function M.without(obs, sig)
+  local rest = { decisions = {} }
+  for _, o in ipairs(obs) do if o.sig ~= sig then rest[#rest + 1] = o end end
+  for _, d in ipairs(obs.decisions or {}) do if d.sig ~= sig then rest.decisions[#rest.decisions + 1] = d end end
+  return rest
 end
 
 -- Solve A x = b (A n x n, symmetric positive definite after the ridge) by
@@ -137,7 +166,8 @@ function M.fit(obs, lambda)
   local A, b = {}, {}
   for i = 1, nf do A[i] = {}; b[i] = 0; for j = 1, nf do A[i][j] = 0 end end
   local jobs, sst = {}, 0
-  local lim = { chunk_min = math.huge, chunk_max = 0, splits_max = 0, threads_max = 0, items_max = 0 }
+  local lim = { chunk_min = math.huge, chunk_max = 0, splits_max = 0, threads_max = 0, items_max = 0,
+                margin_kernel = 0, margin_splits = 0, margin_threads = 0, splits_up = 1, splits_up_len = 0, len_max = 0 }   -- margins: M.calibrate
   for _, o in ipairs(obs) do
     local x = o.dx
     for i = 1, nf do
@@ -152,8 +182,18 @@ function M.fit(obs, lambda)
     jobs[o.job] = true
     lim.chunk_min, lim.chunk_max = math.min(lim.chunk_min, o.c.chunk), math.max(lim.chunk_max, o.c.chunk)
     lim.splits_max, lim.threads_max = math.max(lim.splits_max, o.c.splits), math.max(lim.threads_max, o.c.threads)
+    lim.len_max = math.max(lim.len_max, o.len)
+    local v = M.vars(o.shape, o.len, o.c)
+    for _, n in ipairs(facts.MODEL_SHAPE_VARS) do
+      lim[n .. "_min"], lim[n .. "_max"] = math.min(lim[n .. "_min"] or math.huge, v[n]), math.max(lim[n .. "_max"] or 0, v[n])
+    end
     if o.c.splits > 1 then
       lim.items_max = math.max(lim.items_max, math.ceil(o.shape.batch * o.shape.n_kv_heads * o.c.splits / o.c.threads))
+    end
+  end
+  for _, d in ipairs(obs.decisions or {}) do   -- splits_up: the most a verified winner multiplied the heuristic's splits by
+    if d.kept and d.c.splits > d.h.splits then
+      lim.splits_up, lim.splits_up_len = math.max(lim.splits_up, math.floor(d.c.splits / d.h.splits)), math.max(lim.splits_up_len, d.len)
     end
   end
   if #obs == 0 then error("model: no cold-cache measurements to fit", 0) end
@@ -221,13 +261,50 @@ function M.rank(model, s, len, max_isa, threads, k)
   return best
 end
 
--- The planner's decision (runtime/plan.c decide_bucket) for s at len given
--- the heuristic's configuration h: the model's best when its score is more
--- than MODEL_MARGIN below h's, else h; returns the configuration and whether
--- it is the model's.
+-- The move classes of c from h: the kernel (chunk, tile or isa), the splits, the threads (each true when it differs).
+function M.moves(c, h)
+  return c.chunk ~= h.chunk or c.tile ~= h.tile or c.isa ~= h.isa, c.splits ~= h.splits, c.threads ~= h.threads
+end
+
+-- The margin (log time) a move from h to c must beat: the largest of the
+-- model's margin_kernel, margin_splits and margin_threads over the classes it
+-- moves (runtime/model.c takes the same maximum); 0 for h itself.
+function M.margin(model, c, h)
+  local L, m = model.limits, 0
+  local k, sp, th = M.moves(c, h)
+  if k then m = math.max(m, L.margin_kernel) end
+  if sp then m = math.max(m, L.margin_splits) end
+  if th then m = math.max(m, L.margin_threads) end
+  return m
+end
+
+-- The planner's decision (runtime/plan.c decide_bucket, runtime/model.c
+-- fd_model_decide) for s at len given the heuristic's configuration h: the
+-- candidate with the lowest score plus its margin from h (M.margin; ties keep
+-- the enumeration order), taken when that is more than MODEL_MARGIN below h's
+-- score, else h (h too outside the measured range: M.covers); returns the
+-- configuration (with .score) and whether it is the model's.
+-- Whether shape s at len lies inside the model's measured range (len_max, the shape variables' min and max).
+function M.covers(model, s, len)
+  local L, v = model.limits, M.vars(s, len, { chunk = 1, tile = 1, isa = 0, splits = 1, threads = 1 })
+  if len > L.len_max then return false end
+  for _, n in ipairs(facts.MODEL_SHAPE_VARS) do
+    if v[n] < L[n .. "_min"] or v[n] > L[n .. "_max"] then return false end
+  end
+  return true
+end
+
 function M.decide(model, s, len, max_isa, threads, h)
-  local best = M.rank(model, s, len, max_isa, threads, 1)[1]
-  if best and best.score < M.score(model, M.features(s, len, h)) - facts.MODEL_MARGIN then return best, true end
+  if not M.covers(model, s, len) then return h, false end   -- beyond the measured shapes and lengths
+  local best, bp = nil, math.huge
+  for _, c in ipairs(M.candidates(model, s, len, max_isa, threads)) do
+    if c.splits <= h.splits * (len <= model.limits.splits_up_len and model.limits.splits_up or 1) then
+      c.score = M.score(model, M.features(s, len, c))
+      local p = c.score + M.margin(model, c, h)
+      if p < bp then best, bp = c, p end
+    end
+  end
+  if best and bp < M.score(model, M.features(s, len, h)) - facts.MODEL_MARGIN then return best, true end
   return h, false
 end
 
@@ -238,13 +315,80 @@ function M.lines(model)
     out[#out + 1] = ("%s\t%s\t%.17g"):format(facts.MODEL_LINE, f[1], model.coef[i])
   end
   for _, n in ipairs(facts.MODEL_LIMITS) do
-    out[#out + 1] = ("%s\t%s\t%d"):format(facts.MODEL_LINE, n, model.limits[n])
+    out[#out + 1] = ("%s\t%s\t%.17g"):format(facts.MODEL_LINE, n, model.limits[n])
   end
   return out
 end
 
 -- A model from the values of its lines by name (gen/export.lua's, which the table parser uses); raises why.
 function M.from_fields(fields) return require("export").model_from_fields(fields) end
+
+-- Append to pairs the left-out shape sig's verified moves (the log's
+-- decisions: challenger against heuristic in paired rounds) as judged by
+-- model fitted without it: the move classes (M.moves), the predicted log-time
+-- change and the measured one (the log of the median paired ratio).
+local function add_pairs(pairs, model, decisions, sig)
+  for _, d in ipairs(decisions or {}) do
+    if d.sig == sig then
+      local k, sp, th = M.moves(d.c, d.h)
+      local pred = M.score(model, M.features(d.shape, d.len, d.c)) - M.score(model, M.features(d.shape, d.len, d.h))
+      pairs[#pairs + 1] = { k = k, s = sp, t = th, pred = pred, act = d.act }
+    end
+  end
+end
+
+-- Append to pairs the moves of a quick job's list from its heuristic (its
+-- first measurement, search.lua's phase 1) to each other configuration there,
+-- as add_pairs does for verified moves (single quick measurements).
+local function add_quick_pairs(pairs, model, list)
+  local h = list[1]
+  local hs = M.score(model, h.x)
+  for i = 2, #list do
+    local o = list[i]
+    local k, sp, th = M.moves(o.c, h.c)
+    pairs[#pairs + 1] = { k = k, s = sp, t = th, pred = M.score(model, o.x) - hs, act = o.y - h.y }
+  end
+end
+
+M.CAL_QUANTILE = 0.9       -- the quantile of a move class's optimism (measured minus predicted change) its margin takes
+M.CAL_MIN_PAIRS = 10       -- fewer moves of a class than this: its margin is the quantile over every class's moves
+
+-- The q-quantile (nearest rank) of list, which it sorts; nil when empty.
+local function quantile(list, q)
+  if #list == 0 then return nil end
+  table.sort(list)
+  return list[math.max(1, math.ceil(q * #list))]
+end
+
+-- Set model's margins (MODEL_LIMITS margin_*) from leave-one-shape-out
+-- verified moves (M.loso's pairs): for each class, among the moves that move
+-- it and that the model predicts more than MODEL_MARGIN faster, the
+-- CAL_QUANTILE of the measured minus the predicted log-time change (how much
+-- the model overrates such a move), at least 0; a class with fewer than
+-- CAL_MIN_PAIRS such moves takes the quantile over all moves. Returns model
+-- and per class { n, margin }.
+function M.calibrate(model, pairs, q)
+  q = q or M.CAL_QUANTILE
+  local by, any = { kernel = {}, splits = {}, threads = {} }, {}
+  for _, p in ipairs(pairs) do
+    if p.pred < -facts.MODEL_MARGIN then
+      local e = p.act - p.pred
+      any[#any + 1] = e
+      if p.k then table.insert(by.kernel, e) end
+      if p.s then table.insert(by.splits, e) end
+      if p.t then table.insert(by.threads, e) end
+    end
+  end
+  local fallback = math.max(0, quantile(any, q) or 0)
+  local info = {}
+  for _, cls in ipairs { "kernel", "splits", "threads" } do
+    local list = by[cls]
+    local m = #list >= M.CAL_MIN_PAIRS and math.max(0, quantile(list, q)) or fallback
+    model.limits["margin_" .. cls] = m
+    info[cls] = { n = #list, margin = m }
+  end
+  return model, info
+end
 
 -- Leave-one-shape-out ranking quality on the quick jobs of obs: per shape,
 -- fit without it, then in each of its quick jobs (at least 5 configurations)
@@ -255,13 +399,13 @@ function M.loso(path, lambda)
   local all = type(path) == "table" and path or M.observations(path)
   local shapes, order = {}, {}
   for _, o in ipairs(all) do if not shapes[o.sig] then shapes[o.sig] = {}; order[#order + 1] = o.sig end end
-  local out = { shapes = {} }
+  local out = { shapes = {}, pairs = {}, qpairs = {} }
   local regrets, hregrets = {}, {}
   for _, sig in ipairs(order) do
-    local rest = {}
-    for _, o in ipairs(all) do if o.sig ~= sig then rest[#rest + 1] = o end end
+    local rest = M.without(all, sig)
     if #rest == 0 then goto next_shape end            -- a log of one shape: nothing to fit without it
     local model = M.fit(rest, lambda)
+    add_pairs(out.pairs, model, all.decisions, sig)
     local jobs, jorder = {}, {}
     for _, o in ipairs(all) do
       if o.sig == sig and o.stage == "quick" then
@@ -280,6 +424,7 @@ function M.loso(path, lambda)
           if sc < ps then ps, pick = sc, o end
         end
         rs[#rs + 1], hs[#hs + 1] = pick.us / best, list[1].us / best
+        add_quick_pairs(out.qpairs, model, list)
       end
     end
     table.sort(rs); table.sort(hs)
@@ -299,10 +444,27 @@ function M.loso(path, lambda)
   return out
 end
 
+-- The model the table carries: fitted on obs, its margins calibrated on the
+-- log's verified moves of the shapes left out in turn (M.loso's pairs: the
+-- paired-round medians of the tuner's decisions; the quick jobs' single runs
+-- (qpairs) are too noisy: their 0.9 quantiles of 0.3-0.4 would block every
+-- move); returns the model, the leave-one-shape-out figures and the margins'
+-- per-class info.
+function M.fit_calibrated(obs, lambda)
+  local model = M.fit(obs, lambda)
+  local loso = M.loso(obs, lambda)
+  local _, info = M.calibrate(model, loso.pairs)
+  return model, loso, info
+end
+
 -- The fit report as text lines.
 function M.report(model, loso)
+  local L = model.limits
   local out = { ("cost model: %d measurements in %d jobs, %d features; R^2 within jobs %.3f"):format(model.n, model.jobs,
-    #facts.MODEL_FEATURES, model.r2) }
+    #facts.MODEL_FEATURES, model.r2),
+    ("margins (the %.2f quantile of leave-one-shape-out overrating per move class): kernel %.3f, splits %.3f, threads "
+     .. "%.3f; splits at most %d x the heuristic's; lengths up to %d"):format(M.CAL_QUANTILE, L.margin_kernel,
+     L.margin_splits, L.margin_threads, L.splits_up, L.len_max) }
   if loso then
     out[#out + 1] = ("leave-one-shape-out on %d quick jobs: the model's first of the measured configurations is within 5%% "
       .. "of the job's best in %d (median %.3fx the best); the heuristic in %d (median %.3fx)"):format(loso.jobs,
@@ -326,20 +488,22 @@ end
 
 local function main(a)
   local function usage()
-    io.stderr:write("usage: luajit tuner/model.lua fit LOG [TABLE] | predict TABLE SPEC [--threads N] [--max-isa I] [--top K]\n")
+    io.stderr:write("usage: luajit tuner/model.lua fit LOG [TABLE] | predict TABLE SPEC [--threads N] [--max-isa I] [--top K] [--heuristic CONFIG]\n")
     os.exit(2)
   end
   if a[1] == "fit" and a[2] then
-    local obs = M.observations(a[2])
-    local model = M.fit(obs)
-    for _, l in ipairs(M.report(model, os.getenv("FD_MODEL_LOSO") ~= "0" and M.loso(obs) or nil)) do print(l) end
+    local model, loso = M.fit_calibrated(M.observations(a[2]))
+    for _, l in ipairs(M.report(model, loso)) do print(l) end
     if a[3] then print(("%s: model %s"):format(a[3], M.write_into(a[3], model) and "written" or "unchanged")) end
   elseif a[1] == "predict" and a[2] and a[3] then
     local opt = { threads = 2, ["max-isa"] = 2, top = 5 }
+    local h
     for i = 4, #a, 2 do
       local k = a[i]:match("^%-%-(.*)$")
+      if k == "heuristic" then h = M.parse_config(a[i + 1] or "") or usage(); goto next_opt end
       if not k or not opt[k] or not tonumber(a[i + 1]) then usage() end
       opt[k] = tonumber(a[i + 1])
+      ::next_opt::
     end
     local t = require("export").parse(assert(require("files").read(a[2]), a[2] .. ": cannot read"), a[2])
     if not t.model then io.stderr:write(a[2] .. ": the table carries no cost model\n"); os.exit(1) end
@@ -351,6 +515,10 @@ local function main(a)
       while b < len do b = b * 2 end
       for i, c in ipairs(M.rank(t.model, s, math.min(b, len), opt["max-isa"], opt.threads, opt.top)) do
         print(("%d\t%d\t%s\t%.6f"):format(len, i, M.config_text(c), c.score))
+      end
+      if h then
+        local pick, mine = M.decide(t.model, s, math.min(b, len), opt["max-isa"], opt.threads, h)
+        print(("%d\tdecision\t%s\t%s"):format(len, M.config_text(pick), mine and "model" or "heuristic"))
       end
     end
   else usage() end

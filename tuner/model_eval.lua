@@ -1,8 +1,9 @@
 -- The cost model on shapes left out of its fit (issue 20, item 3): for every
 -- shape of the tables, fit the model (tuner/model.lua) on the log without
 -- that shape's measurements, take the planner's decision from it for each of
--- the shape's rows (tuner/model.lua decide: the model's best only when it
--- predicts it MODEL_MARGIN faster than the heuristic's configuration), then
+-- the shape's rows (tuner/model.lua decide: the model's best move only when
+-- it predicts it MODEL_MARGIN plus its class's margin faster than the
+-- heuristic's configuration, the margins calibrated without the shape too), then
 -- time the model's pick, the tuned pick (the row) and the heuristic's
 -- configuration interleaved in paired rounds (cold cache; each round runs the
 -- distinct ones back to back, the order rotating) and give the 95% sign-test
@@ -108,8 +109,8 @@ end
 local function report(results, o, secs, fit)
   local out = { "# The cost model on shapes left out of its fit", "",
     ("`luajit tuner/model_eval.lua` (make tune-model-eval) on %s, %s; log %s. For each shape: the model "
-     .. "fitted on the log without that shape's measurements, the planner's decision from it (the model's best when "
-     .. "it predicts it %.0f%% faster than the heuristic's configuration, else the heuristic's), then the model's "
+     .. "fitted on the log without that shape's measurements, the planner's decision from it (the model's best move when "
+     .. "it predicts it %.0f%% faster than the heuristic's configuration beyond its class's margin, else the heuristic's), then the model's "
      .. "pick, the tuned pick (the table's row) and the heuristic's configuration timed interleaved in paired rounds "
      .. "(cold cache, one process); ratios are medians of per-round ratios with 95%% sign-test intervals "
      .. "(tuner/stats.lua). %.0f s."):format(machine.info().slug,
@@ -162,8 +163,8 @@ local function main(a)
     end
   end
   local obs = model.observations(o.log)
-  local full = model.fit(obs)
-  local fit = table.concat(model.report(full, model.loso(obs)), "\n    ")
+  local full, loso = model.fit_calibrated(obs)
+  local fit = table.concat(model.report(full, loso), "\n    ")
   fit = "Fit on the whole log:\n\n    " .. fit
   local ctx = fd.create {}
   local info = fd.ctx_info(ctx)
@@ -172,9 +173,7 @@ local function main(a)
   for k, r in ipairs(rows) do
     bar:job(k, r.name, r.bucket, r.bucket)
     if not models[r.shape] then
-      local rest = {}
-      for _, x in ipairs(obs) do if x.sig ~= r.shape then rest[#rest + 1] = x end end
-      local okf, m = pcall(model.fit, rest)
+      local okf, m = pcall(model.fit_calibrated, model.without(obs, r.shape))   -- margins from the other shapes only
       models[r.shape] = okf and m or false     -- no other shape measured: the heuristic's configuration
     end
     results[k] = eval_row(ctx, info, r, workload.row_shape(r, shapes), models[r.shape], o, bar)

@@ -10,7 +10,9 @@
 --      that cannot run or repeat another's work are pruned, each logged
 --      ("#pruned" lines, tuner/log.lua) with why;
 --   3. quick pass over splits (up to 16) x threads for the best two kernels;
---   4. refine the best few (warm-up + several repetitions, median);
+--   4. refine the best few interleaved (several rounds, each timing every
+--      finalist once in a rotating order): the lowest median per-round ratio
+--      to the quick best wins, so a bandwidth level switch cannot pick it;
 --   5. verify: the refined winner and the heuristic interleaved in paired
 --      rounds, added in batches until tuner/stats.lua decides (win, lose, tie)
 --      or the rounds cap is reached; the winner is kept only when the whole
@@ -254,18 +256,61 @@ local function decomposition_pass(st, h, cost, warm)
   end
 end
 
--- Phase 4: refine the best few quick configurations (warm-up + reps, median).
+-- The median of a list of numbers (tuner/sys.lua's, which needs the library: the tests stub measure.lua only).
+local function median(t)
+  local s = {}
+  for i, v in ipairs(t) do s[i] = v end
+  table.sort(s)
+  local n = #s
+  return n % 2 == 1 and s[(n + 1) / 2] or (s[n / 2] + s[n / 2 + 1]) / 2
+end
+
+-- The refined record of finalist c from its per-round records (nil when one failed).
+local function refined_record(c, recs)
+  local times = {}
+  for r, rec in ipairs(recs) do
+    if not rec.ok then return { ok = false, c = c, config = rec.config, err = rec.err } end
+    times[r] = rec.median_us
+  end
+  return { ok = true, c = c, config = recs[1].config, key = recs[1].key, median_us = median(times), times = times }
+end
+
+-- The median per-round ratio of times a over times b.
+local function median_ratio(a, b)
+  local q = {}
+  for r = 1, #a do q[r] = a[r] / b[r] end
+  return median(q)
+end
+
+-- Phase 4: refine the best few quick configurations interleaved: reps
+-- rounds (stage r<round>), each timing every finalist once in a rotating
+-- order (warm-up in the first), so a bandwidth level switch hits all of them
+-- alike; the winner is the finalist with the lowest median per-round ratio to
+-- the quick best (the quick order breaks ties).
 local function refine(st, cost)
   local reps = clamp(math.ceil(M.REFINE_S / cost), 3, 9)
   local best = ranked(st.quick)
-  local n = clamp(math.floor(0.3 * math.max(left(st), 0) / (cost * (reps + 1))), 1, 3)
-  st.planned = st.planned + math.min(n, #best)
-  for i = 1, math.min(n, #best) do
-    local r = timed(st, best[i].c, "ref", reps, true)
-    st.refined[r.config] = r
+  local n = math.min(clamp(math.floor(0.3 * math.max(left(st), 0) / (cost * (reps + 1))), 1, 3), #best)
+  st.planned = st.planned + n * reps
+  local recs = {}
+  for i = 1, n do recs[i] = {} end
+  for r = 1, reps do
+    for k = 0, n - 1 do
+      local i = (r + k - 1) % n + 1
+      recs[i][r] = timed(st, best[i].c, "r" .. r, 1, r == 1)
+    end
   end
-  return ranked(st.refined)[1]
+  local win, wq
+  for i = 1, n do
+    local rec = refined_record(best[i].c, recs[i])
+    st.refined[measure.config_name(best[i].c)] = rec
+    local q = rec.ok and st.refined[measure.config_name(best[1].c)].ok and median_ratio(rec.times, st.refined[measure.config_name(best[1].c)].times)
+    if rec.ok and (not win or (q and q < wq)) then win, wq = rec, q or 1 end
+  end
+  return win
 end
+
+M.refine = refine   -- for tests
 
 -- The rounds cap of verification: about VERIFY_S per configuration (7 to 31
 -- rounds), fewer when the job's budget is short (never below MIN_ROUNDS).

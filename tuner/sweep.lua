@@ -11,7 +11,10 @@
 --      as "#pruned" lines with the ratio), as are kernels that failed;
 --   3. every remaining kernel x split count x thread count (quick);
 --   4. the SWEEP_TOP fastest, the tuned pick and the heuristic, one run each
---      per round in a rotating order, SWEEP_ROUNDS rounds.
+--      per round in a rotating order, SWEEP_ROUNDS rounds, spread over
+--      SWEEP_PROCS processes run one after another (each its own bandwidth
+--      level: the rounds of process k are k/n of them; the first process also
+--      runs steps 1-3, the others reuse them from the log).
 -- Measurements go through a tuning log (tuner/log.lua): a stopped sweep run
 -- again measures only what is missing.
 --   luajit tuner/sweep.lua [SHAPES.lua]
@@ -23,6 +26,7 @@
 --   SWEEP_TOP=n        configurations of the sweep re-measured (default 5)
 --   SWEEP_ROUNDS=n     paired rounds (default 31, the tuner's cap; 6 is the fewest with a 95% interval)
 --   SWEEP_PRUNE=x      prune kernels slower than x times the fastest in step 1 (default 2; 0: none)
+--   SWEEP_PROCS=n      processes the paired rounds are spread over (default 3; 1: this one only)
 --   FD_TUNE_STOP_AFTER=N, TUNE_PROGRESS=0|1   as for tuner/tune.lua
 local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
 local home = root == "." and "" or (root .. "/")
@@ -58,7 +62,8 @@ local function settings(a)
   return { shapes = shapes, machine = machine, report = report, log = report:gsub("%.md$", "") .. ".log",
            table = sys.env("SWEEP_TABLE", ("%sresults/tuned/%s-%s.tsv"):format(home, machine, set)),
            top = num("SWEEP_TOP", "5"), rounds = math.max(6, num("SWEEP_ROUNDS", "31")), prune = num("SWEEP_PRUNE", "2"),
-           stop_after = num("FD_TUNE_STOP_AFTER", "0"), progress = tp and tp ~= "0" or nil }
+           stop_after = num("FD_TUNE_STOP_AFTER", "0"), progress = tp and tp ~= "0" or nil,
+           procs = math.max(1, math.floor(num("SWEEP_PROCS", "3"))), upto = tonumber(os.getenv("SWEEP_ROUNDS_UPTO") or "") }
 end
 
 -- The rows: one per (shape, length) of the set.
@@ -163,8 +168,9 @@ local function rounds(j, cs, cfg, st)
   table.sort(names)
   local times = {}
   for _, n in ipairs(names) do times[n] = {} end
-  st.planned = st.done + cfg.rounds * #names
-  for r = 1, cfg.rounds do
+  local last = math.min(cfg.rounds, cfg.upto or cfg.rounds)   -- a part's process stops at its last round
+  st.planned = st.done + last * #names
+  for r = 1, last do
     for i = 1, #names do
       local n = names[(i + r - 2) % #names + 1]
       local rec = measure.measure(j, cs[n], "s" .. r, 1, r == 1)
@@ -208,6 +214,7 @@ local function sweep_row(j, cfg, bar, tbl, tbl_why)
   t = t or h
   cs[measure.config_name(t)], cs[measure.config_name(h)] = t, h
   local times = rounds(j, cs, cfg, st)
+  if cfg.upto then return nil end   -- a part's process: its rounds are in the log
   local best, bm = nil, math.huge
   for n, ts in pairs(times) do
     local m = sys.median(ts)
@@ -259,15 +266,48 @@ local function report(cfg, results, secs, tbl_why)
   return table.concat(out, "\n")
 end
 
+-- The measurement lines of build in the log at path (0 when none).
+local function log_lines(path, build)
+  local fh, n = io.open(path, "rb"), 0
+  if not fh then return 0 end
+  local prefix = build .. "\t"
+  for line in fh:lines() do if line:sub(1, #prefix) == prefix then n = n + 1 end end
+  fh:close()
+  return n
+end
+
+-- Steps 1-4 in SWEEP_PROCS processes one after another (each a fresh
+-- process: its own bandwidth level): process k of n runs the rounds up to
+-- k x SWEEP_ROUNDS / n through the log (SWEEP_ROUNDS_UPTO), this one the rest
+-- from it; a part that fails or stops (exit 3) ends the sweep with its status.
+local function run_parts(cfg)
+  for k = 1, cfg.procs - 1 do
+    local upto = math.floor(k * cfg.rounds / cfg.procs)
+    if upto >= 1 then
+      local q = function(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
+      local cmd = ("SWEEP_ROUNDS_UPTO=%d SWEEP_REPORT=%s SWEEP_TABLE=%s %s %s %s"):format(upto, q(cfg.report), q(cfg.table),
+        q(arg[-1] or "luajit"), q(arg[0]), q(cfg.shapes))
+      local ok, how, code = os.execute(cmd)
+      local rc = type(ok) == "number" and ok / 256 or (ok and 0 or code)
+      if rc ~= 0 then
+        io.stderr:write(("sweep: the process of rounds 1..%d ended with status %s\n"):format(upto, tostring(rc or how)))
+        os.exit(rc == 3 and 3 or 1)
+      end
+    end
+  end
+end
+
 -- Main: sweep every row, write and print the report.
 local function main(a)
   local cfg = settings(a)
+  local t_start, before = sys.now(), log_lines(cfg.log, build_id())
+  if not cfg.upto and cfg.procs > 1 then run_parts(cfg) end
   local rows = rows_of(space.load_shapes(cfg.shapes))
   local tbl, tbl_why = load_table(cfg.table)
   if tbl_why then io.stderr:write(("sweep: tuned table not used (%s): the heuristic stands in for the tuned pick\n"):format(tbl_why)) end
   files.mkdir(sys.dirname(cfg.log))
   local log = tlog.open(cfg.log, build_id())
-  local ctx, bar, t0, results = fd.create {}, progress.new(#rows, cfg.progress), sys.now(), {}
+  local ctx, bar, results = fd.create {}, progress.new(#rows, cfg.progress), {}
   for i, row in ipairs(rows) do
     local j = job_of(row, ctx, log, cfg)
     bar:job(i, j.name, j.len, j.bucket)
@@ -277,11 +317,13 @@ local function main(a)
   end
   bar:done()
   log:close()
-  local text = report(cfg, results, sys.now() - t0, tbl_why)
+  if cfg.upto then return end
+  local text = report(cfg, results, sys.now() - t_start, tbl_why)
   files.write_if_changed(cfg.report, text)
   print(text)
+  local written = cfg.procs > 1 and log_lines(cfg.log, build_id()) - before or log.written   -- every process's
   print(("report %s\nlog    %s (%d measurements, %d reused)\nsweep took %.0f s"):format(cfg.report, cfg.log,
-    log.written, log.reused, sys.now() - t0))
+    written, cfg.procs > 1 and before or log.reused, sys.now() - t_start))
 end
 
 local ok, err = pcall(main, arg)

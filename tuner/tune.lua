@@ -206,16 +206,15 @@ local function export_header(cfg)
 end
 
 -- The cost model (tuner/model.lua) fitted on the whole log (every build's
--- cold measurements), and its report lines; nil model (and a report line
+-- cold measurements), its margins calibrated leave-one-shape-out, and its report lines; nil model (and a report line
 -- saying why) when it cannot be fitted: the table is then written without one.
 local function fit_model(path)
   local model_lib = require("tuner.model")
   local ok, obs = pcall(model_lib.observations, path)
-  local ok2, model = ok, nil
-  if ok then ok2, model = pcall(model_lib.fit, obs) end
+  local ok2, model, loso = ok, nil, nil
+  if ok then ok2, model, loso = pcall(model_lib.fit_calibrated, obs) end
   if not ok or not ok2 then return nil, { "cost model: not fitted: " .. tostring(ok and model or obs) } end
-  local okl, loso = pcall(function() return os.getenv("TUNE_MODEL_LOSO") ~= "0" and model_lib.loso(obs) or nil end)
-  return model, model_lib.report(model, okl and loso or nil)
+  return model, model_lib.report(model, loso)
 end
 
 -- Main: load shapes, tune, write the table, print the summary.

@@ -25,7 +25,7 @@ test-tune: all
 # `make tune-sweep`: time every configuration of each row of SHAPES (default
 # tuner/shapes/unseen.lua), re-measure the best few with the tuned table's pick
 # and the heuristic in paired rounds, and write results/tuned/sweep-<machine>.md
-# (tuner/sweep.lua; SWEEP_TABLE, SWEEP_TOP, SWEEP_ROUNDS, SWEEP_PRUNE).
+# (tuner/sweep.lua; SWEEP_TABLE, SWEEP_TOP, SWEEP_ROUNDS, SWEEP_PRUNE, SWEEP_PROCS).
 SWEEP_SHAPES = $(if $(SHAPES),$(SHAPES),tuner/shapes/unseen.lua)
 tune-sweep: deps lib $(B)/fdgen
 	FD_LIB=$(B)/libflashdecode.so $(LUAJIT) tuner/sweep.lua $(SWEEP_SHAPES)

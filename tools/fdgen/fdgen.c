@@ -521,8 +521,15 @@ static int cmd_predict(const command *c, const run_opts *o) {
       printf("%4d  c%d.t%d.s%d.p%d.i%d%*s %10.6f  %.3f\n", i + 1, best[i].chunk, best[i].tile, best[i].splits,
              best[i].threads, best[i].isa, 4, "", best[i].score, exp(best[i].score - hs));
     printf("heur  c%d.t%d.s%d.p%d.i%d%*s %10.6f  1.000\n", hp.chunk, hp.tile, hp.splits, hp.threads, hp.isa, 4, "", hs);
-    printf("the planner takes the model's best only when it predicts it %.0f%% faster than the heuristic's\n",
-           100 * (1 - exp(-FD_MODEL_MARGIN)));
+    fd_model_pick pick;
+    int mine = fd_model_decide(&t->model, &s, len, max_isa, threads, &hp, &pick);
+    if (!mine) pick = hp;
+    printf("the planner takes the best of score plus its move's margin (kernel %.3f, splits %.3f, threads %.3f; "
+           "splits at most %g x the heuristic's) when that predicts it %.0f%% faster than the heuristic's\n",
+           t->model.limit[FD_MODEL_MARGIN_KERNEL], t->model.limit[FD_MODEL_MARGIN_SPLITS],
+           t->model.limit[FD_MODEL_MARGIN_THREADS], t->model.limit[FD_MODEL_SPLITS_UP], 100 * (1 - exp(-FD_MODEL_MARGIN)));
+    printf("decision  c%d.t%d.s%d.p%d.i%d %s\n", pick.chunk, pick.tile, pick.splits, pick.threads, pick.isa,
+           mine ? "model" : "heuristic");
     printf("the planner with this table: c%d.t%d.s%d.p%d.i%d (%s)\n", with.chunk, with.group_tile, with.splits,
            with.threads, with.isa, with.from_table == 1 ? "its row" : with.from_table == 2 ? "the cost model" : "the heuristic");
     rc = 0;
