@@ -188,6 +188,9 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
     return fd_fail(ctx, FD_EINVAL, "shape.head_dim is %d; kv_dtype %s stores rows of %d-element blocks, so head_dim "
                    "must be a multiple of %d", s->head_dim, fd_dtype_texts[s->kv_dtype], fd_dtype_block[s->kv_dtype],
                    fd_dtype_block[s->kv_dtype]);
+  if ((s->features & FD_BEAMS) && fd_dtype_block[s->kv_dtype] > 1)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with kv_dtype %s, which this build does not "
+                   "serve yet (beam pieces address rows by element size, not by block bytes)", fd_dtype_names[s->kv_dtype]);
   if ((s->features & FD_NEW_KV) && fd_dtype_block[s->kv_dtype] > 1)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with kv_dtype %s; k_new and v_new are f32, f16 or "
                    "bf16 (no blocks)", fd_dtype_names[s->kv_dtype]);

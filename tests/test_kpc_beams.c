@@ -248,6 +248,7 @@ static void sweep(void) {
           if (mode != FD_CAUSAL) run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, 1, idx++);
         }
         for (int kd = 0; kd < FD_DTYPE_COUNT; kd++) {
+          if (fd_dtype_block[kd] > 1) continue;   /* beams with block dtypes: refused below */
           int pat = (idx + kd) % 4;
           run_case(ctx, isa, kd, mode, q_len, 0, pat, sp ? 3 : 1, 4, 0, idx++);
           if (!fd_dtype_quant[kd]) run_case(ctx, isa, kd, mode, q_len, 0, 2, sp ? 3 : 1, 16, 0, idx++);   /* head lanes */
@@ -311,6 +312,8 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "FD_BEAMS with FD_SHARED_KV", "beams with a shared sequence");
   s = base; s.kv_dtype = FD_F16; s.features = FD_BEAMS | FD_NEW_KV;
   refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with FD_NEW_KV", "beams with new keys");
+  s = base; s.kv_dtype = FD_Q8_0; s.features = FD_BEAMS;
+  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with kv_dtype q8_0", "beams with q8_0 blocks");
   s = base; s.features = FD_BEAMS | FD_K_PER_CHANNEL;
   refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with FD_K_PER_CHANNEL", "beams with per-channel K");
   bcase c;
