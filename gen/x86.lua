@@ -346,8 +346,9 @@ local function context(v, i, mn)
   return setmetatable({ v = v, i = i, mn = mn }, CTX_MT)
 end
 
--- Register operands by their text: parsed once, shared (records are never
--- written after parsing; a failed parse raises and keeps nothing).
+-- Register operands by their text: parsed once, shared (after parsing only
+-- operand_sig writes a record, its cached signature text `sig`; a failed
+-- parse raises and keeps nothing).
 local REG_OPERANDS = {}
 
 -- Turn one user operand (string, table or number) into an operand record.
