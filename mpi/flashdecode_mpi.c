@@ -142,6 +142,9 @@ static int check_shape(call *c) {
   if (s->features & (FD_K_PER_CHANNEL | FD_BEAMS))
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets %s; fdmpi_run does not serve it yet",
                       s->features & FD_BEAMS ? "FD_BEAMS" : "FD_K_PER_CHANNEL");
+  if (s->features & FD_NEW_KV)
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets FD_NEW_KV; fdmpi_run does not serve it yet "
+                      "(every rank's fd_run would attend args.k_new, and the new key belongs to one shard)");
   if (s->window && s->layout == FD_PAGED)
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.layout is FD_PAGED with window %d; fdmpi_run attends a "
                       "window that starts inside a shard through a view of the shard from the window's first key, "

@@ -543,6 +543,24 @@ static void bad_window(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char 
   s->pool_pages = 64;
   snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.layout is FD_PAGED with window 16; fdmpi_run attends");
 }
+/* FD_NEW_KV on every rank: refused (each rank's fd_run would attend the new key). */
+static void bad_new_kv(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)d; (void)root; (void)c;
+  s->features |= FD_NEW_KV;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.features sets FD_NEW_KV; fdmpi_run does not serve it yet");
+}
+/* FD_BEAMS on every rank: refused. */
+static void bad_beams(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)d; (void)root; (void)c;
+  s->features |= FD_BEAMS;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.features sets FD_BEAMS; fdmpi_run does not serve it yet");
+}
+/* FD_K_PER_CHANNEL on every rank: refused. */
+static void bad_kpc(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)d; (void)root; (void)c;
+  s->features |= FD_K_PER_CHANNEL;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.features sets FD_K_PER_CHANNEL; fdmpi_run does not serve it");
+}
 /* FD_SINK_LOGITS without args.sink_logits on the last rank. */
 static void bad_sinks(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
   (void)root; (void)c;
@@ -559,7 +577,9 @@ static void bad_sink_values(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, 
 }
 
 static const bad_case BAD[] = {
-  { "a sliding window over a paged cache", 1, bad_window, FD_EUNSUPPORTED }, { "sink logits NULL on one rank", 1, bad_sinks, 0 },
+  { "a sliding window over a paged cache", 1, bad_window, FD_EUNSUPPORTED },
+  { "FD_NEW_KV", 1, bad_new_kv, FD_EUNSUPPORTED }, { "FD_BEAMS", 1, bad_beams, FD_EUNSUPPORTED },
+  { "FD_K_PER_CHANNEL", 1, bad_kpc, FD_EUNSUPPORTED }, { "sink logits NULL on one rank", 1, bad_sinks, 0 },
   { "sink logits differ across ranks", 2, bad_sink_values, 0 },
   { "overlapping shards", 2, bad_overlap }, { "a gap between shards", 1, bad_gap },
   { "shapes differ across ranks", 2, bad_shape }, { "MPI_COMM_NULL", 1, bad_comm },
