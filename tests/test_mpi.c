@@ -21,6 +21,7 @@
    shard boundaries inside the sinks and the window, ranks with no visible
    key, with ALiBi, sink logits, softcap, f32/f16/bf16 and fp8 KV with per-row
    scales that vary by key (a view of the shard must move them with K and V);
+   and a sweep of every cur_pos of a small case under 8 (window, sinks) pairs;
    FD_PAGED with a window refused with FD_EUNSUPPORTED naming shard.shape.layout.
    Every rank prints its own "N passed, N failed"; the script sums them. */
 #include "flashdecode_mpi.h"
@@ -659,6 +660,46 @@ static void trusted_failure(void) {
   shard_free(&d);
 }
 
+/* Every cur_pos of a small case under windows of 1 to 30 keys with 0 to 7 sinks: rows 5 positions
+   apart (rows 1 and 3 in reverse rank order), shards of 5, 3, 6 and 4 keys, so that the window's start,
+   its end and the sinks' end fall on every key and every shard boundary; the result on every rank
+   against the reference. */
+static void window_sweep(void) {
+  static const int WT[][2] = { { 1, 0 }, { 1, 2 }, { 3, 0 }, { 3, 4 }, { 4, 1 }, { 6, 2 }, { 2, 7 }, { 30, 3 } };
+  tcase t = { "window sweep", { .batch = 4, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 16, .q_dtype = FD_F32,
+              .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD },
+              { 5, 3, 6, 4 }, { { -1, -1, -1, -1 }, { -1, -1, -1, -1 }, { -1, -1, -1, -1 }, { -1, -1, -1, -1 } },
+              { 0, 1, 0, 1 }, { 0 } };
+  int64_t total = 0;
+  for (int r = 0; r < np; r++) total += t.cap[r];
+  int runs = 0;
+  double worst = 0;
+  for (size_t w = 0; w < sizeof WT / sizeof WT[0]; w++)
+    for (int64_t p = 0; p < total; p++) {
+      t.shape.window = WT[w][0];
+      t.shape.sink_tokens = WT[w][1];
+      for (int b = 0; b < 4; b++) t.pos[b] = (int32_t)((p + 5 * b) % total);
+      layout L;
+      make_layout(&t, &L);
+      shard_data d;
+      if (shard_init(&t, &L, rank, &d)) return;
+      double rout[4 * 4 * 16], rlse[4 * 4];
+      reference(&t, &L, rout, rlse, NULL);
+      fd_args a = shard_args(&d);
+      fdmpi_shard sh = shard_desc(&d, 0, NULL, 0);
+      char name[96];
+      snprintf(name, sizeof name, "window sweep, np %d, window %d sinks %d, cur_pos %lld..", np, WT[w][0], WT[w][1],
+               (long long)p);
+      int rc = fdmpi_run(d.plan, &a, &sh, MPI_COMM_WORLD, FDMPI_ALL);
+      if (t_check(rc == 0, "%s: rank %d: rc %d: %s", name, rank, rc, fdmpi_errmsg()))
+        worst = fmax(worst, check_result(&t, name, &d, rout, rlse));
+      runs++;
+      shard_free(&d);
+    }
+  if (rank == 0) printf("info - window sweep, np %d: %d runs, max abs error %.3g vs the double reference\n", np, runs,
+                        worst);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -674,6 +715,7 @@ int main(int argc, char **argv) {
   ctx = fd_create(&(fd_config){ .threads = 1 });
   if (!t_check(ctx != NULL, "fd_create: %s", fd_errmsg(NULL))) { MPI_Finalize(); return t_done(); }
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) run_case(&CASES[i]);
+  window_sweep();
   refusals();
   trusted_failure();
   fd_destroy(ctx);
