@@ -1,6 +1,7 @@
 /* fdmpi_run: attend the local shard with fd_run, validate collectively, then
    combine the partial states across ranks (see flashdecode_mpi.h). */
 #include "flashdecode_mpi.h"
+#include "fd_keydefs.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,10 @@ static _Thread_local char errbuf[1024];
 static const char *const MODE_NAME[] = { "FD_CAUSAL", "FD_MASK", "FD_FULL" };
 static const char *const DTYPE_NAME[] = { "FD_F32", "FD_F16", "FD_BF16", "FD_I8", "FD_FP8_E4M3", "FD_FP8_E5M2" };
 static const char *const COMBINE_NAME[] = { "default", "reduce", "gather" };
+
+/* How fd_run visits a row's keys here: over the shard viewed from local slot
+   shift (K, V and scales start shift keys later), at view cur_pos pos. */
+typedef struct span { int64_t shift, pos; } span;
 
 /* One call's working state. */
 typedef struct call {
@@ -25,9 +30,12 @@ typedef struct call {
   int D;
   float *state;                 /* this rank's state: out [rows, D] then lse [rows] */
   float *recv;                  /* receivers: the combined records, or every rank's state */
-  int32_t *pos;                 /* [B] local cur_pos handed to fd_run */
+  int32_t *pos;                 /* [B] view cur_pos handed to fd_run in a pass */
   float *no_sink;               /* FD_SINK_LOGITS: [Hq] -inf, fd_run's sink logits (the combine adds the real ones once) */
-  unsigned char *empty;         /* [B] rows with no attended key here */
+  unsigned char *in_pass;       /* [B] rows whose keys the current pass attends */
+  span *spans;                  /* [B][2] each row's spans (a window range and the sinks may need two) */
+  unsigned char *n_spans;       /* [B] 0 (no attended key here), 1 or 2 */
+  int64_t *shifts;              /* [2B] the passes: distinct span shifts, ascending */
   int code;                     /* local failure (0: none), with msg */
   char msg[MSG_LEN];
 } call;
@@ -134,10 +142,13 @@ static int check_shape(call *c) {
   if (s->features & (FD_K_PER_CHANNEL | FD_BEAMS))
     return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets %s; fdmpi_run does not serve it yet",
                       s->features & FD_BEAMS ? "FD_BEAMS" : "FD_K_PER_CHANNEL");
-  if (s->window)
-    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.window is %d; fdmpi_run does not serve sliding windows: a "
-                      "shard that ends before cur_pos and that the window's start cuts needs its own first key per row, "
-                      "which fd_run cannot take (its window counts back from each row's local cur_pos)", s->window);
+  if (s->features & FD_NEW_KV)
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.features sets FD_NEW_KV; fdmpi_run does not serve it yet "
+                      "(every rank's fd_run would attend args.k_new, and the new key belongs to one shard)");
+  if (s->window && s->layout == FD_PAGED)
+    return local_fail(c, FD_EUNSUPPORTED, "shard.shape.layout is FD_PAGED with window %d; fdmpi_run attends a "
+                      "window that starts inside a shard through a view of the shard from the window's first key, "
+                      "which a paged cache cannot give (use FD_BHSD or FD_BSHD)", s->window);
   if (s->q_dtype > FD_BF16) return local_fail(c, FD_EINVAL, "shard.shape.q_dtype is %d", (int)s->q_dtype);
   if ((int64_t)s->batch * s->n_q_heads * (s->head_dim + 1) > INT32_MAX)
     return local_fail(c, FD_EINVAL, "shard.shape: batch x n_q_heads x (head_dim + 1) is above INT32_MAX, the largest "
@@ -181,28 +192,80 @@ static int check_call(call *c) {
   return 0;
 }
 
-/* Keys row b attends on this rank: all it holds, or (causal) those up to cur_pos. */
-static int64_t visible_keys(const call *c, int b) {
-  int64_t n = c->sh->n_keys[b];
-  if (c->s->mask_mode != FD_CAUSAL) return n;
-  int64_t v = (int64_t)c->args->cur_pos[b] - c->sh->key_offset[b] + 1;
-  return v < 0 ? 0 : v > n ? n : v;
+/* The set [a0, a1) u [b0, b1) (a0 <= b0) as sorted disjoint non-empty ranges r[2i] .. r[2i + 1] - 1: their count. */
+static int join_ranges(int64_t a0, int64_t a1, int64_t b0, int64_t b1, int64_t *r) {
+  int n = 0;
+  if (a1 > a0) { r[0] = a0; r[1] = a1; n = 1; }
+  if (b1 <= b0) return n;
+  if (n && b0 <= r[1]) { r[1] = b1 > r[1] ? b1 : r[1]; return 1; }
+  r[2 * n] = b0;
+  r[2 * n + 1] = b1;
+  return n + 1;
+}
+
+/* x clamped to lo .. hi. */
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* The keys fd_run visits in a causal row at cur_pos pos: the sinks 0 .. sink_tokens - 1 and the window
+   pos - window + 1 .. pos (without a window: 0 .. pos), as ranges (join_ranges). */
+static int run_keys(const fd_shape *s, int64_t pos, int64_t *r) {
+  int64_t w0 = s->window ? pos - s->window + 1 : 0, sinks = s->window ? s->sink_tokens : 0;
+  return join_ranges(0, sinks < pos + 1 ? sinks : pos + 1, w0 > 0 ? w0 : 0, pos + 1, r);
+}
+
+/* The local slots row b attends on this rank, as ranges: all it holds (full, mask) or, causal, those the
+   global sinks and window (counted back from the global cur_pos) leave visible, up to cur_pos. */
+static int visible_ranges(const call *c, int b, int64_t *r) {
+  const fd_shape *s = c->s;
+  int64_t off = c->sh->key_offset[b], n = c->sh->n_keys[b];
+  if (s->mask_mode != FD_CAUSAL) return join_ranges(0, 0, 0, n, r);
+  int64_t end = (int64_t)c->args->cur_pos[b] + 1, w0 = s->window ? end - s->window : 0;
+  int64_t sinks = s->window && s->sink_tokens < end ? s->sink_tokens : s->window ? end : 0;
+  return join_ranges(0, clamp64(sinks - off, 0, n), clamp64(w0 - off, 0, n), clamp64(end - off, 0, n), r);
+}
+
+/* How row b's visible keys are run (sp[0..1]): one span from slot 0 when fd_run visits exactly them there
+   (always without a window); else one per range: a range from slot 0 (the sinks, or keys the window
+   covers) from slot 0, a window range that starts later from its first key (shorter than the window,
+   so fd_run's sinks and window there cover it whole). Returns the span count. */
+static int row_spans(const call *c, int b, span *sp) {
+  int64_t v[4], u[4];
+  int n = visible_ranges(c, b, v);
+  if (n == 0) return 0;
+  int64_t last = v[2 * n - 1] - 1;
+  if (run_keys(c->s, last, u) == n && !memcmp(u, v, sizeof(int64_t) * 2 * (size_t)n)) {
+    sp[0] = (span){ 0, last };
+    return 1;
+  }
+  for (int i = 0; i < n; i++) sp[i] = (span){ v[2 * i], v[2 * i + 1] - 1 - v[2 * i] };
+  return n;
 }
 
 /* Floats of one rank's state: out [rows, D], lse [rows], then the status slot (0 ok, 1 failed). */
 static int64_t state_floats(const call *c) { return c->rows * (c->D + 1) + 1; }
 
-/* Allocate the state and the receive buffer (every rank's state for GATHER; rows + 1 records for REDUCE). */
+/* Free what alloc_buffers allocated (NULL pointers after). */
+static void free_buffers(call *c) {
+  free(c->state); free(c->pos); free(c->in_pass); free(c->no_sink); free(c->spans); free(c->n_spans); free(c->shifts);
+  c->state = NULL; c->pos = NULL; c->in_pass = NULL; c->no_sink = NULL; c->spans = NULL; c->n_spans = NULL;
+  c->shifts = NULL;
+}
+
+/* Allocate the state and the receive buffer (every rank's state for GATHER; rows + 1 records for REDUCE)
+   and the per-row pass tables. */
 static int alloc_buffers(call *c) {
   int64_t state = state_floats(c);
   int64_t recv = !c->receives ? 0 : c->combine == FDMPI_COMBINE_GATHER ? state * c->np : (c->rows + 1) * (c->D + 1);
+  size_t B = (size_t)c->s->batch;
   c->state = malloc(sizeof(float) * (size_t)(state + recv));
-  c->pos = malloc(sizeof(int32_t) * (size_t)c->s->batch);
-  c->empty = malloc((size_t)c->s->batch);
+  c->pos = malloc(sizeof(int32_t) * B);
+  c->in_pass = malloc(B);
   c->no_sink = malloc(sizeof(float) * (size_t)c->s->n_q_heads);
-  if (!c->state || !c->pos || !c->empty || !c->no_sink) {
-    free(c->state); free(c->pos); free(c->empty); free(c->no_sink);
-    c->state = NULL; c->pos = NULL; c->empty = NULL; c->no_sink = NULL;
+  c->spans = malloc(sizeof(span) * 2 * B);
+  c->n_spans = malloc(B);
+  c->shifts = malloc(sizeof(int64_t) * 2 * B);
+  if (!c->state || !c->pos || !c->in_pass || !c->no_sink || !c->spans || !c->n_spans || !c->shifts) {
+    free_buffers(c);
     return local_fail(c, FD_ENOMEM, "cannot allocate %lld bytes of state", (long long)(4 * (state + recv)));
   }
   c->recv = recv ? c->state + state : NULL;
@@ -211,47 +274,121 @@ static int alloc_buffers(call *c) {
   return 0;
 }
 
-/* ALiBi: fd_run biased row b's scores by slope x (local key - local cur_pos); the
-   true bias is slope x (global key - global cur_pos), larger by slope x (key_offset
-   + local cur_pos - cur_pos) for every key of the row: out is unchanged, lse shifts
-   by that much (0 on the rank that holds cur_pos). */
-static void alibi_shift(const call *c, float *lse) {
+/* ALiBi: fd_run biased a row's scores by slope x (view key - view cur_pos); the
+   true bias is slope x (global key - global cur_pos), larger by slope x
+   (key_offset + shift + view cur_pos - cur_pos) for every key of the pass: out
+   is unchanged, lse shifts by that much (0 where the view ends at cur_pos). */
+static void alibi_shift(const call *c, int64_t shift, float *lse) {
   const float *slope = c->args->alibi_slopes;
   for (int b = 0; b < c->s->batch; b++) {
-    double d = (double)(c->sh->key_offset[b] + c->pos[b] - c->args->cur_pos[b]);
-    for (int h = 0; h < c->s->n_q_heads && !c->empty[b]; h++) {
+    double d = (double)(c->sh->key_offset[b] + shift + c->pos[b] - c->args->cur_pos[b]);
+    for (int h = 0; h < c->s->n_q_heads && c->in_pass[b]; h++) {
       float *l = &lse[(int64_t)b * c->s->n_q_heads + h];
       *l = (float)((double)*l + (double)slope[h] * d);
     }
   }
 }
 
-/* The local partial state: fd_run over the attended keys into c->state; rows with none: out 0, lse -inf. */
-static int attend_local(call *c) {
-  int B = c->s->batch, any = 0, hq = c->s->n_q_heads;
-  float *out = c->state, *lse = c->state + c->rows * c->D;
-  for (int b = 0; b < B; b++) {
-    int64_t v = visible_keys(c, b);
-    c->empty[b] = v == 0;
-    c->pos[b] = (int32_t)(v > 0 ? v - 1 : 0);
-    any |= v > 0;
+/* Every row's spans into c->spans, and the distinct shifts, ascending, into c->shifts: their count (the passes). */
+static int plan_passes(call *c) {
+  int n = 0;
+  for (int b = 0; b < c->s->batch; b++) {
+    c->n_spans[b] = (unsigned char)row_spans(c, b, &c->spans[2 * b]);
+    for (int i = 0; i < c->n_spans[b]; i++) {
+      int64_t x = c->spans[2 * b + i].shift;
+      int j = n;
+      while (j > 0 && c->shifts[j - 1] > x) j--;
+      if (j > 0 && c->shifts[j - 1] == x) continue;
+      memmove(&c->shifts[j + 1], &c->shifts[j], sizeof(int64_t) * (size_t)(n - j));
+      c->shifts[j] = x;
+      n++;
+    }
   }
-  if (any) {
-    fd_args a = *c->args;
-    if (c->s->mask_mode == FD_CAUSAL) a.cur_pos = c->pos;
-    if (c->s->features & FD_SINK_LOGITS) a.sink_logits = c->no_sink;   /* the combine adds them once */
-    a.out = out;
-    a.lse = lse;
-    int rc = fd_run(c->plan, &a);
-    if (rc) return local_fail(c, rc, "fd_run: %s", c->sh->ctx ? fd_errmsg(c->sh->ctx) : "failed (shard.ctx not given)");
-    if (c->s->features & FD_ALIBI) alibi_shift(c, lse);
+  return n;
+}
+
+/* fd_args a viewed from local slot shift of every row: K, V and their per-row scales start shift keys later
+   (FD_BHSD: shift rows of head_dim further; FD_BSHD: shift x n_kv_heads). */
+static void view_from(const call *c, int64_t shift, fd_args *a) {
+  const fd_shape *s = c->s;
+  int64_t step = shift * (s->layout == FD_BSHD ? s->n_kv_heads : 1);   /* K/V rows */
+  size_t row = (size_t)s->head_dim / fd_dtype_block[s->kv_dtype] * fd_dtype_block_bytes[s->kv_dtype];
+  a->k = (const char *)a->k + step * (int64_t)row;
+  a->v = (const char *)a->v + step * (int64_t)row;
+  if (a->k_scale) a->k_scale += step;
+  if (a->v_scale) a->v_scale += step;
+}
+
+/* One pass: fd_run from local slot shift into out / lse for the rows with a span of that shift (the
+   others run at cur_pos 0 and are dropped by the caller). */
+static int run_pass(call *c, int64_t shift, float *out, float *lse) {
+  for (int b = 0; b < c->s->batch; b++) {
+    c->in_pass[b] = 0;
+    c->pos[b] = 0;
+    for (int i = 0; i < c->n_spans[b]; i++)
+      if (c->spans[2 * b + i].shift == shift) { c->in_pass[b] = 1; c->pos[b] = (int32_t)c->spans[2 * b + i].pos; }
   }
-  for (int b = 0; b < B; b++) {
-    if (!c->empty[b]) continue;
+  fd_args a = *c->args;
+  if (c->s->mask_mode == FD_CAUSAL) a.cur_pos = c->pos;
+  if (c->s->features & FD_SINK_LOGITS) a.sink_logits = c->no_sink;   /* the combine adds them once */
+  view_from(c, shift, &a);
+  a.out = out;
+  a.lse = lse;
+  int rc = fd_run(c->plan, &a);
+  if (rc) return local_fail(c, rc, "fd_run: %s", c->sh->ctx ? fd_errmsg(c->sh->ctx) : "failed (shard.ctx not given)");
+  if (c->s->features & FD_ALIBI) alibi_shift(c, shift, lse);
+  return 0;
+}
+
+/* Rows outside the pass in out / lse: out 0, lse -inf (the empty state). */
+static void empty_others(const call *c, float *out, float *lse) {
+  int hq = c->s->n_q_heads;
+  for (int b = 0; b < c->s->batch; b++) {
+    if (c->in_pass[b]) continue;
     memset(out + (int64_t)b * hq * c->D, 0, sizeof(float) * (size_t)hq * c->D);
     for (int h = 0; h < hq; h++) lse[(int64_t)b * hq + h] = -INFINITY;
   }
+}
+
+/* Merge the pass's rows of (out, lse) into the state, row by row with fd_merge_states (tmp: Hq x (D + 1)). */
+static int merge_pass(call *c, const float *out, const float *lse, float *tmp) {
+  int hq = c->s->n_q_heads;
+  float *so = c->state, *sl = c->state + c->rows * c->D;
+  for (int b = 0; b < c->s->batch; b++) {
+    if (!c->in_pass[b]) continue;
+    int64_t o = (int64_t)b * hq * c->D, l = (int64_t)b * hq;
+    const float *outs[2] = { so + o, out + o }, *lses[2] = { sl + l, lse + l };
+    if (fd_merge_states(2, outs, lses, hq, c->D, tmp, tmp + (int64_t)hq * c->D))
+      return local_fail(c, FD_EINVAL, "fd_merge_states: %s", fd_errmsg(NULL));
+    memcpy(so + o, tmp, sizeof(float) * (size_t)hq * c->D);
+    memcpy(sl + l, tmp + (int64_t)hq * c->D, sizeof(float) * (size_t)hq);
+  }
   return 0;
+}
+
+/* The local partial state: one fd_run pass per distinct span shift (one, from slot 0, unless a window
+   range starts inside the shard where fd_run's own window or sinks would not end it), the first into
+   c->state, the others merged into it; rows with no attended key here: out 0, lse -inf. */
+static int attend_local(call *c) {
+  float *out = c->state, *lse = c->state + c->rows * c->D;
+  int n = plan_passes(c);
+  if (n == 0) {
+    memset(c->in_pass, 0, (size_t)c->s->batch);
+    empty_others(c, out, lse);
+    return 0;
+  }
+  if (run_pass(c, c->shifts[0], out, lse)) return c->code;
+  empty_others(c, out, lse);
+  if (n == 1) return 0;
+  int64_t hq = c->s->n_q_heads;
+  float *more = malloc(sizeof(float) * (size_t)((c->rows + hq) * (c->D + 1)));
+  if (!more) return local_fail(c, FD_ENOMEM, "cannot allocate %lld bytes for a second pass",
+                               (long long)(4 * (c->rows + hq) * (c->D + 1)));
+  float *mout = more, *mlse = more + c->rows * c->D, *tmp = mlse + c->rows;
+  for (int i = 1; i < n && !c->code; i++)
+    if (!run_pass(c, c->shifts[i], mout, mlse)) merge_pass(c, mout, mlse, tmp);
+  free(more);
+  return c->code;
 }
 
 /* This rank's entry of the head exchange. */
@@ -567,9 +704,6 @@ int fdmpi_run(const fd_plan *plan, const fd_args *args, const fdmpi_shard *shard
   if (!rc) rc = c.combine == FDMPI_COMBINE_REDUCE ? combine_reduce(&c) : combine_gather(&c);
   if (!rc && shard->stats)
     *shard->stats = (fdmpi_stats){ t_attn, t1 - t0, MPI_Wtime() - t1, 4 * c.rows * (c.D + 1), c.combine };
-  free(c.state);
-  free(c.pos);
-  free(c.empty);
-  free(c.no_sink);
+  free_buffers(&c);
   return rc;
 }

@@ -40,9 +40,15 @@
    (each rank attends with -inf sinks, the combine adds args.sink_logits once:
    one more state in GATHER, rank 0's records in REDUCE) and the softcap are
    served; args.alibi_slopes and args.sink_logits must agree across ranks
-   (validated). Sliding windows (shape.window) are refused with
-   FD_EUNSUPPORTED: a shard that ends before cur_pos and that the window's
-   start cuts needs its own first key per row, which fd_run cannot take.
+   (validated). Sliding windows and sink tokens (shape.window, sink_tokens)
+   count from the global cur_pos: each rank attends the keys of its shard
+   that the window and the first sink_tokens keys of the sequence leave
+   visible, running fd_run on views of its shard (from local slot 0, and from
+   the first key of a window that starts inside the shard where fd_run's own
+   window would not end it: one more pass per distinct such start, merged
+   with fd_merge_states; mpi/README.md). With FD_PAGED a window is refused
+   with FD_EUNSUPPORTED naming shard.shape.layout (a view cannot start
+   inside a page).
 
    Threads: the MPI rules apply (concurrent calls need MPI_THREAD_MULTIPLE
    and distinct communicators); fdmpi_errmsg is per calling thread.
@@ -94,8 +100,10 @@ typedef struct fdmpi_stats {
    - FD_FULL, FD_MASK: fd_run attends every local slot, so n_keys[b] must be
      0 or shape->kv_len; args.mask is this rank's [B, Hq, kv_len] slice.
    A row with no attended key on this rank (n_keys[b] == 0, or causal and
-   past cur_pos) contributes out 0, lse -inf; its slot 0 is still read by
-   fd_run and its result dropped (with fd_config.check_inputs it must be finite). */
+   past cur_pos or outside the window and the sinks) contributes out 0, lse
+   -inf; its slot 0 is still read by fd_run and its result dropped (with
+   fd_config.check_inputs it must be finite; so must slot s of every row when
+   a window pass runs from local slot s, see above). */
 typedef struct fdmpi_shard {
   const fd_shape *shape;     /* the shape this rank's plan was created with (fd_plan is opaque);
                                 out_dtype must be FD_F32: states are merged in f32 */

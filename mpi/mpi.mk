@@ -16,9 +16,10 @@ mpi: $(B)/libflashdecode_mpi.so $(B)/libflashdecode_mpi.a $(B)/fdmpi-bench
 all: $(MPI_TARGETS)
 
 # The library: one object, hidden visibility but for flashdecode_mpi.h; the .so links libflashdecode.so.
-$(B)/mpi/flashdecode_mpi.o: mpi/flashdecode_mpi.c mpi/flashdecode_mpi.h runtime/flashdecode.h | $(B)/config.mk
+# fd_keydefs.h (generated): the KV dtypes' row bytes, for views of a shard from a window's first key.
+$(B)/mpi/flashdecode_mpi.o: mpi/flashdecode_mpi.c mpi/flashdecode_mpi.h runtime/flashdecode.h $(B)/fd_keydefs.h | $(B)/config.mk
 	@mkdir -p $(B)/mpi
-	$(MPICC) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Iruntime -Impi -c $< -o $@
+	$(MPICC) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -Iruntime -Impi -I$(B) -c $< -o $@
 $(B)/$(MPI_SO_REAL): $(B)/mpi/flashdecode_mpi.o $(B)/libflashdecode.so $(B)/$(SO_NAME)
 	$(MPICC) -shared -Wl,-soname,$(MPI_SO_NAME) -Wl,--no-undefined -o $@ $< -L$(B) -lflashdecode -lm
 $(B)/$(MPI_SO_NAME) $(B)/libflashdecode_mpi.so: $(B)/$(MPI_SO_REAL)

@@ -13,8 +13,16 @@
    further, so its lse is shifted back to the global positions), learned sink
    logits (gpt-oss: one of them -inf, one 12 that dominates; they must enter
    the merged softmax once, not once per rank) and the logit softcap, against
-   the reference with the bias in its mask and the sinks in its denominator;
-   sliding windows refused with FD_EUNSUPPORTED naming shard.shape.window.
+   the reference with the bias in its mask and the sinks in its denominator.
+   Sliding windows and sink tokens counted from the global position (the
+   reference masks every key outside the window and the sinks): windows of 1,
+   5, 16 and 1000 keys (wider than the sequence), 0 to 9 sink tokens (more
+   than the window), a window start inside a shard that ends before cur_pos,
+   shard boundaries inside the sinks and the window, ranks with no visible
+   key, with ALiBi, sink logits, softcap, f32/f16/bf16 and fp8 KV with per-row
+   scales that vary by key (a view of the shard must move them with K and V);
+   and a sweep of every cur_pos of a small case under 8 (window, sinks) pairs;
+   FD_PAGED with a window refused with FD_EUNSUPPORTED naming shard.shape.layout.
    Every rank prints its own "N passed, N failed"; the script sums them. */
 #include "flashdecode_mpi.h"
 #include "fdmpi_data.h"
@@ -49,6 +57,7 @@ typedef struct shard_data {
   fd_plan *plan;
   void *q, *k, *v;
   float *mask, *out, *lse;
+  float *k_scale, *v_scale;    /* int8/fp8 KV: per-row scales (else NULL) */
   float *slopes, *logits;      /* [Hq]: ALiBi slopes, learned sink logits (used when the features say) */
   int32_t pos[MAXB];
   int64_t off[MAXB], n[MAXB];
@@ -82,6 +91,37 @@ static const tcase CASES[] = {
   { "mask f32 BSHD sink logits", { .batch = 2, .n_q_heads = 8, .n_kv_heads = 4, .head_dim = 16, .q_dtype = FD_F32,
       .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_MASK, .layout = FD_BSHD, .features = FD_SINK_LOGITS },
     { 12, 28, 20, 16 }, { { -1, -1, -1, -1 }, { -1, 0, -1, -1 } }, { 0, 1 }, { 0 } },
+  /* Sliding windows (at np 4; fewer ranks see a prefix of the same shards). Row 0: window 41..56, rank 1
+     (32..51) cut by its start and ending before cur_pos, rank 2 holding it, the sinks on rank 0, rank 3
+     past it. Row 1: the sinks split over ranks 0 (0..2) and 1 (3..4), rank 2 (5..32) cut by the window
+     25..40. Row 2: reversed, the window 49..64 starting inside the rank that holds cur_pos (35..64),
+     the sinks on the last rank. Row 3: cur_pos 2, inside the sinks. */
+  { "causal bf16 BHSD window 16 sinks 4", { .batch = 4, .n_q_heads = 8, .n_kv_heads = 2, .head_dim = 64,
+      .q_dtype = FD_BF16, .kv_dtype = FD_BF16, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD,
+      .window = 16, .sink_tokens = 4 },
+    { 32, 20, 28, 16 }, { { -1, -1, -1, -1 }, { 3, 2, -1, -1 }, { 30, 0, 25, 10 }, { -1, -1, -1, -1 } },
+    { 0, 0, 1, 0 }, { 56, 40, -1, 2 } },
+  /* Window 1 (the query's own key) with 2 sinks split over ranks 0 and 1 (row 1), ALiBi and sink logits. */
+  { "causal f32 BSHD window 1 sinks 2 ALiBi + sink logits", { .batch = 3, .n_q_heads = 8, .n_kv_heads = 2,
+      .head_dim = 32, .q_dtype = FD_F32, .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL,
+      .layout = FD_BSHD, .window = 1, .sink_tokens = 2, .features = FD_ALIBI | FD_SINK_LOGITS },
+    { 12, 10, 14, 8 }, { { -1, -1, -1, -1 }, { 1, 1, -1, -1 }, { -1, -1, -1, -1 } }, { 0, 0, 1 }, { -1, 20, 11 } },
+  /* A window wider than the whole sequence: every key up to cur_pos. */
+  { "causal f16 BHSD window 1000 sinks 3 softcap 30", { .batch = 2, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+      .q_dtype = FD_F16, .kv_dtype = FD_F16, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD,
+      .window = 1000, .sink_tokens = 3, .softcap = 30 },
+    { 16, 12, 20, 8 }, { { -1, -1, -1, -1 }, { 2, -1, 0, -1 } }, { 0, 1 }, { -1, 25 } },
+  /* More sinks (9) than the window (5), over several shards; fp8 KV with per-row scales; ALiBi, sink
+     logits, softcap 50. Row 1: ranks 0..4 hold 0..3, 4..6, 7..10, 11..: sinks and window join on rank 2. */
+  { "causal fp8 BSHD MQA window 5 sinks 9 ALiBi sink logits softcap 50", { .batch = 3, .n_q_heads = 4,
+      .n_kv_heads = 1, .head_dim = 64, .q_dtype = FD_BF16, .kv_dtype = FD_FP8_E4M3, .out_dtype = FD_F32,
+      .mask_mode = FD_CAUSAL, .layout = FD_BSHD, .window = 5, .sink_tokens = 9, .softcap = 50,
+      .features = FD_ALIBI | FD_SINK_LOGITS },
+    { 6, 7, 20, 9 }, { { -1, -1, -1, -1 }, { 4, 3, 4, -1 }, { -1, -1, -1, -1 } }, { 0, 0, 1 }, { -1, 12, 3 } },
+  /* fp8 KV, BHSD, window 7 without sinks: window starts inside shards that end before cur_pos. */
+  { "causal fp8 BHSD window 7", { .batch = 2, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 32, .q_dtype = FD_F32,
+      .kv_dtype = FD_FP8_E4M3, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD, .window = 7 },
+    { 10, 9, 12, 8 }, { { -1, -1, -1, -1 }, { 5, 4, 6, -1 } }, { 0, 1 }, { 12, 13 } },
 };
 
 /* The ALiBi slopes of Hq heads (the ALiBi paper's 2^(-8(h+1)/Hq)) and learned sink
@@ -91,6 +131,20 @@ static void head_params(int Hq, float *slopes, float *logits) {
     slopes[h] = (float)exp2(-8.0 * (h + 1) / Hq);
     logits[h] = h == 1 ? -INFINITY : h == 2 ? 12.0f : (float)(h % 5) * 0.75f - 1.0f;
   }
+}
+
+/* Whether a KV dtype carries per-row scales (int8, fp8). */
+static int quantized(fd_dtype kv) { return kv == FD_I8 || kv == FD_FP8_E4M3 || kv == FD_FP8_E5M2; }
+
+/* Per-row scales of row b's global keys key0[b] .. key0[b] + n[b] - 1 (K when which is 0, V when 1) into
+   slots 0 .. n[b] - 1 laid out as K without D: 0.25 .. 1.75 by key, so a shifted view that misses its
+   scales gives wrong results. */
+static void fill_scales(const fd_shape *s, const int64_t *key0, const int64_t *n, int which, float *scale) {
+  ref_problem geo = { .B = s->batch, .Hkv = s->n_kv_heads, .D = 1, .S = s->kv_len, .layout = s->layout };
+  for (int b = 0; b < s->batch; b++)
+    for (int j = 0; j < s->n_kv_heads; j++)
+      for (int64_t i = 0; i < n[b]; i++)
+        scale[ref_kv_offset(&geo, b, j, i)] = 0.25f + (float)(((key0[b] + i) * 5 + j * 3 + b + which * 7) % 13) / 8.0f;
 }
 
 /* The shards of case t on np ranks (rows in rank order, or reversed). */
@@ -135,6 +189,14 @@ static int shard_init(const tcase *t, const layout *L, int r, shard_data *d) {
   }
   fdd_fill_q(s, SEED, d->q, NULL);
   fdd_fill_kv(s, SEED, d->off, d->n, d->k, d->v, NULL, NULL);
+  if (quantized(s->kv_dtype)) {                 /* scales of slots no key fills: NaN */
+    size_t rows = kv / t_dtype_size(s->kv_dtype) / (size_t)s->head_dim;
+    d->k_scale = malloc(sizeof(float) * rows);
+    d->v_scale = malloc(sizeof(float) * rows);
+    for (size_t i = 0; i < rows; i++) d->k_scale[i] = d->v_scale[i] = NAN;
+    fill_scales(s, d->off, d->n, 0, d->k_scale);
+    fill_scales(s, d->off, d->n, 1, d->v_scale);
+  }
   fdd_fill_mask(s, SEED, d->off, d->n, d->mask);
   fd_plan_opts o = { .threads = 1, .splits = 1 };
   int rc = fd_plan_create_opts(ctx, s, &o, &d->plan);
@@ -146,12 +208,13 @@ static int shard_init(const tcase *t, const layout *L, int r, shard_data *d) {
 static void shard_free(shard_data *d) {
   fd_plan_destroy(d->plan);
   free(d->q); free(d->k); free(d->v); free(d->mask); free(d->out); free(d->lse); free(d->slopes); free(d->logits);
+  free(d->k_scale); free(d->v_scale);
 }
 
 /* The fd_args of a shard (cur_pos global). */
 static fd_args shard_args(shard_data *d) {
   return (fd_args){ .q = d->q, .k = d->k, .v = d->v, .cur_pos = d->pos, .mask = d->mask, .out = d->out, .lse = d->lse,
-                    .alibi_slopes = d->slopes, .sink_logits = d->logits };
+                    .k_scale = d->k_scale, .v_scale = d->v_scale, .alibi_slopes = d->slopes, .sink_logits = d->logits };
 }
 
 /* The fdmpi_shard descriptor of a shard. */
@@ -176,15 +239,15 @@ static int untouched(const shard_data *d) {
 
 /* fd_run over the whole cache in one process (out f32): causal with the global cur_pos, else in mask mode
    with the mask given (rows shorter than the longest masked past their end). */
-static void one_process(const fd_shape *g, const void *q, const void *k, const void *v, const int32_t *pos,
-                        const float *mask, float *out) {
+static void one_process(const fd_shape *g, const void *q, const void *k, const void *v, const float *ks,
+                        const float *vs, const int32_t *pos, const float *mask, float *out) {
   fd_shape s = *g;
   if (s.mask_mode == FD_FULL) s.mask_mode = FD_MASK;
   fd_plan *plan = NULL;
   int rc = fd_plan_create_opts(ctx, &s, &(fd_plan_opts){ .threads = 1 }, &plan);
   float slopes[MAXH], logits[MAXH];
   head_params(s.n_q_heads, slopes, logits);
-  fd_args a = { .q = q, .k = k, .v = v, .cur_pos = pos, .mask = mask, .out = out };
+  fd_args a = { .q = q, .k = k, .v = v, .cur_pos = pos, .mask = mask, .out = out, .k_scale = ks, .v_scale = vs };
   a.alibi_slopes = slopes;
   a.sink_logits = logits;
   if (!rc) rc = fd_run(plan, &a);
@@ -192,15 +255,19 @@ static void one_process(const fd_shape *g, const void *q, const void *k, const v
   fd_plan_destroy(plan);
 }
 
-/* The causal mask of ALiBi over S keys: slope x (key - cur_pos) rounded to float as the
-   kernels round it, -inf past cur_pos (the reference then runs in mask mode). */
-static float *alibi_mask(const fd_shape *g, int64_t S, const int32_t *pos) {
+/* The causal mask over S keys of the window, the sinks and ALiBi: -inf past cur_pos and outside the
+   window and the sinks (window: keys p - window + 1 .. p and 0 .. sink_tokens - 1), else slope x (key -
+   cur_pos) rounded to float as the kernels round it, or 0 (the reference then runs in mask mode). */
+static float *position_mask(const fd_shape *g, int64_t S, const int32_t *pos) {
   float slopes[MAXH], logits[MAXH], *m = malloc(sizeof(float) * (size_t)(g->batch * g->n_q_heads * S));
   head_params(g->n_q_heads, slopes, logits);
   for (int b = 0; b < g->batch; b++)
     for (int h = 0; h < g->n_q_heads; h++)
-      for (int64_t i = 0; i < S; i++)
-        m[((int64_t)b * g->n_q_heads + h) * S + i] = i > pos[b] ? -INFINITY : (float)((double)slopes[h] * (double)(i - pos[b]));
+      for (int64_t i = 0; i < S; i++) {
+        int seen = i <= pos[b] && (!g->window || i > pos[b] - g->window || i < g->sink_tokens);
+        float bias = (g->features & FD_ALIBI) ? (float)((double)slopes[h] * (double)(i - pos[b])) : 0.0f;
+        m[((int64_t)b * g->n_q_heads + h) * S + i] = seen ? bias : -INFINITY;
+      }
   return m;
 }
 
@@ -231,6 +298,15 @@ static void reference(const tcase *t, const layout *L, double *rout, double *rls
   void *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4);
   fdd_fill_q(&g, SEED, q, qf);
   fdd_fill_kv(&g, SEED, zero, L->total, k, v, kf, vf);
+  float *ks = NULL, *vs = NULL;
+  if (quantized(g.kv_dtype)) {                  /* the reference's K and V: the stored codes times their scale */
+    size_t rows = nkv / (size_t)g.head_dim;
+    ks = calloc(rows, 4);
+    vs = calloc(rows, 4);
+    fill_scales(&g, zero, L->total, 0, ks);
+    fill_scales(&g, zero, L->total, 1, vs);
+    for (size_t i = 0; i < nkv; i++) { kf[i] *= ks[i / (size_t)g.head_dim]; vf[i] *= vs[i / (size_t)g.head_dim]; }
+  }
   if (g.mask_mode == FD_MASK) fdd_fill_mask(&g, SEED, zero, L->total, mask);
   for (int b = 0; b < g.batch; b++)
     for (int h = 0; h < g.n_q_heads; h++)
@@ -238,12 +314,12 @@ static void reference(const tcase *t, const layout *L, double *rout, double *rls
   ref_problem p = { g.batch, g.n_q_heads, g.n_kv_heads, g.head_dim, S, g.mask_mode == FD_CAUSAL ? 0 : 1, g.layout,
                     qf, kf, vf, L->pos, mask, 1.0 / sqrt((double)g.head_dim) };
   p.softcap = g.softcap;
-  float *bias = (g.features & FD_ALIBI) ? alibi_mask(&g, S, L->pos) : NULL;
+  float *bias = (g.features & FD_ALIBI) || g.window ? position_mask(&g, S, L->pos) : NULL;
   if (bias) { p.mask = bias; p.mask_mode = 1; }
   ref_attention(&p, rout, rlse);
   if (g.features & FD_SINK_LOGITS) ref_sinks(&g, rout, rlse);
-  if (single) one_process(&g, q, k, v, L->pos, mask, single);
-  free(qf); free(kf); free(vf); free(mask); free(q); free(k); free(v); free(bias);
+  if (single) one_process(&g, q, k, v, ks, vs, L->pos, mask, single);
+  free(qf); free(kf); free(vf); free(mask); free(q); free(k); free(v); free(bias); free(ks); free(vs);
 }
 
 /* fd_run on every rank's shard in this process, then fd_merge_states in rank order: what the gather
@@ -343,7 +419,8 @@ static void run_case(const tcase *t) {
   if (shard_init(t, &L, rank, &d)) return;
   double *rout = malloc(sizeof(double) * (size_t)(d.rows * t->shape.head_dim)), *rlse = malloc(sizeof(double) * (size_t)d.rows);
   float *emu = NULL, *single = NULL;
-  int per_rank = (t->shape.features & (FD_ALIBI | FD_SINK_LOGITS)) != 0;   /* the combine corrects each rank's state */
+  /* the combine corrects each rank's state, or a rank merges passes of its own (a window) */
+  int per_rank = (t->shape.features & (FD_ALIBI | FD_SINK_LOGITS)) != 0 || t->shape.window;
   if (rank == 0 && !per_rank) {
     emu = malloc(sizeof(float) * (size_t)(d.rows * (t->shape.head_dim + 1)));
     single = malloc(sizeof(float) * (size_t)(d.rows * t->shape.head_dim));
@@ -458,11 +535,32 @@ static void bad_root_range(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, c
   snprintf(want, 128, "fdmpi_run: rank 0: root is %d; it must be FDMPI_ALL or a rank 0..%d", np, np - 1);
 }
 
-/* A sliding window on every rank: refused, not served (flashdecode_mpi.h says why). */
+/* A sliding window over a paged cache on every rank: refused, not served (flashdecode_mpi.h says why). */
 static void bad_window(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
   (void)d; (void)root; (void)c;
   s->window = 16;
-  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.window is 16; fdmpi_run does not serve sliding windows");
+  s->layout = FD_PAGED;
+  s->page_size = 16;
+  s->pool_pages = 64;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.layout is FD_PAGED with window 16; fdmpi_run attends");
+}
+/* FD_NEW_KV on every rank: refused (each rank's fd_run would attend the new key). */
+static void bad_new_kv(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)d; (void)root; (void)c;
+  s->features |= FD_NEW_KV;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.features sets FD_NEW_KV; fdmpi_run does not serve it yet");
+}
+/* FD_BEAMS on every rank: refused. */
+static void bad_beams(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)d; (void)root; (void)c;
+  s->features |= FD_BEAMS;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.features sets FD_BEAMS; fdmpi_run does not serve it yet");
+}
+/* FD_K_PER_CHANNEL on every rank: refused. */
+static void bad_kpc(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
+  (void)d; (void)root; (void)c;
+  s->features |= FD_K_PER_CHANNEL;
+  snprintf(want, 128, "fdmpi_run: rank 0: shard.shape.features sets FD_K_PER_CHANNEL; fdmpi_run does not serve it");
 }
 /* FD_SINK_LOGITS without args.sink_logits on the last rank. */
 static void bad_sinks(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, char *want) {
@@ -480,7 +578,9 @@ static void bad_sink_values(shard_data *d, fd_shape *s, int *root, MPI_Comm *c, 
 }
 
 static const bad_case BAD[] = {
-  { "a sliding window", 1, bad_window, FD_EUNSUPPORTED }, { "sink logits NULL on one rank", 1, bad_sinks, 0 },
+  { "a sliding window over a paged cache", 1, bad_window, FD_EUNSUPPORTED },
+  { "FD_NEW_KV", 1, bad_new_kv, FD_EUNSUPPORTED }, { "FD_BEAMS", 1, bad_beams, FD_EUNSUPPORTED },
+  { "FD_K_PER_CHANNEL", 1, bad_kpc, FD_EUNSUPPORTED }, { "sink logits NULL on one rank", 1, bad_sinks, 0 },
   { "sink logits differ across ranks", 2, bad_sink_values, 0 },
   { "overlapping shards", 2, bad_overlap }, { "a gap between shards", 1, bad_gap },
   { "shapes differ across ranks", 2, bad_shape }, { "MPI_COMM_NULL", 1, bad_comm },
@@ -560,6 +660,46 @@ static void trusted_failure(void) {
   shard_free(&d);
 }
 
+/* Every cur_pos of a small case under windows of 1 to 30 keys with 0 to 7 sinks: rows 5 positions
+   apart (rows 1 and 3 in reverse rank order), shards of 5, 3, 6 and 4 keys, so that the window's start,
+   its end and the sinks' end fall on every key and every shard boundary; the result on every rank
+   against the reference. */
+static void window_sweep(void) {
+  static const int WT[][2] = { { 1, 0 }, { 1, 2 }, { 3, 0 }, { 3, 4 }, { 4, 1 }, { 6, 2 }, { 2, 7 }, { 30, 3 } };
+  tcase t = { "window sweep", { .batch = 4, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 16, .q_dtype = FD_F32,
+              .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD },
+              { 5, 3, 6, 4 }, { { -1, -1, -1, -1 }, { -1, -1, -1, -1 }, { -1, -1, -1, -1 }, { -1, -1, -1, -1 } },
+              { 0, 1, 0, 1 }, { 0 } };
+  int64_t total = 0;
+  for (int r = 0; r < np; r++) total += t.cap[r];
+  int runs = 0;
+  double worst = 0;
+  for (size_t w = 0; w < sizeof WT / sizeof WT[0]; w++)
+    for (int64_t p = 0; p < total; p++) {
+      t.shape.window = WT[w][0];
+      t.shape.sink_tokens = WT[w][1];
+      for (int b = 0; b < 4; b++) t.pos[b] = (int32_t)((p + 5 * b) % total);
+      layout L;
+      make_layout(&t, &L);
+      shard_data d;
+      if (shard_init(&t, &L, rank, &d)) return;
+      double rout[4 * 4 * 16], rlse[4 * 4];
+      reference(&t, &L, rout, rlse, NULL);
+      fd_args a = shard_args(&d);
+      fdmpi_shard sh = shard_desc(&d, 0, NULL, 0);
+      char name[96];
+      snprintf(name, sizeof name, "window sweep, np %d, window %d sinks %d, cur_pos %lld..", np, WT[w][0], WT[w][1],
+               (long long)p);
+      int rc = fdmpi_run(d.plan, &a, &sh, MPI_COMM_WORLD, FDMPI_ALL);
+      if (t_check(rc == 0, "%s: rank %d: rc %d: %s", name, rank, rc, fdmpi_errmsg()))
+        worst = fmax(worst, check_result(&t, name, &d, rout, rlse));
+      runs++;
+      shard_free(&d);
+    }
+  if (rank == 0) printf("info - window sweep, np %d: %d runs, max abs error %.3g vs the double reference\n", np, runs,
+                        worst);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -575,6 +715,7 @@ int main(int argc, char **argv) {
   ctx = fd_create(&(fd_config){ .threads = 1 });
   if (!t_check(ctx != NULL, "fd_create: %s", fd_errmsg(NULL))) { MPI_Finalize(); return t_done(); }
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) run_case(&CASES[i]);
+  window_sweep();
   refusals();
   trusted_failure();
   fd_destroy(ctx);
