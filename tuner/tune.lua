@@ -68,7 +68,7 @@ local function jobs_of(shapes, cfg)
       local b = workload.bucket(s, len)
       if byb[b] == len and not seen[sig .. "@" .. b] then
         seen[sig .. "@" .. b] = true
-        jobs[#jobs + 1] = { s = s, name = s.name, sig = sig, bucket = b, len = len, keys = workload.keys(n, len),
+        jobs[#jobs + 1] = { s = s, name = s.name, sig = sig, bucket = b, len = len, keys = workload.visited_keys(n, len),
                             bytes = workload.bytes(n, len) }
       end
     end

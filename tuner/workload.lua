@@ -20,9 +20,10 @@ local function get(w, bytes)
   return p
 end
 
--- The features the workload fills inputs for (ALiBi slopes, sink logits);
--- the others need inputs it does not make.
-local FILLED = { alibi = true, sink_logits = true }
+-- The features the workload runs: ALiBi slopes and sink logits it fills,
+-- shared_kv needs no input of its own; the others (new_kv, k_per_channel,
+-- beams) need inputs it does not make.
+local FILLED = { alibi = true, sink_logits = true, shared_kv = true }
 
 -- The feature names of bits, and the first one the workload cannot fill (or nil).
 local function unfilled(bits)
@@ -55,7 +56,7 @@ end
 -- a window its main range (the window and the q_len - 1 keys of the later
 -- tokens; sinks not counted), as templates/items.h.tpl fd_window_of and
 -- runtime/exec.c measure_rows count them (fd_plan_info_get too).
-function M.keys(n, len)
+function M.visited_keys(n, len)
   local w, q = n.window or 0, math.max(1, n.q_len or 0)
   if w <= 0 then return len end
   local first = math.max(0, len - q - w + 1)
@@ -64,13 +65,13 @@ function M.keys(n, len)
 end
 
 -- The tuned-table bucket of shape-set entry s at length len: that of the keys it visits.
-function M.bucket(s, len) return sys.bucket(M.keys(space.numeric(s), len)) end
+function M.bucket(s, len) return sys.bucket(M.visited_keys(space.numeric(s), len)) end
 
 -- KV bytes one run of numeric shape n at length len reads: K and V rows of
 -- every (batch, kv head) over the keys it visits (a window's sinks too), in
 -- real bytes (q8_0 / q4_0: their blocks).
 function M.bytes(n, len)
-  local keys = M.keys(n, len)
+  local keys = M.visited_keys(n, len)
   if (n.window or 0) > 0 and keys < len then keys = keys + math.min(n.sink_tokens or 0, len - keys) end
   return 2 * n.batch * n.n_kv_heads * keys * facts.kv_bytes(n.kv_dtype, n.head_dim)
 end
@@ -151,8 +152,8 @@ end
 -- KV bytes one run at length len reads (M.bytes).
 function M:kv_bytes(len) return M.bytes(self.n, len) end
 
--- The keys a row of length len visits (M.keys).
-function M:keys(len) return M.keys(self.n, len) end
+-- The keys a row of length len visits (M.visited_keys).
+function M:keys(len) return M.visited_keys(self.n, len) end
 
 -- Free the buffers.
 function M:free()
