@@ -25,7 +25,7 @@ end
 -- beams) need inputs it does not make.
 local FILLED = { alibi = true, sink_logits = true, shared_kv = true }
 
--- The feature names of bits, and the first one the workload cannot fill (or nil).
+-- The name of the first feature set in bits that the workload cannot run, or nil.
 local function unfilled(bits)
   for _, f in ipairs(facts.features) do
     if math.floor(bits / f.bit) % 2 == 1 and not FILLED[f.name] then return f.name end
