@@ -82,17 +82,24 @@ end
 
 -- C lines of the shape signature and the fit check (gen/facts.lua SIGNATURE, FIT_SAME).
 local function c_shape(out)
-  out[#out + 1] = "/* Shape signature: fields in order, each prefix then an integer (names NULL) or a name. */"
-  out[#out + 1] = "/* omit: left out of the text when the value is at most omit (-1: never). */"
-  out[#out + 1] = "typedef struct fd_sig_field { const char *prefix, *field; size_t offset; const char *const *names; int count, omit; } fd_sig_field;"
+  out[#out + 1] = "/* Shape signature tokens in order (gen/facts.lua SIGNATURE): kind FD_SIG_VALUE, the prefix then"
+  out[#out + 1] = "   an integer (names NULL) or a name, left out when the value is at most omit (-1: never); FD_SIG_ON,"
+  out[#out + 1] = "   the prefix alone when the float field is above 0 (parsed back as FD_SIGNATURE_ON); FD_SIG_BIT, the"
+  out[#out + 1] = "   prefix alone when the unsigned field (features) has bit set. */"
+  out[#out + 1] = "enum { FD_SIG_VALUE, FD_SIG_ON, FD_SIG_BIT };"
+  out[#out + 1] = "typedef struct fd_sig_field { const char *prefix, *field; size_t offset; const char *const *names; int count, omit, kind; unsigned bit; } fd_sig_field;"
   out[#out + 1] = ("#define FD_SIG_FIELDS %d"):format(#facts.SIGNATURE)
+  out[#out + 1] = ("#define FD_SIGNATURE_ON %.1ff"):format(facts.SIGNATURE_ON)
+  out[#out + 1] = ("#define FD_SIG_FEATURE_BITS %du   /* the feature bits with a token */"):format(facts.signature_feature_bits())
   out[#out + 1] = "static const fd_sig_field fd_sig_fields[FD_SIG_FIELDS] = {"
   local enums = { dtypes = "fd_dtype_names", mask_modes = "fd_mask_mode_names", layouts = "fd_layout_names" }
   local counts = { dtypes = "FD_DTYPE_COUNT", mask_modes = "FD_MASK_MODE_COUNT", layouts = "FD_LAYOUT_COUNT" }
   for _, f in ipairs(facts.SIGNATURE) do
     local names, count = "NULL", "0"
     if f[3] then names, count = enums[f[3]], f.io and "FD_IO_DTYPE_COUNT" or counts[f[3]] end
-    out[#out + 1] = ('  { "%s", "%s", offsetof(fd_shape, %s), %s, %s, %d },'):format(f[1], f[2], f[2], names, count, f.omit or -1)
+    local kind = f.bit and "FD_SIG_BIT" or f.on and "FD_SIG_ON" or "FD_SIG_VALUE"
+    out[#out + 1] = ('  { "%s", "%s", offsetof(fd_shape, %s), %s, %s, %d, %s, %du },'):format(f[1], f[2], f[2], names,
+      count, f.omit or -1, kind, f.bit or 0)
   end
   out[#out + 1] = "};"
   out[#out + 1] = "/* The fit check: key fields a tuned row's key must share with its shape. */"

@@ -212,7 +212,7 @@ local function row_params(r)
   local s = r.s
   if not s then   -- the default row fits no shape: every signature field 0
     s = {}
-    for _, f in ipairs(facts.SIGNATURE) do s[f[2]] = 0 end
+    for _, f in ipairs(facts.signature_fields()) do s[f[1]] = 0 end
   end
   return { sig = c_str(r.shape), name = c_str(r.name), key = c_str(r.key), s = s, bucket = r.bucket,
            splits = r.splits, threads = r.threads, median = r.median_text, gbps = r.gbps_text,
@@ -245,6 +245,20 @@ local function inv_sqrt(rows)
   return out
 end
 
+-- The C condition that row r was tuned for executed shape s, one comparison
+-- per signature field (gen/facts.lua signature_fields): softcap on or off,
+-- the feature bits that have a token.
+local function same_shape_expr()
+  local t = {}
+  for _, f in ipairs(facts.signature_fields()) do
+    local n = f[1]
+    t[#t + 1] = f[2] == "on" and ("r->%s == (s->%s > 0)"):format(n, n)
+      or f[2] == "bits" and ("r->%s == (s->%s & %du)"):format(n, n, facts.signature_feature_bits())
+      or ("r->%s == s->%s"):format(n, n)
+  end
+  return table.concat(t, "\n         && ")
+end
+
 -- The header text for parsed table t, and its number of kernels. opts: source (name shown in the
 -- banner), default_key, read (template reader) or dir (templates folder).
 function M.render(t, opts)
@@ -272,7 +286,8 @@ function M.render(t, opts)
       return f.name == "shared_kv" or f.name == "alibi" or f.name == "sink_logits" end),
     ALIBI = facts.feature_bits(function(f) return f.name == "alibi" end),
     SINK_LOGITS = facts.feature_bits(function(f) return f.name == "sink_logits" end),
-    SHAPE_FIELDS = facts.SHAPE_FIELDS, SIGNATURE = facts.SIGNATURE, FIT_SAME = facts.FIT_SAME,
+    SHAPE_FIELDS = facts.SHAPE_FIELDS, SIG_FIELDS = facts.signature_fields(), FIT_SAME = facts.FIT_SAME,
+    SAME_SHAPE = same_shape_expr(),
     C_TYPE = { int = "int", i64 = "int64_t", float = "float", unsigned = "unsigned" },
     DTYPE_COUNT = #facts.dtypes + 1,
     -- "v0, v1, ..." of f(record, value) over the dtypes, by fd_dtype value
@@ -283,7 +298,10 @@ function M.render(t, opts)
     end,
     row_fields = function(r)
       local v = {}
-      for _, f in ipairs(facts.SIGNATURE) do v[#v + 1] = tostring(r.s[f[2]]) end
+      for _, f in ipairs(facts.signature_fields()) do
+        local x = r.s[f[1]] or 0
+        v[#v + 1] = f[2] == "on" and (x > 0 and "1" or "0") or f[2] == "bits" and (x .. "u") or tostring(x)
+      end
       return table.concat(v, ", ")
     end,
   }, "templates/"), #kernels

@@ -55,7 +55,9 @@ M.features = {
   { name = "alibi", enum = "FD_ALIBI", bit = 1, served = true },
   { name = "sink_logits", enum = "FD_SINK_LOGITS", bit = 2, served = true },
   { name = "new_kv", enum = "FD_NEW_KV", bit = 4, served = true },
-  { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8, served = true },
+  -- cleared: the planner's executed shape clears the bit (exec_shape joins the
+  -- rows into one), so the shape signature has no token for it
+  { name = "shared_kv", enum = "FD_SHARED_KV", bit = 8, served = true, cleared = true },
   { name = "k_per_channel", enum = "FD_K_PER_CHANNEL", bit = 16, served = true },
   { name = "beams", enum = "FD_BEAMS", bit = 32, served = true },
 }
@@ -207,17 +209,29 @@ function M.model_c_expr(e)
   return (e:gsub("[%a_][%w_]*", function(id) return assert(known[id], "MODEL_FEATURES: unknown name " .. id) end))
 end
 
--- The shape signature (tuned tables' shape column): fd_shape fields joined by
--- '.', each its prefix then its value (an integer, or the name of its enum
--- value); a field with `omit = v` is left out when its value is at most v
--- (so q_len 0 and 1 write nothing). runtime/plan.c (from fd_keydefs.h) and
--- gen/export.lua read this.
+-- The shape signature (tuned tables' shape column): tokens joined by '.', in
+-- this order. A value token is its prefix then the fd_shape field's value (an
+-- integer, or the name of its enum value); one with `omit = v` is left out
+-- when the value is at most v (so q_len 0 and 1 write nothing, window 0
+-- nothing). A flag token (`flag`) is its text alone, written when the field
+-- is on: `on`, a float above 0 (softcap: only that it is on is recorded, so a
+-- parsed signature holds SIGNATURE_ON, a positive placeholder that signs the
+-- same); `bit`, that bit of fd_shape.features (one token per feature bit the
+-- executed shape keeps, by bit value). So the tokens are what changes a
+-- kernel's cost: a softcap, ALiBi or windowed shape has rows of its own, and
+-- a plain shape's signature has none of them. sink_tokens is not part of it.
+-- runtime/plan.c (from fd_keydefs.h), gen/export.lua and the tuner read this.
+M.SIGNATURE_ON = 1
 M.SIGNATURE = {
   { "b", "batch" }, { "hq", "n_q_heads" }, { "hkv", "n_kv_heads" }, { "d", "head_dim" },
   { "q", "q_dtype", "dtypes", io = true }, { "kv", "kv_dtype", "dtypes" }, { "o", "out_dtype", "dtypes", io = true },
   { "", "mask_mode", "mask_modes" }, { "", "layout", "layouts" },
-  { "t", "q_len", omit = 1 },
+  { "t", "q_len", omit = 1 }, { "w", "window", omit = 0 },
+  { "softcap", "softcap", flag = true, on = true },
 }
+for _, f in ipairs(M.features) do
+  if not f.cleared then M.SIGNATURE[#M.SIGNATURE + 1] = { f.name, "features", flag = true, bit = f.bit } end
+end
 
 -- The fd_asm_args struct of the SIMD asm statements (templates/simd_prelude.c.tpl
 -- writes it from this list; gen/simd.lua takes the offsets): C type, name,
@@ -329,46 +343,106 @@ function M.asm_args_c(name, i64)
   return table.concat(out, "\n")
 end
 
--- The signature text of shape s (numeric fields), or nil when a field is unknown.
+-- Is bit set in the non-negative integer v (Lua 5.1 arithmetic, no bit library)?
+local function has_bit(v, bit) return math.floor(v / bit) % 2 == 1 end
+
+-- The feature bits that have a signature token.
+function M.signature_feature_bits()
+  local m = 0
+  for _, f in ipairs(M.SIGNATURE) do if f.bit then m = m + f.bit end end
+  return m
+end
+
+-- Is flag token f on in shape s (numeric fields; missing ones are 0)?
+local function flag_on(f, s)
+  local v = s[f[2]] or 0
+  if f.bit then return has_bit(v, f.bit) end
+  return v > 0
+end
+
+-- The signature text of shape s (numeric fields: the shape the planner
+-- executes), or nil when a field is unknown or a feature bit has no token.
 function M.signature(s)
-  local parts = {}
+  local parts, rest = {}, s.features or 0
   for _, f in ipairs(M.SIGNATURE) do
     local v = s[f[2]]
-    if f.omit and (v or 0) <= f.omit then goto continue end
-    if f[3] then
-      local e = M[f[3]][v]
-      if not e or (f.io and not e.io) then return nil end
-      v = e.name
+    if f.flag then
+      if flag_on(f, s) then
+        parts[#parts + 1] = f[1]
+        if f.bit then rest = rest - f.bit end
+      end
+    elseif not (f.omit and (v or 0) <= f.omit) then
+      if f[3] then
+        local e = M[f[3]][v]
+        if not e or (f.io and not e.io) then return nil end
+        v = e.name
+      end
+      parts[#parts + 1] = f[1] .. v
     end
-    parts[#parts + 1] = f[1] .. v
-    ::continue::
   end
+  if rest ~= 0 then return nil end
   return table.concat(parts, ".")
 end
 
+-- Does token text belong to signature field f: its prefix then a value (a
+-- value field), or exactly its text (a flag)?
+local function token_of(f, text)
+  if f.flag then return text == f[1] end
+  return #text > #f[1] and text:sub(1, #f[1]) == f[1]
+end
+
+-- The value of token text of value field f (its prefix taken off), or nil.
+local function token_value(f, text)
+  local v = text:sub(#f[1] + 1)
+  if f[3] then return M.value(M[f[3]], v) end
+  return #v <= 9 and v:match("^[1-9]%d*$") and tonumber(v) or nil
+end
+
 -- A shape signature read back into numeric fields, or nil when it is not one
--- in canonical form (written again, it must give the same text).
+-- in canonical form (written again, it must give the same text): duplicate,
+-- misplaced or unknown tokens are refused. A flag field's value: the sum of
+-- its bits (features), SIGNATURE_ON when on (softcap), else 0.
 function M.parse_signature(sig)
+  local toks = {}
+  for t in (sig .. "."):gmatch("([^.]*)%.") do toks[#toks + 1] = t end
   local s, i = {}, 1
   for n, f in ipairs(M.SIGNATURE) do
-    if n > 1 and f.omit and not sig:find("^%." .. f[1] .. "%w", i) then
-      s[f[2]] = 0
-      goto continue
-    end
-    if n > 1 then
-      if sig:sub(i, i) ~= "." then return nil end
+    local optional = n > 1 and (f.omit or f.flag)
+    if f.flag or f.omit then s[f[2]] = s[f[2]] or 0 end
+    local t = toks[i]
+    if t and token_of(f, t) then
+      if f.flag then s[f[2]] = f.bit and s[f[2]] + f.bit or M.SIGNATURE_ON
+      else
+        s[f[2]] = token_value(f, t)
+        if s[f[2]] == nil then return nil end
+      end
       i = i + 1
+    elseif not optional then
+      return nil
     end
-    local text, rest = sig:match("^" .. f[1] .. "([%w_]+)()", i)   -- names may hold "_" (q8_0)
-    if not text then return nil end
-    if f[3] then s[f[2]] = M.value(M[f[3]], text)
-    else s[f[2]] = #text <= 9 and text:match("^[1-9]%d*$") and tonumber(text) or nil end
-    if s[f[2]] == nil then return nil end
-    i = rest
-    ::continue::
   end
-  if i ~= #sig + 1 or s.n_q_heads % s.n_kv_heads ~= 0 or s.head_dim > M.HEAD_DIM_MAX or M.signature(s) ~= sig then return nil end
+  if i ~= #toks + 1 or s.n_q_heads % s.n_kv_heads ~= 0 or s.head_dim > M.HEAD_DIM_MAX or M.signature(s) ~= sig then return nil end
   return s
+end
+
+-- The fd_shape fields the signature records, once each in token order:
+-- { name, kind }, kind "value" (the field's integer), "on" (1 when the float
+-- is above 0, else 0: softcap) or "bits" (the feature bits that have tokens).
+function M.signature_fields()
+  local out, seen = {}, {}
+  for _, f in ipairs(M.SIGNATURE) do
+    if not seen[f[2]] then
+      seen[f[2]] = true
+      out[#out + 1] = { f[2], f.bit and "bits" or f.on and "on" or "value" }
+    end
+  end
+  return out
+end
+
+-- Does parsed signature s (numeric fields) carry a token beyond the plain
+-- shape's: a window, softcap or feature bit (the cost model fits only rows without)?
+function M.signature_has_features(s)
+  return (s.window or 0) > 0 or (s.softcap or 0) > 0 or (s.features or 0) ~= 0
 end
 
 -- Why decoded key fields f cannot serve shape s, or nil when they can.

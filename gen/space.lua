@@ -49,6 +49,16 @@ function M.check_shape(s, where)
     local ok, err = pcall(key.encode, { head_dim = 1, chunk = 1, [f] = s[f] })
     if not ok then bad(f, err:gsub("^key: field %S+: ", "")) end
   end
+  for _, f in ipairs { "window", "sink_tokens" } do
+    if s[f] ~= nil and (type(s[f]) ~= "number" or s[f] < 0 or s[f] ~= math.floor(s[f])) then
+      bad(f, "must be a non-negative integer")
+    end
+  end
+  if s.softcap ~= nil and (type(s.softcap) ~= "number" or not (s.softcap >= 0) or s.softcap == math.huge) then
+    bad("softcap", "must be a finite number, at least 0")
+  end
+  local ok, why = pcall(M.feature_bits, s.features)
+  if not ok then bad("features", why) end
   if s.layout == "paged" or s.layout == facts.value(facts.layouts, "paged") then
     local ps, pow = s.page_size, facts.PAGE_SIZE_MIN
     while type(ps) == "number" and pow < ps do pow = pow * 2 end
@@ -75,13 +85,37 @@ function M.shape_fields(s)
   return t
 end
 
--- A shape with its symbolic fields (dtypes, mask mode, layout) as key digits.
+-- The fd_shape.features bits of a shape set's features field: nil (0), a
+-- number, or a list of feature names (gen/facts.lua features) and numbers;
+-- raises naming an unknown one.
+function M.feature_bits(v)
+  if v == nil then return 0 end
+  if type(v) ~= "table" then v = { v } end
+  local bits, seen = 0, {}
+  for _, x in ipairs(v) do
+    local b = type(x) == "number" and x or nil
+    for _, f in ipairs(facts.features) do if f.name == x then b = f.bit end end
+    if not b or b < 0 or b ~= math.floor(b) or b >= 2 * facts.features[#facts.features].bit then
+      local names = {}
+      for _, f in ipairs(facts.features) do names[#names + 1] = f.name end
+      error(("unknown feature %s (one of %s)"):format(tostring(x), table.concat(names, ", ")), 0)
+    end
+    for _, f in ipairs(facts.features) do   -- each bit once, whether named or in a number
+      if math.floor(b / f.bit) % 2 == 1 and not seen[f.bit] then seen[f.bit] = true; bits = bits + f.bit end
+    end
+  end
+  return bits
+end
+
+-- A shape with its symbolic fields (dtypes, mask mode, layout) as key
+-- digits and its features as fd_shape.features bits.
 function M.numeric(s)
   local t = {}
   for k, v in pairs(s) do t[k] = v end
   for _, f in ipairs(M.ENUM_FIELDS) do
     t[f] = key.decode(key.encode { head_dim = 1, chunk = 1, [f] = s[f] })[f]
   end
+  t.features = M.feature_bits(s.features)
   return t
 end
 

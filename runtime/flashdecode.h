@@ -204,7 +204,8 @@ typedef struct fd_plan_opts {
 
 int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **plan);
 
-/* What a plan runs for a given longest valid length. */
+/* What a plan runs for a given longest valid length (a windowed shape: the
+   bucket of the keys its window leaves, as fd_run takes it). */
 typedef struct fd_plan_info {
   char key[24];             /* tiling key of the main kernel */
   char split_key[24];       /* tiling key of the split kernel ("" when unsplit) */
@@ -230,7 +231,9 @@ const char *fd_build_tcc_version(void);
 /* Tuned tables (plain text, see README): the header this build on this machine
    writes and accepts, the canonical text of a shape in table rows (an
    FD_SHARED_KV shape reads as the one row it executes: batch 1, q_len =
-   batch x q_len), and the
+   batch x q_len; a window, softcap and feature bits add tokens: ".w4096",
+   ".softcap", ".alibi"; the length in characters, or -1 when it does not
+   fit size or a field is out of range), and the
    kv-length bucket a length falls in: the smallest power of two >= len, 1 for
    len < 1, and INT64_MAX for len above 2^62 (never below len). */
 int fd_tuned_table_header(char *buf, size_t size);

@@ -45,26 +45,55 @@ static fd_shape exec_shape(const fd_shape *s) {
   return e;
 }
 
-/* Canonical text of a shape, as in tuned tables: the fields of fd_sig_fields
-   (gen/facts.lua SIGNATURE) of the shape it executes joined by '.'. */
+/* Is flag token f (FD_SIG_ON, FD_SIG_BIT) on in s: the float above 0, or the feature bit set? */
+static int sig_flag_on(const fd_shape *s, const fd_sig_field *f) {
+  const char *at = (const char *)s + f->offset;
+  if (f->kind == FD_SIG_BIT) return (*(const unsigned *)at & f->bit) != 0;
+  return *(const float *)at > 0;
+}
+
+/* Turn flag token f on in s: its feature bit, or the placeholder FD_SIGNATURE_ON. */
+static void sig_flag_set(fd_shape *s, const fd_sig_field *f) {
+  char *at = (char *)s + f->offset;
+  if (f->kind == FD_SIG_BIT) *(unsigned *)at |= f->bit;
+  else *(float *)at = FD_SIGNATURE_ON;
+}
+
+/* Append token i (f's prefix, then value text when not NULL) at buf + *n; -1 when it does not fit. */
+static int sig_put(char *buf, size_t size, size_t *n, int i, const char *prefix, const char *text, int v) {
+  int w = text ? snprintf(buf + *n, size - *n, "%s%s%s", i ? "." : "", prefix, text)
+               : snprintf(buf + *n, size - *n, "%s%s%d", i ? "." : "", prefix, v);
+  if (w < 0 || (size_t)w >= size - *n) return -1;
+  *n += (size_t)w;
+  return 0;
+}
+
+/* Canonical text of a shape, as in tuned tables: the tokens of fd_sig_fields
+   (gen/facts.lua SIGNATURE) of the shape it executes joined by '.'; -1 when
+   an enum field is unknown or a feature bit has no token. */
 int fd_shape_signature(const fd_shape *shape, char *buf, size_t size) {
   fd_shape e = exec_shape(shape);
   const fd_shape *s = &e;
   size_t n = 0;
+  if (size) buf[0] = 0;
+  if (s->features & ~FD_SIG_FEATURE_BITS) return -1;
   for (int i = 0; i < FD_SIG_FIELDS; i++) {
     const fd_sig_field *f = &fd_sig_fields[i];
-    int v = *sig_value(s, f), w;
-    if (v <= f->omit) continue;
-    if (f->names && (v < 0 || v >= f->count)) return -1;
-    if (f->names) w = snprintf(buf + n, size - n, "%s%s%s", i ? "." : "", f->prefix, f->names[v]);
-    else w = snprintf(buf + n, size - n, "%s%s%d", i ? "." : "", f->prefix, v);
-    if (w < 0 || (size_t)w >= size - n) return -1;
-    n += (size_t)w;
+    int rc = 0;
+    if (f->kind != FD_SIG_VALUE) {
+      if (sig_flag_on(s, f)) rc = sig_put(buf, size, &n, i, f->prefix, "", 0);
+    } else {
+      int v = *sig_value(s, f);
+      if (v <= f->omit) continue;
+      if (f->names && (v < 0 || v >= f->count)) return -1;
+      rc = sig_put(buf, size, &n, i, f->prefix, f->names ? f->names[v] : NULL, v);
+    }
+    if (rc) return -1;
   }
   return (int)n;
 }
 
-/* Read one signature field's value at *p (advanced past it): a name of
+/* Read one value token's value at *p (advanced past it): a name of
    f->names, or 1 to 9 digits; 0, or -1 when it is neither. */
 static int sig_read(const fd_sig_field *f, const char **p, int *v) {
   size_t len = strcspn(*p, ".");
@@ -79,19 +108,31 @@ static int sig_read(const fd_sig_field *f, const char **p, int *v) {
   return 0;
 }
 
-/* Parse a shape signature: fields read back, then the signature written again
-   must be the same text (canonical form, nothing after it). */
+/* Is the token at p (up to '.' or the end) field f's: its prefix then a
+   value (a value token), or exactly its prefix (a flag)? */
+static int sig_token_is(const fd_sig_field *f, const char *p) {
+  size_t len = strcspn(p, "."), pl = strlen(f->prefix);
+  if (strncmp(p, f->prefix, pl)) return 0;
+  return f->kind == FD_SIG_VALUE ? len > pl || f->omit < 0 : len == pl;
+}
+
+/* Parse a shape signature: tokens read back in order (an optional one that
+   is not there stays 0), then the signature written again must be the same
+   text (canonical form: no duplicate, misplaced or unknown token, nothing
+   after it). A softcap token gives softcap FD_SIGNATURE_ON. */
 int fd_shape_parse(const char *sig, fd_shape *s) {
   char again[256];
   const char *p = sig;
   memset(s, 0, sizeof *s);
   for (int i = 0; i < FD_SIG_FIELDS; i++) {
     const fd_sig_field *f = &fd_sig_fields[i];
-    size_t pl = strlen(f->prefix);
-    if (i && f->omit >= 0 && (p[0] != '.' || strncmp(p + 1, f->prefix, pl))) continue;   /* left out: 0 */
-    if ((i && *p++ != '.') || strncmp(p, f->prefix, pl)) return -1;
-    p += pl;
-    if (sig_read(f, &p, sig_value(s, f))) return -1;
+    int optional = f->omit >= 0 || f->kind != FD_SIG_VALUE;
+    if (i && optional && (p[0] != '.' || !sig_token_is(f, p + 1))) continue;   /* left out: 0 */
+    if (i && *p++ != '.') return -1;
+    if (!sig_token_is(f, p)) return -1;
+    p += strlen(f->prefix);
+    if (f->kind != FD_SIG_VALUE) sig_flag_set(s, f);
+    else if (sig_read(f, &p, sig_value(s, f))) return -1;
   }
   if (s->batch < 1 || s->n_q_heads < 1 || s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads || s->head_dim < 1 ||
       s->head_dim > FD_HEAD_DIM_MAX)
@@ -530,13 +571,25 @@ int fd_plan_create(fd_ctx *ctx, const fd_shape *shape, fd_plan **plan) {
   return fd_plan_create_opts(ctx, shape, NULL, plan);
 }
 
-/* What the plan runs when the longest valid length is kv_len. */
+/* The keys a row of valid length len visits, whose bucket fd_run takes
+   (exec.c measure_rows): with a window, its main range (the window and the
+   q_len - 1 keys of the later tokens; sinks not counted), FD_NEW_KV's new
+   keys not counted. */
+static int64_t visited_keys(const fd_plan *p, int64_t len) {
+  fd_window wd = fd_window_of(len, p->q_len, p->shape.window, p->shape.sink_tokens);
+  int64_t keys = len - (p->new_kv ? p->q_len : 0) - wd.first;
+  return keys > 1 ? keys : 1;
+}
+
+/* What the plan runs when the longest valid length is kv_len (a windowed
+   shape: the bucket of the keys its window leaves, as fd_run). */
 int fd_plan_info_get(const fd_plan *p, int64_t kv_len, fd_plan_info *info) {
   if (!p || !info) return fd_fail(p ? p->ctx : NULL, FD_EINVAL, "plan or info is NULL");
   if (kv_len < 1 || kv_len > p->shape.kv_len)
     return fd_fail(p->ctx, FD_EINVAL, "kv_len %lld is outside 1..%lld", (long long)kv_len, (long long)p->shape.kv_len);
   const fd_bucket *b = &p->buckets[0];
-  while (b->max_len < kv_len) b++;
+  int64_t keys = visited_keys(p, kv_len);
+  while (b->max_len < keys) b++;
   memset(info, 0, sizeof *info);
   snprintf(info->key, sizeof info->key, "%s", b->plain->key);
   if (b->splits > 1) snprintf(info->split_key, sizeof info->split_key, "%s", b->split->key);

@@ -44,8 +44,10 @@ int fd_table_decode_key(const char *key, int v[FD_KF_COUNT], char *why, size_t n
    table with a row that fails it, the planner checks it before adopting a
    row. 0, or -1 with why naming the key and the field. */
 int fd_table_key_fits(const char *key, const fd_shape *s, int v[FD_KF_COUNT], char *why, size_t n);
-/* Parse a shape signature (the inverse of fd_shape_signature, kv_len and
-   page_size left 0); 0, or -1 when sig is not one in canonical form. */
+/* Parse a shape signature (the inverse of fd_shape_signature, kv_len,
+   page_size, pool_pages and sink_tokens left 0; a softcap token gives the
+   placeholder FD_SIGNATURE_ON, which signs the same); 0, or -1 when sig is
+   not one in canonical form. */
 int fd_shape_parse(const char *sig, fd_shape *s);
 
 #endif

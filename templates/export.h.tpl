@@ -78,9 +78,10 @@ typedef struct fdt_args {
 /* One row of the tuned table; batch 0 marks the default row (any shape its kernels serve). */
 typedef struct fdt_row {
   const char *shape, *name, *key;   /* fd_shape_signature text, the shape set's name, the plain key */
-  /* the shape signature's fields (gen/facts.lua SIGNATURE) */
-@ for _, f in ipairs(SIGNATURE) do
-  int $(f[2]);
+  /* the shape signature's fields (gen/facts.lua SIGNATURE): softcap 1 when on (the
+     signature records only that), features the bits with a token */
+@ for _, f in ipairs(SIG_FIELDS) do
+  $(f[2] == "bits" and "unsigned" or "int") $(f[1]);
 @ end
   int64_t bucket;           /* longest valid lengths in (bucket/2, bucket] */
   int splits, threads;
@@ -125,9 +126,10 @@ static inline int fdt_fits(const fd_kernel_desc *d, const fdt_shape *s) {
          && s->n_kv_heads > 0 && (s->n_q_heads / s->n_kv_heads) % d->group_tile == 0;
 }
 
-/* Was row r tuned for shape s (every signature field; kv_len is no part)? */
+/* Was row r tuned for executed shape s (every signature token: softcap on or
+   off, the feature bits with a token; kv_len is no part)? */
 static inline int fdt_same_shape(const fdt_row *r, const fdt_shape *s) {
-  return $(table.concat((function() local t = {} for _, f in ipairs(SIGNATURE) do t[#t + 1] = "r->" .. f[2] .. " == s->" .. f[2] end return t end)(), " && "))
+  return $(SAME_SHAPE)
          && fdt_fits(r->plain, s);
 }
 

@@ -21,7 +21,9 @@
        alone (the items then tile each row's visible keys: sinks, then the
        window; paged rows with the pages outside them freed, -1 in the
        block table), bit for bit too, and out differing from the plain run's.
-   Each row runs at a length inside its bucket, batch rows of uneven lengths. */
+   Each row runs at a length inside its bucket, batch rows of uneven lengths,
+   and must find its own row (fdt_lookup): a window, softcap or feature row
+   beside the plain row of the same shape and bucket (their signature tokens). */
 #include FDT_HEADER
 #include <ctype.h>
 #include <math.h>
@@ -39,6 +41,7 @@ typedef struct prob {
   int64_t L;
   void *q, *k, *v, *out;
   float *mask, *ks, *vs, *lse;
+  float *slopes, *sinks;    /* FD_ALIBI slopes and FD_SINK_LOGITS logits of a feature row's shape, or NULL */
   int32_t *pos, *table;     /* table: the paged layout's block table */
   size_t nq, nkv, nrows, nmask, nh;
 } prob;
@@ -121,6 +124,15 @@ static void make(prob *p, const fdt_shape *s, int64_t L, uint32_t seed) {
     p->ks = malloc(p->nrows * 4); p->vs = malloc(p->nrows * 4);
     for (size_t i = 0; i < p->nrows; i++) { p->ks[i] = 0.004f + 0.001f * (float)(i % 7); p->vs[i] = 0.003f + 0.001f * (float)(i % 5); }
   }
+  if (s->features & 3u) {   /* FD_ALIBI (1): slopes 2^(-8 (h + 1) / Hq); FD_SINK_LOGITS (2): logits h / Hq - 0.5 */
+    p->slopes = malloc(4 * (size_t)s->n_q_heads); p->sinks = malloc(4 * (size_t)s->n_q_heads);
+    for (int h = 0; h < s->n_q_heads; h++) {
+      p->slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)s->n_q_heads);
+      p->sinks[h] = (float)h / (float)s->n_q_heads - 0.5f;
+    }
+    if (!(s->features & 1u)) { free(p->slopes); p->slopes = NULL; }
+    if (!(s->features & 2u)) { free(p->sinks); p->sinks = NULL; }
+  }
   if (s->mask_mode == FDT_MASK) {
     p->mask = malloc(p->nmask * 4);
     uint32_t x = seed + 3;
@@ -131,17 +143,20 @@ static void make(prob *p, const fdt_shape *s, int64_t L, uint32_t seed) {
 /* Free a problem's buffers. */
 static void unmake(prob *p) {
   free(p->q); free(p->out); free(p->k); free(p->v); free(p->lse); free(p->pos); free(p->ks); free(p->vs); free(p->mask);
-  free(p->table);
+  free(p->table); free(p->slopes); free(p->sinks);
 }
 
 /* The length a row runs at: inside its bucket, above half of it. */
 static int64_t row_length(int64_t bucket) { return bucket >= 8 ? bucket - bucket / 8 : bucket; }
 
-/* The shape of table row r (capacity: its bucket). */
+/* The shape of table row r (capacity: its bucket; a windowed row's window
+   leaves the keys of its bucket; a softcap row caps at 30, which signs as
+   the row's placeholder does). */
 static fdt_shape row_shape(const fdt_row *r) {
   fdt_shape s = { .batch = r->batch, .n_q_heads = r->n_q_heads, .n_kv_heads = r->n_kv_heads, .head_dim = r->head_dim,
                   .kv_len = r->bucket, .q_dtype = r->q_dtype, .kv_dtype = r->kv_dtype, .out_dtype = r->out_dtype,
-                  .mask_mode = r->mask_mode, .layout = r->layout, .q_len = r->q_len };
+                  .mask_mode = r->mask_mode, .layout = r->layout, .q_len = r->q_len, .window = r->window,
+                  .softcap = r->softcap ? 30.0f : 0.0f, .features = r->features };
   return s;
 }
 
@@ -182,13 +197,14 @@ static int aot_case(int i, FILE *f) {
   const fdt_row *row = case_of(i, &s, &L);
   prob p;
   make(&p, &s, L, 100u + (uint32_t)i);
-  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL, NULL };
+  fdt_args a = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, p.slopes, p.sinks };
   size_t n = fdt_scratch_bytes(&p.s);
   void *scratch = malloc(n);
   int calls = 0;
   const fdt_row *got = fdt_lookup(&p.s, L);
   int rc = i % 2 ? fdt_run(&p.s, &a, scratch, n, reverse_for, &calls) : fdt_run(&p.s, &a, scratch, n, NULL, NULL);
   if (!rc && i % 2 && calls == 0) rc = 99;
+  if (!rc && row != &fdt_default_row && got != row) rc = 98;   /* a row's own shape must find that row */
   fprintf(stderr, "case %d: %s bucket %lld key %s (lookup: %s), rc %d\n", i, row->name, (long long)row->bucket,
           row->key, got == row ? "its row" : got == &fdt_default_row ? "default row" : "another row", rc);
   for (size_t e = 0; e < p.nq; e++) { float x = load(s.out_dtype, p.out, e); fwrite(&x, 4, 1, f); }
@@ -308,7 +324,7 @@ static void jit_case(int i, const char *table, FILE *f) {
   int rc = fd_plan_create(ctx, &fs, &plan);
   if (!rc) rc = fd_plan_info_get(plan, L, &info);
   if (row != &fdt_default_row) check(!rc && info.from_table && !strcmp(info.key, row->key), "the planner did not use the row's key", i);
-  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, NULL, NULL };
+  fdt_args ta = { p.q, p.k, p.v, p.pos, p.mask, p.ks, p.vs, p.table, 0, p.out, lse_on(i) ? p.lse : NULL, p.slopes, p.sinks };
   fd_args a = to_fd_args(&ta);
   if (!rc) rc = fd_run(plan, &a);
   check(rc == 0, "plan or run failed", i);
@@ -708,7 +724,9 @@ static int splits_vary(const prob *p, const fd_item *x, int n) {
 /* The variants of an uneven case: plain, the logit softcap, learned sink
    logits; then the causal ones: ALiBi, a window with sink tokens, a window
    alone (window: 3/4 of the bucket, so that the longest row's visible keys
-   stay in the row's bucket: the planner and fdt_lookup then pick that row). */
+   stay in the row's bucket: the planner and fdt_lookup then pick that row).
+   Each variant's shape signs with tokens of its own (.softcap, .alibi, .w768):
+   the table holds a row for it beside the plain one, with the same key. */
 enum { V_PLAIN, V_SOFTCAP, V_SINK_LOGITS, V_ALIBI, V_WINDOW_SINKS, V_WINDOW, N_VARIANTS };
 static const char *const VARIANT_NAMES[N_VARIANTS] = { "plain", "softcap 0.25", "sink logits", "ALiBi",
                                                        "window + 4 sinks", "window" };
@@ -785,8 +803,9 @@ static int uneven(const char *table) {
   int c = 0;
   uint32_t seed = 900;
   void *plain = NULL;
-  for (int i = 0; i < FDT_N_ROWS; i++)
-    for (int k = 0; k < (fdt_rows[i].mask_mode == FDT_CAUSAL ? 2 : 1); k++)
+  for (int i = 0; i < FDT_N_ROWS; i++)   /* the plain rows; their variants run on the variants' rows */
+    for (int k = 0; k < (fdt_rows[i].mask_mode == FDT_CAUSAL ? 2 : 1) * !(fdt_rows[i].window || fdt_rows[i].softcap ||
+                                                                        fdt_rows[i].features); k++)
       for (int with_lse = 0; with_lse < 2; with_lse++, seed++)
         for (int v = 0; v < (fdt_rows[i].mask_mode == FDT_CAUSAL ? N_VARIANTS : V_ALIBI); v++)
           uneven_case(ctx, c++, seed, i, k, with_lse, v, &plain);

@@ -24,7 +24,7 @@ end
 T.eq(facts.signature(llama), LLAMA_SIG, "signature of llama3-8b")
 local back = facts.parse_signature(LLAMA_SIG)
 for _, f in ipairs(facts.SIGNATURE) do
-  T.eq(back and back[f[2]], llama[f[2]] or (f.omit and 0 or nil), "signature reads back " .. f[2])
+  T.eq(back and back[f[2]], llama[f[2]] or ((f.omit or f.flag) and 0 or nil), "signature reads back " .. f[2])
 end
 -- An optional field (q_len): left out at 0 and 1, written and read back above, refused when written at 1.
 local q4 = with(llama, { q_len = 4 })
@@ -45,6 +45,33 @@ for _, f in ipairs(facts.SIGNATURE) do
     end
     T.eq(bad, 0, "every value of " .. f[2] .. " round-trips (or is refused for q/out)")
   end
+end
+
+-- The tokens of what changes a kernel's cost: window, softcap (only that it is
+-- on: read back as SIGNATURE_ON), one per feature bit the executed shape keeps.
+local feat = with(llama, { q_len = 4, window = 4096, softcap = 50, features = 1 + 2 })
+local FEAT_SIG = LLAMA_SIG .. ".t4.w4096.softcap.alibi.sink_logits"
+T.eq(facts.signature(feat), FEAT_SIG, "window, softcap and feature bits are written in order")
+local fb = facts.parse_signature(FEAT_SIG) or {}
+T.ok(fb.window == 4096 and fb.softcap == facts.SIGNATURE_ON and fb.features == 3 and fb.q_len == 4,
+     "window, softcap placeholder and feature bits read back")
+T.eq(facts.signature(fb), FEAT_SIG, "the placeholder softcap signs the same")
+T.eq(facts.signature(with(llama, { window = 0, softcap = 0, features = 0, sink_tokens = 4 })), LLAMA_SIG,
+     "a plain shape's signature is unchanged (sink_tokens is not part of it)")
+for _, f in ipairs(facts.features) do
+  local sig = facts.signature(with(llama, { features = f.bit }))
+  if f.cleared then T.eq(sig, nil, "feature " .. f.name .. ": no token (the executed shape clears it)")
+  else T.eq((facts.parse_signature(sig or "") or {}).features, f.bit, "feature " .. f.name .. " round-trips: " .. tostring(sig)) end
+end
+T.eq(facts.signature(with(llama, { features = 64 })), nil, "an unknown feature bit has no signature")
+T.ok(facts.signature_has_features(fb) and not facts.signature_has_features(back), "feature tokens tell feature rows")
+for _, bad in ipairs {
+  LLAMA_SIG .. ".alibi.alibi", LLAMA_SIG .. ".sink_logits.alibi", LLAMA_SIG .. ".softcap.w4096",
+  LLAMA_SIG .. ".w4096.t4", LLAMA_SIG .. ".softcap.softcap", LLAMA_SIG .. ".shared_kv", LLAMA_SIG .. ".rope",
+  LLAMA_SIG .. ".w0", LLAMA_SIG .. ".w04096", LLAMA_SIG .. ".w", LLAMA_SIG .. ".softcap50", LLAMA_SIG .. ".alibi.",
+  LLAMA_SIG .. "..alibi", LLAMA_SIG .. ".Alibi",
+} do
+  T.ok(facts.parse_signature(bad) == nil, "signature refused: " .. bad)
 end
 
 -- Signatures that are not one in canonical form are refused.

@@ -130,6 +130,31 @@ static int info_of(fd_ctx *c, fd_shape s, int64_t len, fd_plan_opts o, fd_plan_i
   return rc;
 }
 
+/* A windowed softcap shape's own row (signature .w2000.softcap, bucket 2048):
+   the planner takes it at kv_len 30000 (the window leaves 2000 keys), and
+   neither the plain shape nor the window alone reads it. */
+static void feature_rows(void) {
+  char text[16384];
+  fd_shape win = SHAPE;
+  win.window = 2000;
+  win.softcap = 50.0f;
+  const char *path = temp_file(table_text(text, sizeof text, &win, 1, 1, -1, ""));
+  fd_ctx *c = fd_create(&(fd_config){ .threads = 2, .table = path });
+  fd_plan_info i;
+  int rc = !c || info_of(c, win, 30000, (fd_plan_opts){ 0 }, &i);
+  t_check(!rc && i.from_table == 1 && i.chunk == 32 && i.group_tile == 2 && i.splits == 3,
+          "a windowed softcap shape over 30000 keys takes its row of bucket 2048: from_table %d chunk %d tile %d splits %d",
+          i.from_table, i.chunk, i.group_tile, i.splits);
+  rc = !c || info_of(c, SHAPE, 2000, (fd_plan_opts){ 0 }, &i);
+  t_check(!rc && i.from_table == 2, "the plain shape does not read the feature row: from_table %d", i.from_table);
+  fd_shape alone = win;
+  alone.softcap = 0;
+  rc = !c || info_of(c, alone, 30000, (fd_plan_opts){ 0 }, &i);
+  t_check(!rc && i.from_table == 2, "the window without softcap does not read it: from_table %d", i.from_table);
+  fd_destroy(c);
+  unlink(path);
+}
+
 /* The planner: a row first, the model where no row fits, forced options and deterministic mode over both. */
 static void planner(void) {
   char text[16384];
@@ -155,6 +180,21 @@ static void planner(void) {
   rc = info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i);
   t_check(!rc && i.from_table == 2 && i.chunk == 32,
           "an unseen shape gets the model: from_table %d chunk %d", i.from_table, i.chunk);
+  /* feature shapes without rows of their own: the model's decision for their plain shape (README "Shapes the
+     table never saw"); a windowed one at the bucket of the keys its window leaves */
+  fd_plan_info plain_i;
+  fd_shape soft = other, win = other;
+  soft.softcap = 30.0f;
+  soft.features = FD_ALIBI;
+  rc = info_of(c, other, 3000, (fd_plan_opts){ 0 }, &plain_i) || info_of(c, soft, 3000, (fd_plan_opts){ 0 }, &i);
+  t_check(!rc && i.from_table == 2 && !strcmp(i.key, plain_i.key) && i.splits == plain_i.splits &&
+          i.threads == plain_i.threads, "a softcap + ALiBi shape gets its plain shape's model decision: %s/%d vs %s/%d",
+          i.key, i.splits, plain_i.key, plain_i.splits);
+  win.window = 1024;
+  rc = info_of(c, other, 1024, (fd_plan_opts){ 0 }, &plain_i) || info_of(c, win, 30000, (fd_plan_opts){ 0 }, &i);
+  t_check(!rc && i.from_table == 2 && !strcmp(i.key, plain_i.key) && i.splits == plain_i.splits &&
+          i.threads == plain_i.threads, "a window of 1024 over 30000 keys gets the plain shape's decision at 1024: "
+          "%s/%d vs %s/%d", i.key, i.splits, plain_i.key, plain_i.splits);
   rc = info_of(c, other, 3000, (fd_plan_opts){ .chunk = 128 }, &i);
   t_check(!rc && i.from_table == 0 && i.chunk == 128,
           "a forced chunk wins over the model: from_table %d chunk %d", i.from_table, i.chunk);
@@ -167,6 +207,7 @@ static void planner(void) {
   fd_destroy(c);
   fd_destroy(det);
   unlink(path);
+  feature_rows();
   /* a model that predicts no gain over the heuristic's configuration keeps it (from_table 2, heuristic's choices) */
   table_text(text, sizeof text, &SHAPE, 1, 0, -1, "");
   char *end = strstr(text, "end\t");

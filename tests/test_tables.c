@@ -264,6 +264,46 @@ static void former_format(const char *head, const char *sig) {
   table_case(text, 0, "line 1 (flashdecode tuned table 2) is 'flashdecode tuned table 1'", "a table of the former format");
 }
 
+/* The tokens of what changes a kernel's cost (gen/facts.lua SIGNATURE): the
+   window, softcap (only that it is on: read back as FD_SIGNATURE_ON) and the
+   feature bits the executed shape keeps, in order; a plain shape's signature
+   unchanged; duplicate, misplaced and unknown tokens refused. */
+static void feature_signatures(void) {
+  fd_shape s = { 1, 32, 8, 128, 32768, FD_BF16, FD_BF16, FD_BF16, FD_CAUSAL, FD_BHSD, 0 }, back, again;
+  const char *plain = "b1.hq32.hkv8.d128.qbf16.kvbf16.obf16.causal.bhsd";
+  char sig[256], bad[300];
+  s.sink_tokens = 4;   /* not part of the signature */
+  fd_shape_signature(&s, sig, sizeof sig);
+  t_check(!strcmp(sig, plain), "a plain shape's signature is unchanged: %s", sig);
+  s.q_len = 2; s.window = 4096; s.softcap = 50.0f; s.features = FD_ALIBI | FD_SINK_LOGITS | FD_SHARED_KV;
+  s.mask_mode = FD_FULL;   /* FD_SHARED_KV: the executed shape (b1, t = batch x q_len) without the bit */
+  s.batch = 2;
+  fd_shape_signature(&s, sig, sizeof sig);
+  t_check(!strcmp(sig, "b1.hq32.hkv8.d128.qbf16.kvbf16.obf16.full.bhsd.t4.w4096.softcap.alibi.sink_logits"),
+          "window, softcap and the kept feature bits are written in order: %s", sig);
+  t_check(!fd_shape_parse(sig, &back) && back.window == 4096 && back.softcap == FD_SIGNATURE_ON && back.q_len == 4 &&
+          back.features == (FD_ALIBI | FD_SINK_LOGITS) && back.sink_tokens == 0, "they read back (softcap: the placeholder)");
+  fd_shape_signature(&back, bad, sizeof bad);
+  t_check(!strcmp(bad, sig), "the parsed shape signs the same: %s", bad);
+  for (int i = 0; i < FD_FEATURE_COUNT; i++) {
+    fd_shape one = { 1, 4, 1, 64, 2048, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+    one.features = 1u << i;
+    if (one.features == FD_SHARED_KV) continue;
+    int n = fd_shape_signature(&one, sig, sizeof sig);
+    t_check(n > 0 && !fd_shape_parse(sig, &again) && again.features == one.features,
+            "feature %s round-trips: %s", fd_feature_names[i], sig);
+  }
+  s.features = 1u << FD_FEATURE_COUNT;
+  t_check(fd_shape_signature(&s, sig, sizeof sig) < 0, "an unknown feature bit has no signature");
+  static const char *const BAD[] = { ".alibi.alibi", ".sink_logits.alibi", ".softcap.w4096", ".w4096.t4",
+    ".softcap.softcap", ".shared_kv", ".rope", ".w0", ".w04096", ".w", ".softcap50", ".alibi.", "..alibi", ".Alibi",
+    ".alibix", ".w4096x" };
+  for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+    snprintf(bad, sizeof bad, "%s%s", plain, BAD[i]);
+    t_check(fd_shape_parse(bad, &back) != 0, "malformed signature refused: %s", bad);
+  }
+}
+
 /* Signatures with the optional q_len field (gen/facts.lua omit): written
    only above 1, read back, refused when not canonical. */
 static void signatures(void) {
@@ -280,6 +320,7 @@ static void signatures(void) {
   t_check(fd_shape_parse(bad, &back) != 0, "q_len written at 1 is refused (not canonical)");
   snprintf(bad, sizeof bad, "%s.t4.x", sig);
   t_check(fd_shape_parse(bad, &back) != 0, "text after the last field is refused");
+  feature_signatures();
 }
 
 /* Every table case. */

@@ -79,7 +79,8 @@ check "the table carries the cost model's lines" grep -q $'^model\tchunk\t' "$tm
 check "make tune printed the model's fit" has "$out" "cost model: "
 for spec in batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtype=f16,kv_len=3000 \
             batch=1,n_q_heads=12,n_kv_heads=1,head_dim=128,q_dtype=bf16,kv_dtype=bf16,out_dtype=bf16,kv_len=700 \
-            batch=4,n_q_heads=16,n_kv_heads=16,head_dim=32,kv_dtype=i8,layout=paged,page_size=16,kv_len=20000; do
+            batch=4,n_q_heads=16,n_kv_heads=16,head_dim=32,kv_dtype=i8,layout=paged,page_size=16,kv_len=20000 \
+            batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtype=f16,softcap=30,features=alibi,window=1000,kv_len=3000; do
   pc=$($F predict --table "$tmp/t.tsv" --shape "$spec" --threads 2 2>&1)
   mi=$(sed -n 's/.*max isa \([0-9]\).*/\1/p' <<<"$pc")
   c=$(awk '$1 ~ /^[0-9]+$/ { print $2, $3 }' <<<"$pc")
@@ -193,15 +194,31 @@ awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", $2 + 
   "$tmp/t.tsv" >"$tmp/blocks.tsv"
 check "blocks: the table holds q8_0 and q4_0 rows" test "$(grep -cE $'\tkvq[84]_0|\.kvq[84]_0\.' "$tmp/blocks.tsv")" -ge 3
 compare_table blocks "$tmp/blocks.tsv"
+# Feature rows beside the plain ones (signature tokens, gen/facts.lua SIGNATURE):
+# each causal row again with a window of its bucket and softcap, and with ALiBi
+# and sink logits (3 splits); every row's shape must find its own row in the
+# header (fdt_lookup, not the plain row of the same bucket) and in the planner
+# (fd_plan_info_get: the window's bucket), with the header's outputs the JIT's.
+awk -F'\t' -v OFS='\t' 'NR <= 7 || $1 == "model" { print; next } $1 == "end" { print "end", $2 + n; next } { print }
+  $1 ~ /\.causal\./ { s = $1; $4 = 3; $1 = s ".w" $2 ".softcap"; print; $1 = s ".alibi.sink_logits"; print; n += 2 }' \
+  "$tmp/t.tsv" >"$tmp/feat.tsv"
+check "features: the table holds window, softcap and ALiBi rows" test "$(grep -cE '\.w[0-9]+\.softcap'$'\t''|\.alibi\.sink_logits'$'\t' "$tmp/feat.tsv")" -ge 6
+compare_table features "$tmp/feat.tsv"
 # The same rows forced to 3 and 5 splits (the header's split and merge path).
 awk -F'\t' -v OFS='\t' 'NR > 7 && $1 != "end" && $1 != "model" { $4 = NR % 2 ? 3 : 5 } { print }' "$tmp/t.tsv" >"$tmp/split.tsv"
 compare_table split "$tmp/split.tsv"
 # One executor: the tiny rows' keys on batches of 5 (rows of buckets 1024 and
 # 4096, split 5 and 16 ways) through the header and through exec.c: the same
 # work items, item by item, and the same outputs bit for bit (uneven lengths).
+# Each row has its variants' rows beside it (softcap, sink logits; causal:
+# ALiBi and the window of 3/4 of the bucket test_export.c runs), the same key
+# and splits: their signatures have tokens of their own.
 awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", n; next } $1 == "model" { next }
-  !seen[$1]++ { s = $1; sub(/^b[0-9]+/, "b5", s)
-    print s, 1024, $3, 5, $5, $6, $7, $8, $9, $10; print s, 4096, $3, 16, $5, $6, $7, $8, $9, $10; n += 2 }' \
+  function rows(s, b, sp) {
+    split(".softcap .sink_logits" (s ~ /\.causal\./ ? " .alibi .w" (b - b / 4) : ""), tok, " ")
+    print s, b, $3, sp, $5, $6, $7, $8, $9, $10; n++
+    for (i = 1; i in tok; i++) { print s tok[i], b, $3, sp, $5, $6, $7, $8, $9, $10; n++ } }
+  !seen[$1]++ { s = $1; sub(/^b[0-9]+/, "b5", s); rows(s, 1024, 5); rows(s, 4096, 16) }' \
   "$tmp/t.tsv" >"$tmp/uneven.tsv"
 check "uneven: export" $F export "$tmp/uneven.tsv" -o "$tmp/uneven.h"
 check "uneven: the program with the library's internals builds" gcc -std=c11 -O2 -Wall -Wextra -Werror \

@@ -70,7 +70,11 @@ function M.config_text(c) return ("c%d.t%d.s%d.p%d.i%d"):format(c.chunk, c.tile,
 
 -- The cold-cache measurements of log path as observations { job, shape, sig,
 -- len, config, c, y = log(median_us), x = features }, in file order; skip(sig)
--- true leaves a shape out.
+-- true leaves a shape out. Rows of feature signatures (a window, softcap or
+-- feature bit: facts.signature_has_features) are no part of the fit: the
+-- model's inputs do not see them (a windowed row's len is its cache length,
+-- not the keys it visits), so a feature shape without a row of its own is
+-- ranked as its plain shape (README "Shapes the table never saw").
 function M.observations(path, skip)
   local fh = assert(io.open(path, "rb"))
   local out = { decisions = {} }
@@ -82,7 +86,7 @@ function M.observations(path, skip)
       local r = tlog.parse(line)
       local c = r and r.ok and r.cache == "cold" and r.median_us and r.median_us > 0 and M.parse_config(r.config)
       local s = c and facts.parse_signature(r.shape)
-      if s and not (skip and skip(r.shape)) then
+      if s and not facts.signature_has_features(s) and not (skip and skip(r.shape)) then
         out[#out + 1] = { job = table.concat({ r.build, r.shape, r.bucket, r.len, r.stage }, "\t"), sig = r.shape,
                           shape = s, len = r.len, bucket = r.bucket, stage = r.stage, build = r.build, config = r.config,
                           c = c, y = math.log(r.median_us), x = M.features(s, r.len, c), us = r.median_us }
@@ -95,14 +99,15 @@ end
 
 -- A "#decision" line of the log (tuner/log.lua DECISION_FIELDS) as { sig,
 -- shape, len, c (challenger), h (heuristic), act = log of the median paired
--- ratio challenger/heuristic }, or nil (warm cache, a malformed line).
+-- ratio challenger/heuristic }, or nil (warm cache, a malformed line, a
+-- feature signature's).
 function M.parse_decision(line)
   local f = {}
   for x in (line .. "\t"):gmatch("([^\t]*)\t") do f[#f + 1] = x end
   if #f ~= #tlog.DECISION_FIELDS + 1 or f[6] ~= "cold" then return nil end
   local c, h, med, len = M.parse_config(f[7]), M.parse_config(f[8]), tonumber(f[12]), tonumber(f[5])
   local s = c and h and med and med > 0 and len and facts.parse_signature(f[3])
-  if not s then return nil end
+  if not s or facts.signature_has_features(s) then return nil end   -- feature rows: no part of the fit
   return { sig = f[3], shape = s, len = len, c = c, h = h, act = math.log(med), kept = f[17] == "challenger" }
 end
 

@@ -76,7 +76,8 @@ end
 local function eval_row(ctx, info, r, s, m, o, bar)
   local len = workload.row_len(s, r.bucket)
   local w = workload.new(s, len)
-  local j = { ctx = ctx, w = w, len = len, bucket = r.bucket, sig = r.shape, name = r.name, cache = "cold", log = nolog }
+  local j = { ctx = ctx, w = w, len = len, keys = w:keys(len), bucket = r.bucket, sig = r.shape, name = r.name,
+              cache = "cold", log = nolog }
   local f = key.decode(r.key)
   local t = { chunk = f.chunk, tile = f.group_tile, isa = f.isa, splits = r.splits, threads = r.threads }
   local h = measure.heuristic(j)

@@ -94,7 +94,7 @@ function M.kernels(j, h, prior)
     for ci, chunk in ipairs(chunks) do
       for ti, tile in ipairs(tiles) do
         local name = kname(chunk, tile, isa)
-        local why = M.prune_reason(chunk, tile, isa, j.D, j.len, j.max_isa, M.isas_of or space.isas)
+        local why = M.prune_reason(chunk, tile, isa, j.D, j.keys or j.len, j.max_isa, M.isas_of or space.isas)
         if why then
           if isa <= j.max_isa then pruned[#pruned + 1] = { name = name, why = why } end
         else
@@ -241,7 +241,7 @@ end
 -- Phase 3: splits x threads for the best two kernels so far.
 local function decomposition_pass(st, h, cost, warm)
   local j = st.j
-  local splits = M.split_choices(j.items, j.threads, j.len, h.splits)
+  local splits = M.split_choices(j.items, j.threads, j.keys or j.len, h.splits)
   local threads = M.thread_choices(j.threads)
   local best = ranked(st.quick)
   st.planned = st.planned + math.min(#best, 2) * (#splits * #threads - 1)

@@ -107,7 +107,8 @@ local function job_of(row, ctx, log, cfg)
   n.kv_len = 1
   local w = workload.new(row.s, row.len)
   local info = fd.ctx_info(ctx)
-  local j = { s = row.s, name = row.s.name, len = row.len, bucket = sys.bucket(row.len), sig = sys.signature(fd.shape(n)),
+  local j = { s = row.s, name = row.s.name, len = row.len, bucket = workload.bucket(row.s, row.len),
+              keys = w:keys(row.len), sig = sys.signature(fd.shape(n)),
               w = w, ctx = ctx, log = log, cache = "cold", threads = info.threads, max_isa = info.max_isa,
               G = n.n_q_heads / n.n_kv_heads, D = n.head_dim, items = n.batch * n.n_kv_heads }
   j.on_measure = function()

@@ -49,7 +49,9 @@ local function settings(a)
 end
 
 -- The jobs: one per distinct (shape signature, bucket) in shape-set order,
--- at the longest length of the shape in that bucket.
+-- at the longest length of the shape in that bucket; the bucket is that of
+-- the keys the length visits (a windowed shape: its window's, whatever the
+-- cache length), as the planner's (workload.bucket).
 local function jobs_of(shapes, cfg)
   local jobs, seen = {}, {}
   for _, s in ipairs(shapes) do
@@ -59,15 +61,15 @@ local function jobs_of(shapes, cfg)
     for _, len in ipairs(all) do
       if not cfg.quick or len <= 4096 or #lens == 0 then lens[#lens + 1] = len end
     end
-    for _, len in ipairs(lens) do byb[sys.bucket(len)] = len end
+    for _, len in ipairs(lens) do byb[workload.bucket(s, len)] = len end
     n.kv_len = 1
     local sig = sys.signature(fd.shape(n))
     for _, len in ipairs(lens) do
-      local b = sys.bucket(len)
+      local b = workload.bucket(s, len)
       if byb[b] == len and not seen[sig .. "@" .. b] then
         seen[sig .. "@" .. b] = true
-        jobs[#jobs + 1] = { s = s, name = s.name, sig = sig, bucket = b, len = len,
-                            bytes = 2 * n.batch * n.n_kv_heads * len * n.head_dim * fd.DTYPE_SIZE[n.kv_dtype] }
+        jobs[#jobs + 1] = { s = s, name = s.name, sig = sig, bucket = b, len = len, keys = workload.visited_keys(n, len),
+                            bytes = workload.bytes(n, len) }
       end
     end
   end

@@ -68,7 +68,8 @@ local function verify_row(ctx, r, shapes, o)
   local s = workload.row_shape(r, shapes)
   local len = workload.row_len(s, r.bucket)
   local w = workload.new(s, len)
-  local j = { ctx = ctx, w = w, len = len, bucket = r.bucket, sig = r.shape, name = r.name, cache = "cold", log = nolog }
+  local j = { ctx = ctx, w = w, len = len, keys = w:keys(len), bucket = r.bucket, sig = r.shape, name = r.name,
+              cache = "cold", log = nolog }
   local f = key.decode(r.key)
   local c = { chunk = f.chunk, tile = f.group_tile, isa = f.isa, splits = r.splits, threads = r.threads }
   local h = measure.heuristic(j)

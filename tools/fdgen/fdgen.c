@@ -384,6 +384,9 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   for (size_t i = 0; scales && i < nkv / s.head_dim; i++) scales[i] = 0.01f;
   for (int b = 0; b < s.batch; b++) pos[b] = (int32_t)(len - 1);
   fd_args a = { q, k, v, pos, mask, scales, scales, table, 0, out, NULL };
+  float *heads = calloc((size_t)s.n_q_heads, 4);        /* FD_ALIBI slopes, FD_SINK_LOGITS logits: 0 */
+  if (s.features & FD_ALIBI) a.alibi_slopes = heads;
+  if (s.features & FD_SINK_LOGITS) a.sink_logits = heads;
   double t[32];
   int reps = o->reps ? o->reps : 7;
   fd_run(plan, &a);                                  /* warm-up */
@@ -393,7 +396,7 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
           info.kernels_compiled, info.kernels_compiled ? info.compile_ms / info.kernels_compiled : 0.0, info.key,
           info.splits, med, kv_bytes(&s, pos) / med / 1e6);
   fflush(rep);
-  free(k); free(v); free(q); free(out); free(mask); free(scales); free(pos); free(table);
+  free(k); free(v); free(q); free(out); free(mask); free(scales); free(pos); free(table); free(heads);
   fd_plan_destroy(plan);
   fd_destroy(ctx);
 }
