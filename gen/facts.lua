@@ -438,6 +438,12 @@ M.KEY_FIELDS = {
   -- [B, Hkv, D] folded into q), keys through a beam indirection (beam_src)
   { name = "k_per_channel", pos = 17, width = 1, min = 0, max = 1, feature = 16 },
   { name = "beams",      pos = 18, width = 1, min = 0, max = 1, feature = 32 },
+  -- MSD scores (the IFA seed's "AntiQuant MSD"): int8 K against q split per
+  -- head into this many int8 planes, q ~= s (q0 + q1 2^-7 + q2 2^-14), each
+  -- plane times K (+128 as u8) in int32 by vpdpbusd; 0 = off (f32 FMA
+  -- scores), else 2 or 3; int8 K on a record with the vnni group only
+  -- (gen/key.lua check_fields, gen/simd.lua scores_msd)
+  { name = "planes",     pos = 19, width = 1, min = 0, max = 3 },
 }
 -- Digits of a key: past the most significant field.
 M.KEY_DIGITS = 0
