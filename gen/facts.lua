@@ -113,6 +113,10 @@ M.Q_LEN_MAX = 16
 -- tuner picked 256-512 on most shapes); the exported header's default row
 -- takes the first.
 M.H_CHUNK, M.H_CHUNK_SIMD = 128, 256
+-- The planner heuristic's MSD planes (key digit planes) for int8 K on an isa
+-- with the vnni group (0: f32 FMA scores there too). So the tuner's isa digit
+-- chooses between f32 FMA scores (isa 2) and MSD (isa 3) for int8 K.
+M.H_PLANES = 3
 
 -- The tuned table: magic line, identity lines (name TAB value), columns.
 -- ratio_ci: the row's 95% interval of its median time ratio to the heuristic

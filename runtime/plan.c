@@ -245,12 +245,13 @@ static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
   return FD_OK;
 }
 
-/* opts.planes: 0, or 2 or 3 with int8 K and an isa with int8 dot products (the
-   forced one, else the context's highest; gen/key.lua planes_misfit). */
+/* opts.planes: 0 (planner's choice), -1 (off), or 2 or 3 with int8 K and an
+   isa with int8 dot products (the forced one, else the context's highest;
+   gen/key.lua planes_misfit). */
 static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
-  if (!o->planes) return FD_OK;
+  if (o->planes == 0 || o->planes == -1) return FD_OK;
   if (o->planes != 2 && o->planes != 3)
-    return fd_fail(ctx, FD_EINVAL, "opts.planes %d is not 0 (planner's choice), 2 or 3", o->planes);
+    return fd_fail(ctx, FD_EINVAL, "opts.planes %d is not 0 (planner's choice), -1 (off), 2 or 3", o->planes);
   if (s->kv_dtype != FD_I8)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs int8 K (MSD scores), not kv_dtype %s", o->planes,
                    fd_dtype_names[s->kv_dtype]);
@@ -299,6 +300,15 @@ static int heuristic_tile(int G, int isa, fd_dtype kv) {
   return 1;
 }
 
+/* The heuristic planes digit (MSD int8 scores) for isa: FD_H_PLANES for int8
+   K on a record with int8 dot products where the planes fit a head's q row
+   (gen/generate.lua: planes x D + 8 planes <= 4 D), else 0 (f32 FMA scores). */
+static int heuristic_planes(const fd_shape *s, int isa) {
+  int n = FD_H_PLANES, D = s->head_dim;
+  if (!n || s->kv_dtype != FD_I8 || !fd_isa_table[isa].vnni || n * D + 8 * n > 4 * D) return 0;
+  return n;
+}
+
 /* The heuristic split count for rows of up to len keys: none when the
    (batch, kv head) items fill the threads, else enough to fill them, but no
    piece shorter than H_MIN_SPLIT_KEYS. */
@@ -344,7 +354,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   b->threads = o->threads ? o->threads : ctx->threads;
   b->forced_isa = o->isa != 0;
-  b->planes = o->planes;
+  b->planes = o->planes > 0 ? o->planes : o->planes < 0 ? 0 : heuristic_planes(&p->shape, b->isa);
   int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
   b->splits = bucket_splits(p, o, b, len);
   b->from_table = 0;
@@ -365,6 +375,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
       b->splits = pick.splits; b->threads = pick.threads;
     }
   }
+  if (!o->planes) b->planes = heuristic_planes(&p->shape, b->isa);   /* the model's isa */
 }
 
 /* Compile the three variants (plain, lse, split) of a bucket's chunk, tile and isa. */
@@ -436,7 +447,7 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   }
   b->chunk = d->chunk; b->tile = d->group_tile;
   if (!b->forced_isa) b->isa = d->isa;   /* a forced isa keeps the row's chunk, tile and splits */
-  b->planes = fd_isa_table[b->isa].vnni ? d->planes : 0;   /* a forced isa without int8 dot products drops them */
+  b->planes = b->isa == d->isa ? d->planes : heuristic_planes(s, b->isa);   /* the row's, or a forced isa's */
   fd_kcache_put(p->ctx->kernels, d);     /* compile_bucket takes the bucket's kernels itself */
   return FD_OK;
 }

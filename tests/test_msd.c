@@ -156,8 +156,8 @@ static int run_planes(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, con
   if (rc) return rc;
   fd_plan_info info;
   rc = fd_plan_info_get(plan, s->kv_len, &info);
-  int digit = strlen(info.key) == FD_KEY_DIGITS ? info.key[0] - '0' : 0;
-  t_check(!rc && digit == o->planes, "%s: key %s has planes digit %d", name, info.key, o->planes);
+  int digit = strlen(info.key) == FD_KEY_DIGITS ? info.key[0] - '0' : 0, want = o->planes > 0 ? o->planes : 0;
+  t_check(!rc && digit == want, "%s: key %s has planes digit %d", name, info.key, want);
   rc = fd_run(plan, a);
   fd_plan_destroy(plan);
   return rc;
@@ -289,7 +289,7 @@ static double score_error(fd_ctx *ctx, int planes, int kpc, int D) {
     s.features = kpc ? FD_K_PER_CHANNEL : 0;
     fd_args a = { c.qp.q, c.kp.k, c.kp.v, c.kp.cur_pos, c.kp.mask, c.kp.k_scale, c.kp.v_scale, NULL, 0, out, lse };
     if (kpc) a.k_scale = c.kch;
-    fd_plan_opts o = { 64, G, 1, 1, ISA3 + 1, planes };
+    fd_plan_opts o = { 64, G, 1, 1, ISA3 + 1, planes ? planes : -1 };
     char name[96];
     snprintf(name, sizeof name, "score error, planes %d%s, shift %d", planes, kpc ? ", per-channel K" : "", shift);
     int rc = run_planes(ctx, &s, &o, &a, name);
@@ -328,12 +328,55 @@ static void refused(fd_ctx *ctx, fd_shape s, fd_plan_opts o, int rc, const char 
   fd_plan_destroy(plan);
 }
 
+/* The planes digit of the key planned for kv dtype kd and head_dim D with
+   opts o on a context limited to isa_limit (an FD_ISA_* value). */
+static int planned_planes(int isa_limit, int kd, int D, fd_plan_opts o) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa_limit });
+  fd_shape s = { 1, 8, 2, D, 4096, FD_F32, kd, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_plan *plan = NULL;
+  fd_plan_info info = { 0 };
+  int rc = fd_plan_create_opts(ctx, &s, &o, &plan);
+  if (!rc) rc = fd_plan_info_get(plan, 4096, &info);
+  t_check(rc == 0, "plan for the heuristic's planes: %s", fd_errmsg(ctx));
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+  return strlen(info.key) == FD_KEY_DIGITS ? info.key[0] - '0' : 0;
+}
+
+/* The heuristic: FD_H_PLANES for int8 K on isa 3 (where the planes fit), 0
+   elsewhere; opts.planes -1 turns it off, 2 forces 2; a forced isa without
+   int8 dot products takes none. */
+static void heuristic(void) {
+  int want = fd_cpu_max_isa() >= ISA3 ? FD_H_PLANES : 0, p;
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ 0 });
+  t_check(p == want, "int8 K: planes %d (want %d)", p, want);
+  p = planned_planes(FD_ISA_AUTO, FD_FP8_E4M3, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "fp8 K: planes %d", p);
+  p = planned_planes(FD_ISA_AUTO, FD_F16, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "f16 K: planes %d", p);
+  p = planned_planes(FD_ISA_AVX512, FD_I8, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "isa_limit avx512: planes %d", p);
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .isa = FD_ISA_AVX512 });
+  t_check(p == 0,
+          "forced isa avx512: planes %d", p);
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .planes = -1 });
+  t_check(p == 0, "planes -1: %d", p);
+  if (fd_cpu_max_isa() >= ISA3) {
+    p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .planes = 2 });
+    t_check(p == 2, "planes 2 forced: %d", p);
+  }
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 20, (fd_plan_opts){ 0 });
+  t_check(p == 0, "head_dim 20 (no isa 3 kernel): %d", p);
+}
+
 /* opts.planes refusals: a bad count, a KV dtype or isa without MSD. */
 static void refusals(void) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
   fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  refused(ctx, s, (fd_plan_opts){ .planes = 1 }, FD_EINVAL, "opts.planes 1 is not 0", "one plane");
+  refused(ctx, s, (fd_plan_opts){ .planes = 1 }, FD_EINVAL, "opts.planes 1 is not 0 (planner's choice), -1 (off), 2 or 3",
+          "one plane");
   refused(ctx, s, (fd_plan_opts){ .planes = 4 }, FD_EINVAL, "opts.planes 4 is not 0", "four planes");
+  refused(ctx, s, (fd_plan_opts){ .planes = -2 }, FD_EINVAL, "opts.planes -2 is not 0", "planes -2");
   s.kv_dtype = FD_F16;
   refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED, "opts.planes 3 needs int8 K", "f16 K");
   s.kv_dtype = FD_FP8_E4M3;
@@ -370,5 +413,6 @@ int main(void) {
     }
   }
   refusals();
+  heuristic();
   return t_done();
 }
