@@ -447,7 +447,7 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   }
   b->chunk = d->chunk; b->tile = d->group_tile;
   if (!b->forced_isa) b->isa = d->isa;   /* a forced isa keeps the row's chunk, tile and splits */
-  b->planes = b->isa == d->isa ? d->planes : heuristic_planes(s, b->isa);   /* the row's, or a forced isa's */
+  b->planes = b->forced_isa ? heuristic_planes(s, b->isa) : d->planes;   /* a forced isa takes the heuristic's */
   fd_kcache_put(p->ctx->kernels, d);     /* compile_bucket takes the bucket's kernels itself */
   return FD_OK;
 }
