@@ -8,7 +8,8 @@
      per-channel K scales (printed; 3 planes must stay within 1e-5);
    - the outputs of every mask mode (causal with q_len 1 and 3, a window with
      sinks, mask, full), the layouts (bhsd, bshd, paged), odd groups (tiles
-     1, 3, 5, 7), head_dims 64, 96 (a partial transpose block) and 128,
+     1, 3, 5, 7), head_dims 48, 64, 80, 96 (partial transpose blocks, rows
+     copied in 32/16-byte pieces) and 128,
      unsplit and 3 splits, per-row and per-channel K scales, 2 and 3 planes;
      each plan's key must carry the planes digit;
    - the refusals: a sentence naming opts.planes, nothing run.
@@ -232,14 +233,14 @@ static void mode_of(int m, int *mode, int *q_len) {
 /* Every mode variant x layout x plane count, the tiles, head_dims, splits and
    K scale modes in turn; every every-th case (the cc backend: 4, its compiles are slow). */
 static void sweep(fd_ctx *ctx, int every) {
-  static const int TILES[4] = { 1, 3, 5, 7 }, DS[3] = { 64, 96, 128 };
+  static const int TILES[4] = { 1, 3, 5, 7 }, DS[5] = { 64, 96, 128, 48, 80 };
   int idx = 0, mode, q_len;
   for (int planes = 2; planes <= 3; planes++)
     for (int m = 0; m < 4; m++)
       for (int layout = FD_BHSD; layout <= FD_BSHD; layout++)
         for (int v = 0; v < 4; v++) {
           mode_of(m, &mode, &q_len);
-          int kpc = layout == FD_BHSD && v % 2, tile = TILES[(v + m + planes) % 4], D = DS[(v + 2 * m) % 3];
+          int kpc = layout == FD_BHSD && v % 2, tile = TILES[(v + m + planes) % 4], D = DS[(v + 2 * m + 3 * planes) % 5];
           if (idx % every == 0) run_case(ctx, planes, layout, D, tile, mode, q_len, kpc, v / 2 ? 3 : 1, idx);
           idx++;
         }
