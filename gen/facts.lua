@@ -118,6 +118,13 @@ M.H_CHUNK, M.H_CHUNK_SIMD = 128, 256
 -- chooses between f32 FMA scores (isa 2) and MSD (isa 3) for int8 K.
 M.H_PLANES = 3
 
+-- Whether n MSD planes of head_dim D fit a head's q row (4 D bytes: the
+-- planes, n int32 biases, n f32 scales); runtime/plan.c heuristic_planes
+-- states the same bound in C.
+function M.planes_fit(n, D)
+  return n * D + 8 * n <= 4 * D
+end
+
 -- The tuned table: magic line, identity lines (name TAB value), columns.
 -- ratio_ci: the row's 95% interval of its median time ratio to the heuristic
 -- ("0.912..0.951", tuner/stats.lua), "-" for the heuristic's own configuration.

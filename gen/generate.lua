@@ -95,7 +95,7 @@ local function check_supported(f)
   if f.k_per_channel == 1 and not DT[f.kv_dtype].quant then
     no("k_per_channel", ("per-channel K scales need int8/fp8 K, not %s"):format(DT[f.kv_dtype].text))
   end
-  if f.planes > 0 and f.planes * f.head_dim + 8 * f.planes > 4 * f.head_dim then
+  if f.planes > 0 and not facts.planes_fit(f.planes, f.head_dim) then
     no("planes", ("%d planes of head_dim %d do not fit a head's q buffer (4 x head_dim bytes)"):format(f.planes,
       f.head_dim))
   end
