@@ -195,6 +195,7 @@ local function keydefs()
   out[#out + 1] = ("#define FD_PAGE_SIZE_MIN %d\n#define FD_PAGE_SIZE_MAX %d\n#define FD_Q_LEN_MAX %d"):format(
     facts.PAGE_SIZE_MIN, facts.PAGE_SIZE_MAX, facts.Q_LEN_MAX)
   out[#out + 1] = ("#define FD_H_CHUNK %d\n#define FD_H_CHUNK_SIMD %d"):format(facts.H_CHUNK, facts.H_CHUNK_SIMD)
+  out[#out + 1] = ("#define FD_H_PLANES %d"):format(facts.H_PLANES)
   out[#out + 1] = ("#define FD_FLAG_SPLIT %d\n#define FD_FLAG_LSE %d\n#define FD_FLAG_RESERVED %d"):format(
     facts.FLAG_SPLIT, facts.FLAG_LSE, facts.FLAG_RESERVED)
   local vf, vn = {}, {}

@@ -115,6 +115,17 @@ M.Q_LEN_MAX = 16
 -- tuner picked 256-512 on most shapes); the exported header's default row
 -- takes the first.
 M.H_CHUNK, M.H_CHUNK_SIMD = 128, 256
+-- The planner heuristic's MSD planes (key digit planes) for int8 K on an isa
+-- with the vnni group (0: f32 FMA scores there too). So the tuner's isa digit
+-- chooses between f32 FMA scores (isa 2) and MSD (isa 3) for int8 K.
+M.H_PLANES = 3
+
+-- Whether n MSD planes of head_dim D fit a head's q row (4 D bytes: the
+-- planes, n int32 biases, n f32 scales); runtime/plan.c heuristic_planes
+-- states the same bound in C.
+function M.planes_fit(n, D)
+  return n * D + 8 * n <= 4 * D
+end
 
 -- The tuned table: magic line, identity lines (name TAB value), columns.
 -- ratio_ci: the row's 95% interval of its median time ratio to the heuristic
@@ -512,6 +523,12 @@ M.KEY_FIELDS = {
   -- [B, Hkv, D] folded into q), keys through a beam indirection (beam_src)
   { name = "k_per_channel", pos = 17, width = 1, min = 0, max = 1, feature = 16 },
   { name = "beams",      pos = 18, width = 1, min = 0, max = 1, feature = 32 },
+  -- MSD scores (the IFA seed's "AntiQuant MSD"): int8 K against q split per
+  -- head into this many int8 planes, q ~= s (q0 + q1 2^-7 + q2 2^-14), each
+  -- plane times K (+128 as u8) in int32 by vpdpbusd; 0 = off (f32 FMA
+  -- scores), else 2 or 3; int8 K on a record with the vnni group only
+  -- (gen/key.lua check_fields, gen/simd.lua scores_msd)
+  { name = "planes",     pos = 19, width = 1, min = 0, max = 3 },
 }
 -- Digits of a key: past the most significant field.
 M.KEY_DIGITS = 0

@@ -95,6 +95,10 @@ local function check_supported(f)
   if f.k_per_channel == 1 and not DT[f.kv_dtype].quant then
     no("k_per_channel", ("per-channel K scales need int8/fp8 K, not %s"):format(DT[f.kv_dtype].text))
   end
+  if f.planes > 0 and not facts.planes_fit(f.planes, f.head_dim) then
+    no("planes", ("%d planes of head_dim %d do not fit a head's q buffer (4 x head_dim bytes)"):format(f.planes,
+      f.head_dim))
+  end
   if f.chunk > M.MAX_CHUNK then no("chunk", ("%d exceeds %d"):format(f.chunk, M.MAX_CHUNK)) end
   if key.has_flag(f.flags, facts.FLAG_SPLIT) and key.has_flag(f.flags, facts.FLAG_LSE) then
     no("flags", ("split kernels leave lse to the merge: use flag %d or %d, not %d"):format(facts.FLAG_SPLIT,

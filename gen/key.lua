@@ -43,8 +43,23 @@ function M.has_flag(flags, bit)
   return math.floor(flags / bit) % 2 == 1
 end
 
--- Check a key's fields beyond their ranges: the reserved flag bit, and
--- per-channel K scales without int8/fp8 K.
+-- Why MSD planes (the planes digit) cannot serve the key's other fields, or
+-- nil: 2 or 3 planes, int8 K, an isa record with the vnni group.
+function M.planes_misfit(t)
+  local n = t.planes or 0
+  if n == 0 then return nil end
+  if n == 1 then return "1 plane is not served (0 = off, 2 or 3)" end
+  if F.dtypes[t.kv_dtype].name ~= "i8" then
+    return ("MSD planes need int8 K, not kv_dtype %s"):format(F.dtypes[t.kv_dtype].name)
+  end
+  if not F.isas[t.isa].groups.vnni then
+    return ("MSD planes need an isa with int8 dot products (vpdpbusd), not isa %s"):format(F.isas[t.isa].name)
+  end
+  return nil
+end
+
+-- Check a key's fields beyond their ranges: the reserved flag bit,
+-- per-channel K scales without int8/fp8 K, and MSD planes (planes_misfit).
 local function check_fields(t)
   if M.has_flag(t.flags, F.FLAG_RESERVED) then
     error(("key: field flags: bit %d is reserved"):format(F.FLAG_RESERVED), 0)
@@ -53,6 +68,8 @@ local function check_fields(t)
     error(("key: field k_per_channel: per-channel K scales need int8/fp8 K, not kv_dtype %s"):format(
       F.dtypes[t.kv_dtype].name), 0)
   end
+  local why = M.planes_misfit(t)
+  if why then error("key: field planes: " .. why, 0) end
 end
 
 -- Encode a table of fields (names or numbers) into a decimal key string; a
@@ -128,6 +145,7 @@ function M.describe(key)
   if M.has_flag(t.flags, F.FLAG_SPLIT) then flags[#flags + 1] = "split partials" end
   if M.has_flag(t.flags, F.FLAG_LSE) then flags[#flags + 1] = "lse" end
   local extra = ((t.k_per_channel or 0) == 1 and ", K scales per channel" or "") .. ((t.beams or 0) == 1 and ", beams" or "")
+    .. ((t.planes or 0) > 0 and (", MSD scores in %d int8 planes"):format(t.planes) or "")
   return ("template %d, chunk %d, head_dim %d, group tile %d, %s, %s, %s, out %s, kv %s, q %s, %s%s"):format(
     t.template, t.chunk, t.head_dim, t.group_tile, F.isas[t.isa].text,
     #flags > 0 and table.concat(flags, " + ") or "no flags", F.mask_modes[t.mask_mode].text,

@@ -63,6 +63,7 @@ M.CONST_INTS = {
   { "hi16", 0xffff0000 },                                           -- odd bf16 of a pair
   { "abs", 0x7fffffff }, { "sign", 0x80000000 },                    -- f32 magnitude, sign
   { "nibble", 0x0f },                                               -- q4_0's low nibble
+  { "x80", 0x80808080 },                                            -- int8 -> u8 (+128) for vpdpbusd
 }
 local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
@@ -701,12 +702,205 @@ local function scores_hl(isa, p)
   return close_group_loop(b)
 end
 
+-- MSD scores (the key's planes digit, M.msd): groups of 16 int8 K rows are
+-- staged as u8 (xor 0x80: k + 128), their row scales beside them, then
+-- transposed by dwords so that vector c holds bytes 4c..4c+3 of the 16 rows
+-- (lane i: key i). Each head's q is held as int8 planes (templates/decode.c.tpl:
+-- q ~= s (q0 + q1 2^-7 + q2 2^-14)); one vpdpbusd per (dword c, head, plane)
+-- adds 4 products of every key, the plane's dword broadcast. Each int32 sum
+-- starts at the plane's -128 sum(plane) (the +128 taken back), so the sums are
+-- exact; they are converted to f32, recombined with the plane scales and
+-- multiplied by the rows' scales. Lanes past n hold scores of stale rows.
+-- Stage: rows at 0 (16 D bytes), the transposed dwords at 16 D, scales at 32 D.
+-- Per head, at q + h 4D bytes: planes (D bytes each), then P int32 biases,
+-- then P f32 scales.
+M.MSD_ACCS = 30     -- int32 accumulators (z0..z29); z30, z31 hold K dwords
+
+-- Whether key fields p take MSD scores: the planes digit (gen/key.lua checks the rest).
+function M.msd(isa, p)
+  return (p.PLANES or 0) > 0
+end
+
+-- The 16x16 dword transpose as register pairs per stage: { op, imm_lo, imm_hi,
+-- pairs }, and the column each output register holds (simulated here on
+-- labels, so a change of the network cannot give keys or columns out of place).
+local TRANSPOSE = {
+  { "vunpcklps", "vunpckhps", nil, 1, 2 },   -- pairs (i, i + 1), blocks of 2
+  { "vshufps", "vshufps", { 0x44, 0xEE }, 2, 4 },
+  { "vshuff64x2", "vshuff64x2", { 0x88, 0xDD }, 4, 8 },
+  { "vshuff64x2", "vshuff64x2", { 0x88, 0xDD }, 8, 16 },
+}
+
+-- The lanes of op (with imm) applied to label vectors a and b (16 lanes each).
+local function sim_op(op, imm, a, b)
+  local r = {}
+  for L = 0, 3 do
+    local A, B = {}, {}
+    for i = 0, 3 do A[i], B[i] = a[4 * L + i + 1], b[4 * L + i + 1] end
+    if op == "vunpcklps" then r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = A[0], B[0], A[1], B[1]
+    elseif op == "vunpckhps" then r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = A[2], B[2], A[3], B[3]
+    elseif op == "vshufps" then
+      local s = function(x, k) return x[math.floor(imm / 4 ^ k) % 4] end
+      r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = s(A, 0), s(A, 1), s(B, 2), s(B, 3)
+    else
+      local src = L < 2 and a or b
+      local sel = math.floor(imm / 4 ^ L) % 4
+      for i = 1, 4 do r[#r + 1] = src[4 * sel + i] end
+    end
+  end
+  return r
+end
+
+-- Emit (b given) or simulate (b nil) the transpose of logical registers
+-- L[0..15] (phys register numbers, spare: a free one); returns L and spare
+-- after it (each pair's low result lands in the spare, the high one in place).
+local function transpose_pass(b, L, spare, vals)
+  for _, st in ipairs(TRANSPOSE) do
+    local lo_op, hi_op, imm, dist, blk = st[1], st[2], st[3], st[4], st[5]
+    for base = 0, 15, blk do
+      for k = 0, dist - 1 do
+        local x, y = base + k, base + k + dist
+        if b then
+          if imm then
+            b.v(lo_op, b.r(spare), b.r(L[x]), b.r(L[y]), imm[1])
+            b.v(hi_op, b.r(L[y]), b.r(L[x]), b.r(L[y]), imm[2])
+          else
+            b.v(lo_op, b.r(spare), b.r(L[x]), b.r(L[y]))
+            b.v(hi_op, b.r(L[y]), b.r(L[x]), b.r(L[y]))
+          end
+        else
+          local lo = sim_op(lo_op, imm and imm[1], vals[x], vals[y])
+          vals[y] = sim_op(hi_op, imm and imm[2], vals[x], vals[y])
+          vals[x] = lo
+        end
+        L[x], spare = spare, L[x]
+      end
+    end
+  end
+  return L, spare
+end
+
+-- The column (dword of the rows) each output register of the transpose holds.
+local function transpose_columns()
+  local vals, L = {}, {}
+  for i = 0, 15 do                     -- input register i holds row i, lane l its dword l
+    vals[i], L[i] = {}, i
+    for l = 0, 15 do vals[i][l + 1] = { row = i, col = l } end
+  end
+  transpose_pass(nil, L, 16, vals)
+  local cols = {}
+  for k = 0, 15 do
+    for l = 0, 15 do
+      local v = vals[k][l + 1]
+      assert(v.row == l and v.col == vals[k][1].col, "simd: the MSD transpose does not put key i in lane i")
+    end
+    cols[k] = vals[k][1].col
+  end
+  return cols
+end
+local MSD_COLS = transpose_columns()
+
+-- Stage the group's rows (count in r12) as u8 at rbx and their scales at
+-- rbx + 32 D (register 30 holds 0x80 bytes), prefetching the other stream.
+local function msd_stage(b, p)
+  local D = p.D
+  b.v("vmovups", b.r(30), mem("r11", C.x80))
+  b.gp("mov %rbx, %r13")
+  b.gp(("lea %d(%%rbx), %%rax"):format(32 * D))
+  b.gp("5:")
+  local o = 0
+  while o < D do
+    local len = D - o >= 64 and 64 or D - o >= 32 and 32 or 16
+    local kind = len == 64 and "zmm" or len == 32 and "ymm" or "xmm"
+    b.v("vpxord", b.r(16, kind), b.r(30, kind), mem("rsi", o))
+    b.v("vmovups", mem("r13", o), b.r(16, kind))
+    o = o + len
+  end
+  b.v("vmovss", b.r(17, "xmm"), mem("r9", 0))
+  b.v("vmovss", mem("rax", 0), b.r(17, "xmm"))
+  b.gp("add $4, %rax")
+  prefetch_row(b, p, "r14")
+  b.gp("add %r8, %rsi")
+  b.gp(("add $%d, %%r13"):format(D))
+  b.gp("add %r10, %r9")
+  b.gp("dec %r12")
+  b.gp("jnz 5b")
+end
+
+-- Transpose the staged rows by dwords into rbx + 16 D: vector c = dword c of the 16 rows.
+local function msd_transpose(b, p)
+  local D, nd = p.D, p.D / 4
+  for blk = 0, math.ceil(nd / 16) - 1 do
+    local L = {}
+    for i = 0, 15 do
+      L[i] = i
+      b.v("vmovups", b.r(i), mem("rbx", i * D + 64 * blk))
+    end
+    local spare
+    L, spare = transpose_pass(b, L, 16)
+    for k = 0, 15 do
+      local col = 16 * blk + MSD_COLS[k]
+      if col < nd then b.v("vmovups", mem("rbx", 16 * D + 64 * col), b.r(L[k])) end
+    end
+  end
+end
+
+-- The int32 sums of heads [h0, h1) over the staged group, recombined per head
+-- into f32 scores times the row scales and stored at their score rows.
+local function msd_heads(b, p, h0, h1)
+  local D, P, nd = p.D, p.PLANES, p.D / 4
+  local function acc(h, j) return b.r((h - h0) * P + j) end
+  local function qoff(h) return h * 4 * D end
+  for h = h0, h1 - 1 do
+    for j = 0, P - 1 do b.v("vpbroadcastd", acc(h, j), mem("rdi", qoff(h) + P * D + 4 * j)) end
+  end
+  for c = 0, nd - 1 do
+    local kz = b.r(30 + c % 2)
+    b.v("vmovups", kz, mem("rbx", 16 * D + 64 * c))
+    for h = h0, h1 - 1 do
+      for j = 0, P - 1 do b.v("vpdpbusd", acc(h, j), kz, mem("rdi", qoff(h) + j * D + 4 * c, nil, nil, true)) end
+    end
+  end
+  for h = h0, h1 - 1 do
+    local a0, sc = acc(h, 0), qoff(h) + P * D + 4 * P
+    b.v("vcvtdq2ps", a0, a0)
+    b.v("vmulps", a0, a0, mem("rdi", sc, nil, nil, true))
+    for j = 1, P - 1 do
+      b.v("vcvtdq2ps", acc(h, j), acc(h, j))
+      b.v("vfmadd231ps", a0, acc(h, j), mem("rdi", sc + 4 * j, nil, nil, true))
+    end
+    b.v("vmulps", a0, a0, mem("rbx", 32 * D))
+    b.v("vmovups", mem("rdx", h * p.CHUNKP * 4), a0)
+  end
+end
+
+-- The MSD scores statement (see above): per group of 16 keys, stage, transpose,
+-- then the heads in sub-tiles of MSD_ACCS / planes.
+local function scores_msd(isa, p)
+  local b = new_block(isa, p)
+  prologue(b, { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage", "pf" }, true)
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 9f")
+  b.gp("1:")
+  b.gp("mov $16, %r12")
+  b.gp("cmp %r12, %rcx")
+  b.gp("cmovb %rcx, %r12")
+  b.gp("sub %r12, %rcx")
+  msd_stage(b, p)
+  msd_transpose(b, p)
+  local HT = math.floor(M.MSD_ACCS / p.PLANES)
+  for h0 = 0, p.T - 1, HT do msd_heads(b, p, h0, math.min(p.T, h0 + HT)) end
+  b.gp("add $64, %rdx")
+  return close_group_loop(b)
+end
+
 -- Scores of one tile pass over the chunk's n keys: the direct kernel where it
 -- applies; else groups of W keys are staged as f32, then each head's W dot
 -- products are accumulated in W registers and reduced together by a shuffle
 -- tree (no per-key horizontal sums). Lanes past n hold scores of stale staged
 -- rows (or repeated last rows); the caller pads them.
 function M.scores(isa, p)
+  if M.msd(isa, p) then return scores_msd(isa, p) end
   if M.head_lanes(isa, p) then return scores_hl(isa, p) end
   local R = M.direct_rows(isa, p)
   if R then return scores_direct(isa, p, R) end
@@ -1180,7 +1374,8 @@ function M.statement(b, ind)
   return table.concat(out, "\n")
 end
 
--- Blocks depend only on these parameters; memoize them, since a kernel emits
+-- Blocks depend only on these parameters (a new key digit a micro-kernel
+-- reads belongs here: the planes digit did); memoize them, since a kernel emits
 -- max and exp once per head and a plan compiles three variants of one kernel.
 -- The memo is emptied when it reaches MEMO_MAX blocks, so a long-running
 -- process that generates many kernels does not grow without bound.
@@ -1190,7 +1385,7 @@ for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "qload
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
-                             tostring(p.NO_AHEAD), tostring(p.ANNOTATE),
+                             tostring(p.NO_AHEAD), tostring(p.ANNOTATE), p.PLANES or 0,
                              blk and blk[1] or "", blk and blk[2] or "" }, ":")
     if not memo[k] then
       if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end

@@ -159,6 +159,8 @@ local OPS = {
   { "vpermq",       "V",  "0F3A", "66", 0x00, 1, "RMI",  "V,VM,I",      "y",   "-",   "" },
   { "vpermq",       "E",  "0F3A", "66", 0x00, 1, "RMI",  "V,VM,I",      "yz",  "fv",  "b" },
   { "vshufps",      "VE", "0F",   "",   0xC6, 0, "RVMI", "V,V,VM,I",    "xyz", "fv",  "b" },
+  { "vunpcklps",    "VE", "0F",   "",   0x14, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  { "vunpckhps",    "VE", "0F",   "",   0x15, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vshuff32x4",   "E",  "0F3A", "66", 0x23, 0, "RVMI", "V,V,VM,I",    "yz",  "fv",  "b" },
   { "vshuff64x2",   "E",  "0F3A", "66", 0x23, 1, "RVMI", "V,V,VM,I",    "yz",  "fv",  "b" },
   { "vperm2f128",   "V",  "0F3A", "66", 0x06, 0, "RVMI", "V,V,VM,I",    "y",   "-",   "" },

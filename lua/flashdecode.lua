@@ -321,7 +321,7 @@ end
 local CONFIG_FIELDS = { threads = "int", backend = "backend", table = "string", cache_dir = "string", isa_limit = "isa",
                         deterministic = "int" }
 -- fd_plan_opts fields, likewise.
-local OPTS_FIELDS = { chunk = "int", group_tile = "int", splits = "int", threads = "int", isa = "isa" }
+local OPTS_FIELDS = { chunk = "int", group_tile = "int", splits = "int", threads = "int", isa = "isa", planes = "int" }
 
 -- Fill struct cd from table t by the field kinds; nil and why on an unknown
 -- field or a bad value. Strings must outlive the struct's use (the caller keeps t).
@@ -439,7 +439,7 @@ function M.shape(t)
   return s
 end
 
--- fd_plan_opts from a table { chunk, group_tile, splits, threads, isa }; missing
+-- fd_plan_opts from a table { chunk, group_tile, splits, threads, isa, planes }; missing
 -- fields are zero ("planner's choice"), or FD_PLAN_OPTS_DEFAULT when the header has one.
 local function make_opts(t)
   local d = M.defines.FD_PLAN_OPTS_DEFAULT
@@ -757,7 +757,7 @@ for k in pairs(M.SHAPE_FIELDS) do PLAN_FIELDS[k] = true end
 -- A plan: ctx:plan { batch, n_q_heads, n_kv_heads, head_dim, kv_len, q_dtype,
 -- kv_dtype, out_dtype, mask_mode, layout, page_size, q_len, pool_pages, window,
 -- sink_tokens, softcap, features = { "alibi", "sink_logits", ... } or the FD_*
--- bits, opts = { chunk, group_tile, splits, threads, isa } } (defaults: see
+-- bits, opts = { chunk, group_tile, splits, threads, isa, planes } } (defaults: see
 -- make_shape). Validated, planned and JIT-compiled now.
 function Context:plan(spec)
   local h = live(self, "ctx:plan")

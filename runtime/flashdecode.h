@@ -200,6 +200,10 @@ typedef struct fd_plan_opts {
                                kv_len; batch x n_kv_heads x splits at most FD_MAX_SPLIT_ITEMS */
   int threads;              /* at most the context's threads (so at most FD_MAX_THREADS) */
   int isa;                  /* FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512 or FD_ISA_AVX512_BF16 */
+  int planes;               /* MSD int8 scores (the key's planes digit): 2 or 3 int8 planes of q through
+                               vpdpbusd, int8 K on FD_ISA_AVX512_BF16 only; -1 off (f32 FMA scores);
+                               0 the planner's choice (a tuned row's, else FD_H_PLANES for int8 K on
+                               an isa with int8 dot products) */
 } fd_plan_opts;
 
 int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **plan);

@@ -37,6 +37,7 @@ struct fd_ctx {
 typedef struct fd_bucket {
   int64_t max_len;
   int chunk, tile, splits, threads, isa, forced_isa, from_table, tile_forced;
+  int planes;                      /* the key's planes digit (MSD int8 scores), 0 = off */
   const fd_kernel_desc *plain, *with_lse, *split;
   const fd_kernel_desc *new_kv;    /* FD_NEW_KV: the split kernel over k_new/v_new rows (bshd strides), else NULL */
 } fd_bucket;
@@ -94,5 +95,8 @@ size_t fd_kv_unit(int dtype);
 int fd_exec_items(const fd_plan *p, const fd_args *a, const fd_item **items);
 /* Encode the key of a kernel; -1 with err on a field out of range. */
 int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen);
+/* fd_kernel_key with the planes digit (MSD int8 scores) set. */
+int fd_kernel_key_planes(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, char *key, char *err,
+                         size_t errlen);
 
 #endif

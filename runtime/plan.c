@@ -143,7 +143,14 @@ int fd_shape_parse(const char *sig, fd_shape *s) {
 /* Encode the key of a kernel for shape s: the key fields a shape fixes (the
    fit check's, fd_fit_same from gen/facts.lua), then the planner's choices. */
 int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen) {
+  return fd_kernel_key_planes(s, chunk, tile, isa, flags, 0, key, err, errlen);
+}
+
+/* fd_kernel_key with the planes digit; see internal.h. */
+int fd_kernel_key_planes(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, char *key, char *err,
+                         size_t errlen) {
   int v[FD_KF_COUNT] = { 0 };
+  v[FD_KF_PLANES] = planes;
   for (int i = 0; i < FD_FIT_SAME; i++) v[fd_fit_same[i].field] = *(const int *)((const char *)s + fd_fit_same[i].offset);
   for (int i = 0; i < FD_FEATURE_DIGITS; i++) v[fd_feature_digits[i].field] = (s->features & fd_feature_digits[i].bit) != 0;
   v[FD_KF_FLAGS] = flags; v[FD_KF_ISA] = isa; v[FD_KF_GROUP_TILE] = tile;
@@ -279,6 +286,23 @@ static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
   return FD_OK;
 }
 
+/* opts.planes: 0 (planner's choice), -1 (off), or 2 or 3 with int8 K and an
+   isa with int8 dot products (the forced one, else the context's highest;
+   gen/key.lua planes_misfit). */
+static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
+  if (o->planes == 0 || o->planes == -1) return FD_OK;
+  if (o->planes != 2 && o->planes != 3)
+    return fd_fail(ctx, FD_EINVAL, "opts.planes %d is not 0 (planner's choice), -1 (off), 2 or 3", o->planes);
+  if (s->kv_dtype != FD_I8)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs int8 K (MSD scores), not kv_dtype %s", o->planes,
+                   fd_dtype_names[s->kv_dtype]);
+  int isa = o->isa ? o->isa - 1 : ctx->max_isa;
+  if (!fd_isa_table[isa].vnni)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs an isa with int8 dot products (avx512bf16), not isa %s",
+                   o->planes, fd_isa_table[isa].name);
+  return FD_OK;
+}
+
 /* Check forced options against the shape and context. */
 static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
   int G = s->n_q_heads / s->n_kv_heads;
@@ -303,7 +327,7 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
     return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512, FD_ISA_AVX512_BF16 or 0)", o->isa);
   if (o->isa - 1 > ctx->max_isa)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.isa %d is not available in this context (isa digit %d at most)", o->isa, ctx->max_isa);
-  return FD_OK;
+  return check_planes(ctx, s, o);
 }
 
 /* The heuristic group tile: the isa's head-lane tile where its head-lane
@@ -315,6 +339,15 @@ static int heuristic_tile(int G, int isa, fd_dtype kv) {
   if (hl && G % hl == 0 && !fd_dtype_quant[kv]) return hl;
   for (int t = G < H_MAX_TILE ? G : H_MAX_TILE; t > 1; t--) if (G % t == 0) return t;
   return 1;
+}
+
+/* The heuristic planes digit (MSD int8 scores) for isa: FD_H_PLANES for int8
+   K on a record with int8 dot products where the planes fit a head's q row
+   (gen/generate.lua: planes x D + 8 planes <= 4 D), else 0 (f32 FMA scores). */
+static int heuristic_planes(const fd_shape *s, int isa) {
+  int n = FD_H_PLANES, D = s->head_dim;
+  if (!n || s->kv_dtype != FD_I8 || !fd_isa_table[isa].vnni || n * D + 8 * n > 4 * D) return 0;
+  return n;
 }
 
 /* The heuristic split count for rows of up to len keys: none when the
@@ -354,7 +387,7 @@ static int bucket_splits(const fd_plan *p, const fd_plan_opts *o, const fd_bucke
    gets the same chunk, tile and isa, none chosen from the threads. */
 static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts *o, fd_bucket *b) {
   const fd_ctx *ctx = p->ctx;
-  const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || p->split_keys ? NULL
+  const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || o->planes || p->split_keys ? NULL
                             : fd_table_find(ctx->table, sig, b->max_len);
   b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
   b->chunk = o->chunk ? o->chunk : fd_isa_table[b->isa].width > 1 ? H_CHUNK_SIMD : H_CHUNK;
@@ -362,6 +395,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   b->threads = o->threads ? o->threads : ctx->threads;
   b->forced_isa = o->isa != 0;
+  b->planes = o->planes > 0 ? o->planes : o->planes < 0 ? 0 : heuristic_planes(&p->shape, b->isa);
   int64_t len = b->max_len < p->shape.kv_len ? b->max_len : p->shape.kv_len;
   b->splits = bucket_splits(p, o, b, len);
   b->from_table = 0;
@@ -372,7 +406,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
     return;
   }
   fd_model_pick pick;
-  int forced = o->chunk || o->group_tile || o->splits || o->threads || o->isa || p->split_keys;
+  int forced = o->chunk || o->group_tile || o->splits || o->threads || o->isa || o->planes || p->split_keys;
   if (!forced && ctx->table && ctx->table->model.present) {
     b->from_table = 2;   /* the model decides: its pick (fd_model_decide), or the heuristic's */
     fd_model_pick h = { b->chunk, b->tile, b->isa, b->splits, b->threads, 0 };
@@ -382,6 +416,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
       b->splits = pick.splits; b->threads = pick.threads;
     }
   }
+  if (!o->planes) b->planes = heuristic_planes(&p->shape, b->isa);   /* the model's isa */
 }
 
 /* Compile the three variants (plain, lse, split) of a bucket's chunk, tile and isa. */
@@ -391,7 +426,8 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
   _Static_assert(FD_VARIANTS == 3, "fd_bucket has one slot per variant of gen/facts.lua");
   fd_ctx_put_kernels(p->ctx, b, 1);            /* what an earlier attempt for this bucket took */
   for (int i = 0; i < FD_VARIANTS; i++) {
-    if (fd_kernel_key(&p->shape, b->chunk, b->tile, b->isa, fd_variant_flags[i], key, err, errlen)) return FD_EINVAL;
+    if (fd_kernel_key_planes(&p->shape, b->chunk, b->tile, b->isa, fd_variant_flags[i], b->planes, key, err, errlen))
+      return FD_EINVAL;
     char why[3000];
     *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
     if (!*slot[i]) { snprintf(err, errlen, "kernel %s: %s", key, why); return FD_ECOMPILE; }
@@ -399,7 +435,7 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
   if (!p->new_kv) return FD_OK;
   fd_shape rows = p->shape;                     /* k_new/v_new [B, q_len, Hkv, D]: bshd strides */
   rows.layout = FD_BSHD;
-  if (fd_kernel_key(&rows, b->chunk, b->tile, b->isa, FD_FLAG_SPLIT, key, err, errlen)) return FD_EINVAL;
+  if (fd_kernel_key_planes(&rows, b->chunk, b->tile, b->isa, FD_FLAG_SPLIT, b->planes, key, err, errlen)) return FD_EINVAL;
   char why[3000];
   b->new_kv = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
   if (!b->new_kv) { snprintf(err, errlen, "kernel %s: %s", key, why); return FD_ECOMPILE; }
@@ -426,6 +462,7 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
     int lower = fd_isa_table[b->isa].fallback;
     if (rc != FD_ECOMPILE || b->forced_isa || lower < 0) return fd_fail(p->ctx, rc, "%s", err);
     b->isa = lower;
+    if (!fd_isa_table[lower].vnni) b->planes = 0;   /* the lower record has no int8 dot products */
     if (!b->tile_forced && b->from_table != 1) b->tile = heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
   }
 }
@@ -451,6 +488,7 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   }
   b->chunk = d->chunk; b->tile = d->group_tile;
   if (!b->forced_isa) b->isa = d->isa;   /* a forced isa keeps the row's chunk, tile and splits */
+  b->planes = b->forced_isa ? heuristic_planes(s, b->isa) : d->planes;   /* a forced isa takes the heuristic's */
   fd_kcache_put(p->ctx->kernels, d);     /* compile_bucket takes the bucket's kernels itself */
   return FD_OK;
 }

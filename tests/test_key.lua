@@ -5,7 +5,8 @@ local T = require("check")
 local key = require("key")
 
 local base = { layout = 0, q_dtype = 0, kv_dtype = 3, out_dtype = 0, mask_mode = 0, flags = 0,
-               isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1, k_per_channel = 0, beams = 0 }
+               isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1, k_per_channel = 0, beams = 0,
+               planes = 0 }
 
 -- A copy of base with one field changed.
 local function with(field, v)
@@ -26,13 +27,16 @@ for _, f in ipairs(key.fields) do
   end
   local bad = 0
   for _, v in ipairs(values) do
-    do
-      local ok, k = pcall(key.encode, with(f.name, v))
+    -- MSD planes: 2 or 3 (1 is refused below), on the isa with int8 dot products
+    local t = with(f.name, v)
+    if f.name == "planes" and v > 0 then t.isa = 3 end
+    if not (f.name == "planes" and v == 1) then
+      local ok, k = pcall(key.encode, t)
       if not ok then bad = bad + 1; T.ok(false, "encode " .. f.name .. "=" .. v, k)
       else
         local d = key.decode(k)
         for _, g in ipairs(key.fields) do
-          local want = g.name == f.name and v or base[g.name]
+          local want = t[g.name]
           if d[g.name] ~= want then bad = bad + 1 end
         end
         T.eq(key.encode(d), k, ("re-encode %s=%d"):format(f.name, v))
@@ -53,7 +57,9 @@ T.ok(key.describe(ex):find("chunk 256, head_dim 128, group tile 4", 1, true) ~= 
 T.eq(key.decode("0" .. ex).key, ex, "leading zeros are accepted and dropped")
 if math.type then T.eq(key.decode(10256128040002220).key, ex, "Lua 5.4 integer key") end
 T.eq(key.encode(with("chunk", 9999)), "19999128040000300", "largest chunk")
-T.ok(#key.encode(with("beams", 1)) == key.DIGITS, "keys with the top digit set have key.DIGITS digits")
+local top = with("planes", 3)
+top.isa = 3
+T.ok(#key.encode(top) == key.DIGITS, "keys with the top digit set have key.DIGITS digits")
 T.ok(#key.encode(base) == key.by_name.template.pos + 1, "keys without feature digits end at the template digit")
 
 -- The feature digits: per-channel K only with int8/fp8 K, in encode and decode; describe names both.
@@ -65,7 +71,19 @@ T.eq(kb, "1110064064010000300", "per-channel K and beams digits 17 and 18")
 T.ok(key.describe(kb):find("K scales per channel, beams", 1, true) ~= nil, "describe names both feature digits")
 
 -- Each kind of bad key is refused with the field named.
-T.raises("at most " .. key.DIGITS, "too many digits", key.decode, "1" .. key.encode(with("beams", 1)))
+T.raises("at most " .. key.DIGITS, "too many digits", key.decode, "1" .. key.encode(top))
+
+-- The planes digit (MSD int8 scores): 2 or 3, int8 K, an isa with the vnni group; refused with the field named.
+T.eq(key.encode { head_dim = 64, chunk = 64, kv_dtype = "i8", isa = "avx512bf16", planes = 3 }, "30010064064013000300",
+     "planes digit 19")
+T.raises("field planes: 1 plane is not served", "one plane", key.encode,
+         { head_dim = 64, chunk = 64, kv_dtype = "i8", isa = 3, planes = 1 })
+T.raises("field planes: MSD planes need int8 K, not kv_dtype fp8", "fp8 K", key.encode,
+         { head_dim = 64, chunk = 64, kv_dtype = "fp8", isa = 3, planes = 3 })
+T.raises("field planes: MSD planes need an isa with int8 dot products %(vpdpbusd%), not isa avx512", "isa avx512",
+         key.encode, { head_dim = 64, chunk = 64, kv_dtype = "i8", isa = 2, planes = 2 })
+T.raises("field planes", "a key with planes and f16 K does not decode", key.decode, "30010064064013000100")
+T.ok(key.describe("30010064064013000300"):find("MSD scores in 3 int8 planes", 1, true) ~= nil, "describe names the planes")
 T.raises("not a decimal key", "letters", key.decode, "10256x28040002220")
 T.raises("not a decimal key", "empty", key.decode, "")
 T.raises("not a decimal key", "negative", key.decode, "-10256128040002220")

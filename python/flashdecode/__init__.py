@@ -298,7 +298,8 @@ class Context(_Handle):
     def plan(self, batch, n_q_heads, n_kv_heads, head_dim, kv_len, q_dtype="f32", kv_dtype="f32",
              out_dtype="f32", mask_mode="causal", layout="bhsd", page_size=0, opts=None, **options):
         """Validate a shape, plan it and compile its kernels; options chunk, group_tile, splits,
-        threads, isa ("c"|"avx2"|"avx512") force planner choices, as keywords or in opts; the
+        threads, isa ("c"|"avx2"|"avx512"|"avx512bf16") and planes (MSD int8 scores: 2 or 3, -1
+        off) force planner choices, as keywords or in opts; the
         other fd_shape fields (pool_pages, q_len, window, ...) are keywords too; features takes
         the FD_* bits, a name or a list of names (features=["alibi", "sink_logits"], see FEATURES)."""
         extra = {name: options.pop(name) for name in list(options) if name in _EXTRA_SHAPE_FIELDS}

@@ -75,7 +75,7 @@ class Args(ctypes.Structure):
 # struct fd_plan_opts: forced planner choices (0 = planner's choice).
 class PlanOpts(ctypes.Structure):
     _fields_ = [("chunk", _int), ("group_tile", _int), ("splits", _int), ("threads", _int),
-                ("isa", _int)]
+                ("isa", _int), ("planes", _int)]
 
 
 # struct fd_plan_info: what a plan runs for a given length.

@@ -1,0 +1,419 @@
+/* MSD int8 scores (the key's planes digit, fd_plan_opts.planes: q split into
+   2 or 3 int8 planes, scores by vpdpbusd) through the public API, against the
+   double-precision reference (tools/fdgen/ref.c):
+   - the score error per plane count: each query head sees exactly one key
+     (an additive mask), so its lse is that key's score; the largest error of
+     the lse against the reference's, relative to the largest |score|, for
+     the f32 FMA kernel (planes 0) and 2 and 3 planes, per-row and
+     per-channel K scales (printed; 3 planes must stay within 1e-5);
+   - the outputs of every mask mode (causal with q_len 1 and 3, a window with
+     sinks, mask, full), the layouts (bhsd, bshd, paged), odd groups (tiles
+     1, 3, 5, 7), head_dims 48, 64, 80, 96 (partial transpose blocks, rows
+     copied in 32/16-byte pieces) and 128,
+     unsplit and 3 splits, per-row and per-channel K scales, 2 and 3 planes;
+     each plan's key must carry the planes digit;
+   - the refusals: a sentence naming opts.planes, nothing run.
+   Needs AVX512-VNNI (isa digit 3); without it only the refusals run. */
+#include "compare.h"
+#include "internal.h"
+#include "cpu.h"
+#include "tcheck.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NB 3
+#define HKV 2
+#define S_CAP 200
+#define PAGE 16
+#define PER_ROW ((S_CAP + PAGE - 1) / PAGE)
+#define ISA3 3
+
+/* One case: K/V and positions from kp, q [NB, q_len, Hq, D] from qp; kch the
+   per-channel K scales [NB, HKV, D] or NULL. */
+typedef struct mcase {
+  kproblem kp, qp;
+  int q_len, mode, window, sinks, layout;
+  float *kch;
+} mcase;
+
+/* Channel d's factor: 1/30 .. 33 geometrically over the channels (1000x apart). */
+static float channel_factor(int d, int D) { return (float)(pow(1000.0, (double)d / (D - 1)) / 30.0); }
+
+/* Re-quantize K (bhsd) with one scale per (row, kv head, channel) of K scaled by channel_factor. */
+static void per_channel(mcase *c) {
+  kproblem *p = &c->kp;
+  int D = p->ref.D;
+  int64_t S = p->ref.S;
+  c->kch = malloc(sizeof(float) * NB * HKV * D);
+  for (int bj = 0; bj < NB * HKV; bj++)
+    for (int d = 0; d < D; d++) {
+      float m = 0, f = channel_factor(d, D), *sc = &c->kch[bj * D + d];
+      for (int64_t i = 0; i < S; i++) m = fmaxf(m, fabsf(p->kf[((size_t)bj * S + i) * D + d] * f));
+      *sc = m / t_quant_max(p->kv_dtype);
+      for (int64_t i = 0; i < S; i++) {
+        size_t at = ((size_t)bj * S + i) * D + d;
+        p->kf[at] = t_store(p->kv_dtype, p->k, at, p->kf[at] * f / *sc) * *sc;
+      }
+    }
+}
+
+/* Build a case (layout FD_BHSD or FD_BSHD; paged cases are built dense and pooled). */
+static void make(mcase *c, int layout, int Hq, int D, int qd, int od, int mode, int q_len, int window, int sinks,
+                 int kpc, uint64_t seed) {
+  memset(c, 0, sizeof *c);
+  c->q_len = q_len; c->mode = mode; c->window = window; c->sinks = sinks; c->layout = layout;
+  kp_init(&c->kp, NB, Hq, HKV, D, S_CAP, qd, FD_I8, od, mode, layout, seed);
+  kp_init(&c->qp, NB * q_len, Hq, HKV, D, 1, qd, FD_I8, od, FD_FULL, FD_BHSD, seed + 1);
+  c->kp.cur_pos[0] = S_CAP - 1;
+  c->kp.cur_pos[1] = q_len - 1;
+  c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
+  if (kpc) per_channel(c);
+}
+
+static void unmake(mcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->kch); }
+
+/* Whether token position p sees key k (causal, with the case's window). */
+static int visible(const mcase *c, int64_t p, int64_t k) {
+  return k <= p && (c->window == 0 || k > p - c->window || k < c->sinks);
+}
+
+/* The reference of token t: causal as mask mode with 0 on the visible keys
+   and -inf elsewhere; mask and full modes (q_len 1) as they are. */
+static void reference(const void *cv, int t, double *rout, double *rlse) {
+  const mcase *c = cv;
+  ref_problem rt = c->kp.ref;
+  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * S_CAP;
+  float *q = malloc(sizeof(float) * NB * qrow), *mask = NULL;
+  for (int b = 0; b < NB; b++) memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
+  if (c->mode == FD_CAUSAL) {
+    mask = malloc(sizeof(float) * NB * mrow);
+    for (int b = 0; b < NB; b++) {
+      int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
+      for (int h = 0; h < rt.Hq; h++)
+        for (int64_t k = 0; k < S_CAP; k++) mask[b * mrow + (size_t)h * S_CAP + k] = visible(c, p, k) ? 0.0f : -INFINITY;
+    }
+    rt.mask = mask;
+    rt.mask_mode = FD_MASK;
+  }
+  rt.q = q;
+  ref_attention(&rt, rout, rlse);
+  free(q); free(mask);
+}
+
+/* The K/V and scales of a bhsd case as a pool: row b's page i at pool page
+   i * NB + (b + i) % NB (rows interleaved), and its block table. */
+typedef struct pool { void *k, *v; float *ks, *vs; int32_t *table; } pool;
+
+static void make_pool(const mcase *c, pool *pl) {
+  const ref_problem *r = &c->kp.ref;
+  size_t rowb = (size_t)r->D, n = (size_t)NB * PER_ROW * HKV * PAGE;
+  pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
+  pl->ks = calloc(n, sizeof(float)); pl->vs = calloc(n, sizeof(float));
+  pl->table = malloc(sizeof(int32_t) * NB * PER_ROW);
+  for (int b = 0; b < NB; b++)
+    for (int64_t i = 0; i < PER_ROW; i++) {
+      int64_t pg = i * NB + (b + i) % NB;
+      pl->table[b * PER_ROW + i] = (int32_t)pg;
+      for (int j = 0; j < HKV; j++)
+        for (int64_t s = 0; s < PAGE && i * PAGE + s < S_CAP; s++) {
+          size_t from = (size_t)(b * HKV + j) * S_CAP + (size_t)(i * PAGE + s), to = ((size_t)pg * HKV + j) * PAGE + s;
+          memcpy((char *)pl->k + to * rowb, (const char *)c->kp.k + from * rowb, rowb);
+          memcpy((char *)pl->v + to * rowb, (const char *)c->kp.v + from * rowb, rowb);
+          pl->ks[to] = c->kp.k_scale[from]; pl->vs[to] = c->kp.v_scale[from];
+        }
+    }
+}
+
+static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }
+
+/* The case's shape (paged: from the pool). */
+static fd_shape shape_of(const mcase *c, int paged) {
+  const ref_problem *r = &c->kp.ref;
+  fd_shape s = { NB, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, FD_I8, c->kp.out_dtype, c->mode,
+                 paged ? FD_PAGED : c->layout, paged ? PAGE : 0 };
+  s.q_len = c->q_len;
+  s.window = c->window;
+  s.sink_tokens = c->sinks;
+  s.features = c->kch ? FD_K_PER_CHANNEL : 0;
+  s.pool_pages = paged ? NB * PER_ROW : 0;
+  return s;
+}
+
+/* The case's arguments (dense, or paged from pl) writing out and lse. */
+static fd_args args_of(const mcase *c, const pool *pl, void *out, float *lse) {
+  fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, c->kp.mask,
+                pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
+  if (c->kch) a.k_scale = c->kch;
+  return a;
+}
+
+/* Plan s with o, check its key carries the planes digit (its most significant
+   digit, gen/facts.lua), run a once; FD_OK or the failing call's code. */
+static int run_planes(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a, const char *name) {
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create_opts(ctx, s, o, &plan);
+  if (rc) return rc;
+  fd_plan_info info;
+  rc = fd_plan_info_get(plan, s->kv_len, &info);
+  int digit = strlen(info.key) == FD_KEY_DIGITS ? info.key[0] - '0' : 0, want = o->planes > 0 ? o->planes : 0;
+  t_check(!rc && digit == want, "%s: key %s has planes digit %d", name, info.key, want);
+  rc = fd_run(plan, a);
+  fd_plan_destroy(plan);
+  return rc;
+}
+
+/* The lse tolerance of a plane count (relative to max(1, |lse|)): the
+   suite's KP_LSE_TOL for 3 planes; 2 planes carry q to about 2^-15 of its
+   largest element, scores to a few 1e-5 (score_errors prints the figure). */
+static double lse_tol(int planes) { return planes == 3 ? KP_LSE_TOL : 1e-3; }
+
+/* t_compare_tokens with the lse held to lse_tol(planes): out [B, q_len, Hq, D]
+   and lse [B, q_len, Hq] token by token against reference(c, t, ...). */
+static void compare_tokens(const mcase *c, int planes, const void *out, const float *lse, const char *name) {
+  const kproblem *p = &c->kp;
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D, qrow = (size_t)r->Hq * r->D;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc(sizeof(double) * r->B * r->Hq);
+  float *got = malloc(n * sizeof(float)), *glse = malloc(sizeof(float) * r->B * r->Hq);
+  for (int t = 0; t < c->q_len; t++) {
+    reference(c, t, rout, rlse);
+    for (int b = 0; b < r->B; b++) {
+      size_t at = (size_t)(b * c->q_len + t);
+      for (size_t i = 0; i < qrow; i++) got[b * qrow + i] = t_load(p->out_dtype, out, at * qrow + i);
+      memcpy(glse + (size_t)b * r->Hq, lse + at * r->Hq, sizeof(float) * r->Hq);
+    }
+    kp_error e = kp_errors(p, got, glse, rout, rlse);
+    t_check(!e.nan && e.out <= t_tolerance(p), "%s token %d: max error %.3g (tolerance %.3g)%s", name, t, e.out,
+            t_tolerance(p), e.nan ? ", NaN" : "");
+    t_check(!e.lse_inf && e.lse <= lse_tol(planes), "%s token %d: lse error %.3g > %.3g%s", name, t, e.lse,
+            lse_tol(planes), e.lse_inf ? " (-inf mismatch)" : "");
+  }
+  free(rout); free(rlse); free(got); free(glse);
+}
+
+/* One case against the reference on isa 3 with planes, each layout it takes
+   (bhsd cases also paged; bshd cases as they are). */
+static void run_case(fd_ctx *ctx, int planes, int layout, int D, int tile, int mode, int q_len, int kpc, int splits,
+                     int idx) {
+  int chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
+  int window = q_len > 1 && idx % 4 == 1 ? 20 : 0, sinks = window ? 2 : 0;
+  mcase c;
+  make(&c, layout, HKV * tile, D, qd, od, mode, q_len, window, sinks, kpc, 900 + (uint64_t)idx);
+  size_t n = (size_t)NB * q_len * HKV * tile * D;
+  void *out = malloc(n * t_dtype_size(od));
+  float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
+  fd_plan_opts o = { chunk, tile, splits, 2, ISA3 + 1, planes };
+  for (int paged = 0; paged <= (layout == FD_BHSD); paged++) {
+    char name[256];
+    snprintf(name, sizeof name, "planes %d q%s out%s %s %s q_len %d window %d%s splits %d chunk %d D %d tile %d", planes,
+             fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], paged ? "paged" : fd_layout_names[layout],
+             q_len, window, kpc ? " k per channel" : "", splits, chunk, D, tile);
+    pool pl = { 0 };
+    if (paged) make_pool(&c, &pl);
+    fd_shape s = shape_of(&c, paged);
+    fd_args a = args_of(&c, paged ? &pl : NULL, out, lse);
+    int rc = run_planes(ctx, &s, &o, &a, name);
+    if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx)))
+      compare_tokens(&c, planes, out, lse, name);
+    if (paged) free_pool(&pl);
+  }
+  free(out); free(lse);
+  unmake(&c);
+}
+
+/* The mode and q_len of variant m: causal q_len 1, causal q_len 3, mask, full. */
+static void mode_of(int m, int *mode, int *q_len) {
+  static const int MODES[4] = { FD_CAUSAL, FD_CAUSAL, FD_MASK, FD_FULL };
+  *mode = MODES[m];
+  *q_len = m == 1 ? 3 : 1;
+}
+
+/* Every mode variant x layout x plane count, the tiles, head_dims, splits and
+   K scale modes in turn; every every-th case (the cc backend: 4, its compiles are slow). */
+static void sweep(fd_ctx *ctx, int every) {
+  static const int TILES[4] = { 1, 3, 5, 7 }, DS[5] = { 64, 96, 128, 48, 80 };
+  int idx = 0, mode, q_len;
+  for (int planes = 2; planes <= 3; planes++)
+    for (int m = 0; m < 4; m++)
+      for (int layout = FD_BHSD; layout <= FD_BSHD; layout++)
+        for (int v = 0; v < 4; v++) {
+          mode_of(m, &mode, &q_len);
+          int kpc = layout == FD_BHSD && v % 2, tile = TILES[(v + m + planes) % 4], D = DS[(v + 2 * m + 3 * planes) % 5];
+          if (idx % every == 0) run_case(ctx, planes, layout, D, tile, mode, q_len, kpc, v / 2 ? 3 : 1, idx);
+          idx++;
+        }
+  /* a group of 16 (the heads in two sub-tiles of 10 / 15 accumulators) */
+  run_case(ctx, 3, FD_BHSD, 128, 16, FD_CAUSAL, 1, 0, 1, idx++);
+  run_case(ctx, 2, FD_BHSD, 64, 16, FD_MASK, 1, 1, 3, idx++);
+}
+
+/* Largest |lse - score| over the heads relative to the largest |score|:
+   planes (0 = the f32 kernel) on one key per head (mask mode: key
+   (h * 37 + b * 11 + shift) % S visible only). kpc: per-channel K scales. */
+static double score_error(fd_ctx *ctx, int planes, int kpc, int D) {
+  const int G = 4, S = 160;
+  double worst = 0, top = 0;
+  for (int shift = 0; shift < 8; shift++) {
+    mcase c;
+    memset(&c, 0, sizeof c);
+    c.q_len = 1; c.mode = FD_MASK; c.layout = FD_BHSD;
+    kp_init(&c.kp, NB, HKV * G, HKV, D, S, FD_F32, FD_I8, FD_F32, FD_MASK, FD_BHSD, 4242);
+    kp_init(&c.qp, NB, HKV * G, HKV, D, 1, FD_F32, FD_I8, FD_F32, FD_FULL, FD_BHSD, 4243);
+    if (kpc) {
+      c.kch = malloc(sizeof(float) * NB * HKV * D);
+      /* per_channel reads S_CAP keys: use its rule on the S keys here */
+      for (int bj = 0; bj < NB * HKV; bj++)
+        for (int d = 0; d < D; d++) {
+          float m = 0, f = channel_factor(d, D), *sc = &c.kch[bj * D + d];
+          for (int64_t i = 0; i < S; i++) m = fmaxf(m, fabsf(c.kp.kf[((size_t)bj * S + i) * D + d] * f));
+          *sc = m / t_quant_max(FD_I8);
+          for (int64_t i = 0; i < S; i++) {
+            size_t at = ((size_t)bj * S + i) * D + d;
+            c.kp.kf[at] = t_store(FD_I8, c.kp.k, at, c.kp.kf[at] * f / *sc) * *sc;
+          }
+        }
+    }
+    for (size_t i = 0; i < (size_t)NB * HKV * G * D; i++) {   /* scores of tens: the lse's own rounding stays small */
+      c.qp.qf[i] *= 6.0f;
+      ((float *)c.qp.q)[i] = c.qp.qf[i];
+    }
+    for (int b = 0; b < NB; b++)
+      for (int h = 0; h < HKV * G; h++)
+        for (int k = 0; k < S; k++)
+          c.kp.mask[((size_t)b * HKV * G + h) * S + k] = k == (h * 37 + b * 11 + shift * 5) % S ? 0.0f : -INFINITY;
+    for (int b = 0; b < NB; b++) c.kp.cur_pos[b] = S - 1;
+    float out[NB * HKV * 4 * 128], lse[NB * HKV * 4];
+    double rout[NB * HKV * 4 * 128], rlse[NB * HKV * 4];
+    fd_shape s = { NB, HKV * G, HKV, D, S, FD_F32, FD_I8, FD_F32, FD_MASK, FD_BHSD, 0 };
+    s.features = kpc ? FD_K_PER_CHANNEL : 0;
+    fd_args a = { c.qp.q, c.kp.k, c.kp.v, c.kp.cur_pos, c.kp.mask, c.kp.k_scale, c.kp.v_scale, NULL, 0, out, lse };
+    if (kpc) a.k_scale = c.kch;
+    fd_plan_opts o = { 64, G, 1, 1, ISA3 + 1, planes ? planes : -1 };
+    char name[96];
+    snprintf(name, sizeof name, "score error, planes %d%s, shift %d", planes, kpc ? ", per-channel K" : "", shift);
+    int rc = run_planes(ctx, &s, &o, &a, name);
+    t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx));
+    reference(&c, 0, rout, rlse);
+    for (int i = 0; i < NB * HKV * G; i++) {
+      worst = fmax(worst, fabs(lse[i] - rlse[i]));
+      top = fmax(top, fabs(rlse[i]));
+      if (lse[i] != lse[i]) worst = INFINITY;
+    }
+    unmake(&c);
+  }
+  return worst / top;
+}
+
+/* The score error per plane count (f32 kernel, 3 planes, 2 planes), per-row and per-channel K scales. */
+static void score_errors(fd_ctx *ctx, const char *backend) {
+  for (int kpc = 0; kpc <= 1; kpc++)
+    for (int D = 64; D <= 128; D += 64) {
+      double e0 = score_error(ctx, 0, kpc, D), e3 = score_error(ctx, 3, kpc, D), e2 = score_error(ctx, 2, kpc, D);
+      printf("%s: MSD score error vs the double reference (%s K scales, head_dim %d): f32 FMA %.3g, 3 planes %.3g, "
+             "2 planes %.3g (relative to the largest |score|)\n", backend, kpc ? "per-channel" : "per-row", D, e0, e3, e2);
+      t_check(e0 <= 1e-6, "f32 scores within 1e-6 (%.3g)", e0);
+      t_check(e3 <= 1e-5, "3-plane MSD scores within 1e-5 of the reference (%.3g, %s K scales, D %d)", e3,
+              kpc ? "per-channel" : "per-row", D);
+      t_check(e2 <= 1e-3 && e2 > e3, "2-plane MSD scores within 1e-3 and coarser than 3 planes (%.3g vs %.3g)", e2, e3);
+    }
+}
+
+/* A plan that must be refused with code rc and a message holding want. */
+static void refused(fd_ctx *ctx, fd_shape s, fd_plan_opts o, int rc, const char *want, const char *name) {
+  fd_plan *plan = NULL;
+  int got = fd_plan_create_opts(ctx, &s, &o, &plan);
+  t_check(got == rc && strstr(fd_errmsg(ctx), want) != NULL && !plan, "refusal %s: rc %d (want %d), message '%s' (want '%s')",
+          name, got, rc, fd_errmsg(ctx), want);
+  fd_plan_destroy(plan);
+}
+
+/* The planes digit of the key planned for kv dtype kd and head_dim D with
+   opts o on a context limited to isa_limit (an FD_ISA_* value). */
+static int planned_planes(int isa_limit, int kd, int D, fd_plan_opts o) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa_limit });
+  fd_shape s = { 1, 8, 2, D, 4096, FD_F32, kd, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_plan *plan = NULL;
+  fd_plan_info info = { 0 };
+  int rc = fd_plan_create_opts(ctx, &s, &o, &plan);
+  if (!rc) rc = fd_plan_info_get(plan, 4096, &info);
+  t_check(rc == 0, "plan for the heuristic's planes: %s", fd_errmsg(ctx));
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+  return strlen(info.key) == FD_KEY_DIGITS ? info.key[0] - '0' : 0;
+}
+
+/* The heuristic: FD_H_PLANES for int8 K on isa 3 (where the planes fit), 0
+   elsewhere; opts.planes -1 turns it off, 2 forces 2; a forced isa without
+   int8 dot products takes none. */
+static void heuristic(void) {
+  int want = fd_cpu_max_isa() >= ISA3 ? FD_H_PLANES : 0, p;
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ 0 });
+  t_check(p == want, "int8 K: planes %d (want %d)", p, want);
+  p = planned_planes(FD_ISA_AUTO, FD_FP8_E4M3, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "fp8 K: planes %d", p);
+  p = planned_planes(FD_ISA_AUTO, FD_F16, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "f16 K: planes %d", p);
+  p = planned_planes(FD_ISA_AVX512, FD_I8, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "isa_limit avx512: planes %d", p);
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .isa = FD_ISA_AVX512 });
+  t_check(p == 0,
+          "forced isa avx512: planes %d", p);
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .planes = -1 });
+  t_check(p == 0, "planes -1: %d", p);
+  if (fd_cpu_max_isa() >= ISA3) {
+    p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .planes = 2 });
+    t_check(p == 2, "planes 2 forced: %d", p);
+  }
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 20, (fd_plan_opts){ 0 });
+  t_check(p == 0, "head_dim 20 (no isa 3 kernel): %d", p);
+}
+
+/* opts.planes refusals: a bad count, a KV dtype or isa without MSD. */
+static void refusals(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  refused(ctx, s, (fd_plan_opts){ .planes = 1 }, FD_EINVAL, "opts.planes 1 is not 0 (planner's choice), -1 (off), 2 or 3",
+          "one plane");
+  refused(ctx, s, (fd_plan_opts){ .planes = 4 }, FD_EINVAL, "opts.planes 4 is not 0", "four planes");
+  refused(ctx, s, (fd_plan_opts){ .planes = -2 }, FD_EINVAL, "opts.planes -2 is not 0", "planes -2");
+  s.kv_dtype = FD_F16;
+  refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED, "opts.planes 3 needs int8 K", "f16 K");
+  s.kv_dtype = FD_FP8_E4M3;
+  refused(ctx, s, (fd_plan_opts){ .planes = 2 }, FD_EUNSUPPORTED, "not kv_dtype fp8", "fp8 K");
+  s.kv_dtype = FD_I8;
+  refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED,
+          "needs an isa with int8 dot products (avx512bf16), not isa avx512", "isa avx512");
+  refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
+  fd_destroy(ctx);
+}
+
+int main(void) {
+  if (fd_cpu_max_isa() < ISA3) {
+    printf("skipped the MSD kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n", fd_cpu_max_isa());
+  } else {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+    score_errors(ctx, "tcc");
+    sweep(ctx, 1);
+    fd_destroy(ctx);
+    char tmp[] = "/tmp/fd_msd_XXXXXX";
+    const char *dir = getenv("FD_TEST_CACHE_DIR");
+    if (!dir) dir = mkdtemp(tmp);
+    if (t_check(dir != NULL, "temporary cache_dir")) {
+      ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir });
+      t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
+      score_errors(ctx, "cc");
+      sweep(ctx, 4);
+      fd_destroy(ctx);
+    }
+    if (dir == tmp) {
+      char cmd[128];
+      snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+      if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
+    }
+  }
+  refusals();
+  heuristic();
+  return t_done();
+}
