@@ -105,6 +105,23 @@ static inline void fd_kv_rows(const fd_kv_geometry *g, const void *k, const void
   w->v_scale = v_scale ? v_scale + row0 : 0;
 }
 
+/* FD_BEAMS: the K/V rows of batch row b, kv head j in w: batch row 0's of
+   kv head j (fd_kv_rows) with the strides to row r's, and row b's entries
+   of beam_src [B, kv_len] (templates/abi.h.tpl). k_channel (FD_K_PER_CHANNEL,
+   a per-element dtype): k_scale holds channel scales [B, Hkv, head_dim],
+   each key's those of its source row. */
+static inline void fd_beam_rows(const fd_kv_geometry *g, const void *k, const void *v, const float *k_scale,
+                                const float *v_scale, const int32_t *table, const int32_t *beam_src, int k_channel,
+                                int b, int j, fd_work *w) {
+  fd_kv_rows(g, k, v, k_channel ? 0 : k_scale, v_scale, table, 0, j, w);
+  w->beam_src = beam_src + (size_t)b * (size_t)g->kv_len;
+  w->beam_scale_stride = (int64_t)g->n_kv_heads * g->kv_len;
+  w->beam_stride = g->layout == 2 ? fd_table_pages(g->kv_len, g->page_size) : w->beam_scale_stride * g->head_dim;
+  if (!k_channel) return;
+  w->k_scale = k_scale + (size_t)j * (size_t)g->head_dim;
+  w->beam_kch_stride = (int64_t)g->n_kv_heads * g->head_dim;
+}
+
 /* The query tokens of (batch row b, kv head j) in w, for n_q_heads query
    heads of G per kv head, q_len tokens per row (at least 1) and row b's
    valid keys len (causal: its last token's): n_heads = G x q_len rows in
@@ -125,7 +142,7 @@ static inline size_t fd_token_rows(int n_q_heads, int G, int q_len, int head_dim
   w->alibi = 0;
   w->softcap = 0;
   w->beam_src = 0;
-  w->beam_stride = w->beam_scale_stride = 0;
+  w->beam_stride = w->beam_scale_stride = w->beam_kch_stride = 0;
   return ((size_t)b * (size_t)q_len * (size_t)n_q_heads) + (size_t)j * (size_t)G;
 }
 
