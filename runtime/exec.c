@@ -34,44 +34,29 @@ static int check_block_table(const fd_plan *p, const fd_args *a) {
                  (long long)s->pool_pages - 1);
 }
 
-/* The source row of key s of row b (FD_BEAMS) and, paged, the block-table
-   entry it reads: 1 with the message written when either is out of range. */
-static int bad_beam_key(const fd_plan *p, const fd_args *a, int b, int64_t s) {
-  const fd_shape *sh = &p->shape;
-  int32_t r = a->beam_src[(size_t)b * sh->kv_len + s];
-  if (r < 0 || r >= sh->batch) {
-    fd_fail(p->ctx, FD_EINVAL, "args.beam_src[b=%d, key=%lld] is %d, outside 0..%d (shape.batch - 1)", b, (long long)s,
-            (int)r, sh->batch - 1);
-    return 1;
-  }
-  if (sh->layout != FD_PAGED) return 0;
-  int64_t per_row = fd_table_pages(sh->kv_len, sh->page_size), page = s / sh->page_size;
-  int32_t e = a->block_table[r * per_row + page];
-  if (e >= 0 && e < sh->pool_pages) return 0;
-  fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1); "
-          "key %lld of row %d reads it through args.beam_src", (int)r, (long long)page, (int)e,
-          (long long)sh->pool_pages - 1, (long long)s, b);
-  return 1;
-}
-
 /* FD_BEAMS: beam_src (and, paged, the block-table entries it leads to) for
-   every cached key a row visits (its window's ranges; FD_NEW_KV's new keys
-   are the row's own), row by row in key order. */
+   every cached key a row visits (templates/items.h.tpl, fd_bad_beam: its
+   window's ranges; FD_NEW_KV's new keys are the row's own). */
 static int check_beams(const fd_plan *p, const fd_args *a) {
-  const fd_shape *s = &p->shape;
+  const fd_shape *sh = &p->shape;
   if (!a->beam_src) return fd_fail(p->ctx, FD_EINVAL, "args.beam_src is NULL but the shape's features set FD_BEAMS");
-  if (s->layout == FD_PAGED && !a->block_table)
+  int paged = sh->layout == FD_PAGED, b;
+  if (paged && !a->block_table)
     return fd_fail(p->ctx, FD_EINVAL, "args.block_table is NULL but the shape's layout is FD_PAGED");
-  int64_t fresh = p->new_kv ? p->q_len : 0;
-  for (int b = 0; b < s->batch; b++) {
-    int64_t len = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len) - fresh;
-    fd_window wd = fd_window_of(len + fresh, p->q_len, s->window, s->sink_tokens);
-    for (int64_t k = 0; k < len; k++) {
-      if (k == wd.sink && k < wd.first && (k = wd.first) >= len) break;   /* past the sinks: the window */
-      if (bad_beam_key(p, a, b, k)) return FD_EINVAL;
-    }
-  }
-  return FD_OK;
+  int64_t s;
+  int bad = fd_bad_beam(a->beam_src, paged ? a->block_table : NULL, sh->batch, sh->mask_mode == FD_CAUSAL, a->cur_pos,
+                        sh->kv_len, p->new_kv ? p->q_len : 0, p->q_len, sh->window, sh->sink_tokens, sh->page_size,
+                        sh->pool_pages, &b, &s);
+  if (!bad) return FD_OK;
+  int32_t r = a->beam_src[(size_t)b * sh->kv_len + s];
+  if (bad == 1)
+    return fd_fail(p->ctx, FD_EINVAL, "args.beam_src[b=%d, key=%lld] is %d, outside 0..%d (shape.batch - 1)", b,
+                   (long long)s, (int)r, sh->batch - 1);
+  int64_t page = s / sh->page_size;
+  return fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1); "
+                 "key %lld of row %d reads it through args.beam_src", (int)r, (long long)page,
+                 (int)a->block_table[r * fd_table_pages(sh->kv_len, sh->page_size) + page],
+                 (long long)sh->pool_pages - 1, (long long)s, b);
 }
 
 /* Check the arguments before anything is written; FD_OK or an error naming the field. */

@@ -70,6 +70,32 @@ static inline int fd_bad_page(const int32_t *table, int batch, int causal, const
   return 0;
 }
 
+/* FD_BEAMS: beam_src [batch][kv_len] checked for every cached key a row
+   visits (as fd_bad_page: the last not_cached keys are FD_NEW_KV's new
+   ones, the row's own; with a window, its ranges), row by row in key order:
+   1 when the first bad key's entry is outside 0..batch - 1; 2 when, paged
+   (table not NULL), the block-table entry its source row's page holds is
+   outside 0..pool_pages - 1; its row and key in *bad_b, *bad_key; else 0. */
+static inline int fd_bad_beam(const int32_t *beam_src, const int32_t *table, int batch, int causal,
+                              const int32_t *cur_pos, int64_t kv_len, int64_t not_cached, int q_len, int window,
+                              int sink_tokens, int page_size, int64_t pool_pages, int *bad_b, int64_t *bad_key) {
+  for (int b = 0; b < batch; b++) {
+    int64_t len = fd_valid_len(causal, cur_pos, b, kv_len) - not_cached;
+    fd_window wd = fd_window_of(len + not_cached, q_len, window, sink_tokens);
+    for (int64_t k = 0; k < len; k++) {
+      if (k == wd.sink && k < wd.first && (k = wd.first) >= len) break;   /* past the sinks: the window */
+      int32_t r = beam_src[(size_t)b * (size_t)kv_len + (size_t)k], e;
+      *bad_b = b;
+      *bad_key = k;
+      if (r < 0 || r >= batch) return 1;
+      if (!table) continue;
+      e = table[r * fd_table_pages(kv_len, page_size) + k / page_size];
+      if (e < 0 || e >= pool_pages) return 2;
+    }
+  }
+  return 0;
+}
+
 /* The geometry of a layout (the key's layout digit: 0 BHSD, 1 BSHD, 2 paged). */
 typedef struct fd_kv_geometry {
   int layout, n_kv_heads, head_dim, page_size;
