@@ -6,16 +6,17 @@
    Per-channel cases: int8, fp8 e4m3 and fp8 e5m2 K whose channels are
    scaled by factors from 1/30 to 33 (1000x apart) before they are quantized
    with one scale per (row, kv head, channel); V keeps one scale per row.
-   Beam cases (FD_BEAMS with FD_K_PER_CHANNEL is refused: each source row
-   would need its own channel scales folded into q): every KV dtype, beam_src patterns: each row its own (identity),
-   every row reading the next row, runs of 1 to 40 keys from random rows
-   (the row itself among them), and a new row every key. Per-channel K also
-   with FD_SHARED_KV (every row attends row 0's sequence) in mask and full
-   mode. Each
-   for every isa this CPU runs, unsplit and 3 splits, causal with
+   Beam cases: every KV dtype (q8_0 and q4_0 blocks too), beam_src
+   patterns: each row its own (identity), every row reading the next row,
+   runs of 1 to 40 keys from random rows (the row itself among them), and a
+   new row every key; with per-channel K (each key its source row's channel
+   scales) and with FD_NEW_KV (the new keys the row's own: the reference's
+   new_from). Per-channel K also with FD_SHARED_KV (every row attends row
+   0's sequence) in mask and full mode. Each for every isa this CPU runs, unsplit and 3 splits, causal with
    q_len 1 and 3 (and a sliding window with sinks), mask and full modes, dense
    (BHSD) and the paged layout (pages of the rows interleaved in the pool).
-   Then the refusals: a sentence naming the field, out untouched. */
+   Then the refusals: a sentence naming the field, out untouched; and
+   config.check_inputs through beam_src (the rows keys read). */
 #include "compare.h"
 #include "internal.h"
 #include "cpu.h"
@@ -448,6 +449,11 @@ static void refusals(void) {
   make(&c, 8, 64, FD_F32, FD_FP8_E4M3, FD_F32, FD_CAUSAL, 1, 0, 0, 1, -1, 98);
   c.kch[(0 * HKV + 1) * 64 + 5] = NAN;
   run_refused(ctx, &c, NULL, NULL, "args.k_scale[b=0, kv_head=1, d=5] is NaN", "check_inputs: a NaN channel scale");
+  unmake(&c);
+  make(&c, 8, 64, FD_F32, FD_I8, FD_F32, FD_CAUSAL, 1, 20, 0, 1, -1, 96);   /* a window past key 0, no sinks */
+  c.kch[(0 * HKV + 1) * 64 + 5] = NAN;
+  run_refused(ctx, &c, NULL, NULL, "args.k_scale[b=0, kv_head=1, d=5] is NaN",
+              "check_inputs: a NaN channel scale with a sliding window");
   unmake(&c);
   fd_destroy(ctx);
 }
