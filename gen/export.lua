@@ -207,8 +207,45 @@ local function make_static(src, k)
   return src
 end
 
+-- The key fields that are fd_shape.features bits (gen/facts.lua KEY_FIELDS
+-- feature): a header exported with --features holds, beside each row's
+-- kernels, those of every combination c (1 .. 2^n - 1; bit i: FEATURE_DIGITS[i])
+-- of the named ones the generator serves for the row.
+local FEATURE_DIGITS = {}
+for _, f in ipairs(facts.KEY_FIELDS) do if f.feature then FEATURE_DIGITS[#FEATURE_DIGITS + 1] = f end end
+local FEATURE_COMBOS = math.floor(2 ^ #FEATURE_DIGITS) - 1
+
+-- Is bit i (1-based) of combination c set?
+local function combo_has(c, i) return math.floor(c / 2 ^ (i - 1)) % 2 == 1 end
+
+-- The key of row key k with the feature digits of combination c, when every
+-- digit it sets is in wanted (a set of names) and the generator serves it; else nil.
+local function feature_key(k, c, wanted)
+  local f = key.decode(k)
+  for i, d in ipairs(FEATURE_DIGITS) do
+    if combo_has(c, i) and not wanted[d.name] then return nil end
+    f[d.name] = combo_has(c, i) and 1 or 0
+  end
+  local ok, fk = pcall(key.encode, f)   -- the key encoder refuses combinations that make no sense
+  return ok and pcall(generate.params, fk) and fk or nil
+end
+
+-- The kernel symbols (plain, lse, split) of row key k for each feature
+-- combination (nil where not exported).
+local function feature_kernels(k, wanted)
+  local out = {}
+  for c = 1, FEATURE_COMBOS do
+    local fk = feature_key(k, c, wanted)
+    if fk then
+      out[c] = { "fd_k" .. fk .. "_desc", "fd_k" .. M.variant(fk, key.FLAG_LSE) .. "_desc",
+                 "fd_k" .. M.variant(fk, key.FLAG_SPLIT) .. "_desc" }
+    end
+  end
+  return out
+end
+
 -- Row data for the template: numeric shape fields and the three kernel symbols.
-local function row_params(r)
+local function row_params(r, wanted)
   local s = r.s
   if not s then   -- the default row fits no shape: every signature field 0
     s = {}
@@ -218,16 +255,21 @@ local function row_params(r)
            splits = r.splits, threads = r.threads, median = r.median_text, gbps = r.gbps_text,
            heuristic = r.heuristic_text, plain = "fd_k" .. r.key .. "_desc",
            lse = "fd_k" .. M.variant(r.key, key.FLAG_LSE) .. "_desc",
-           split = "fd_k" .. M.variant(r.key, key.FLAG_SPLIT) .. "_desc" }
+           split = "fd_k" .. M.variant(r.key, key.FLAG_SPLIT) .. "_desc", feat = feature_kernels(r.key, wanted) }
 end
 
--- Every kernel key the rows and the default row select, sorted.
-local function kernel_keys(rows)
+-- Every kernel key the rows and the default row select (and their feature
+-- combinations in wanted), sorted.
+local function kernel_keys(rows, wanted)
   local seen, keys = {}, {}
   for _, r in ipairs(rows) do
-    for _, v in ipairs(facts.variants) do
-      local k = M.variant(r.key, v.flags)
-      if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+    local bases = { r.key }
+    for c = 1, FEATURE_COMBOS do bases[#bases + 1] = feature_key(r.key, c, wanted) end
+    for _, b in ipairs(bases) do
+      for _, v in ipairs(facts.variants) do
+        local k = M.variant(b, v.flags)
+        if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+      end
     end
   end
   table.sort(keys)
@@ -260,30 +302,51 @@ local function same_shape_expr()
 end
 
 -- The header text for parsed table t, and its number of kernels. opts: source (name shown in the
--- banner), default_key, read (template reader) or dir (templates folder).
+-- banner), default_key, features (key field names whose combinations the rows carry too), read
+-- (template reader) or dir (templates folder).
 function M.render(t, opts)
+  local wanted = {}
+  for _, n in ipairs(opts.features or {}) do wanted[n] = true end
   local def = default_row(t, opts.default_key)
   local all = {}
   for _, r in ipairs(t.rows) do all[#all + 1] = r end
   all[#all + 1] = def
   local g = generate.new { read = opts.read, dir = opts.dir, line_directives = false }
   local kernels = {}
-  for _, k in ipairs(kernel_keys(all)) do kernels[#kernels + 1] = { key = k, source = make_static(g.source(k), k) } end
+  for _, k in ipairs(kernel_keys(all, wanted)) do kernels[#kernels + 1] = { key = k, source = make_static(g.source(k), k) } end
   local rows = {}
-  for i, r in ipairs(t.rows) do rows[i] = row_params(r) end
+  for i, r in ipairs(t.rows) do rows[i] = row_params(r, wanted) end
   local reader = opts.read or function(name)
     local s = files.read((opts.dir or "templates") .. "/" .. name)
     return s, s == nil and "cannot open" or nil
   end
   local eng = template.new { read = reader, line_directives = false }
   return eng:render("export.h.tpl", {
-    SOURCE = opts.source, IDENT = t.identity, ROWS = rows, DEFAULT = row_params(def),
+    SOURCE = opts.source, IDENT = t.identity, ROWS = rows, DEFAULT = row_params(def, wanted),
     DEFAULT_KEY = def.key, DEFAULT_DESC = key.describe(def.key), KERNELS = kernels, INV_SQRT = inv_sqrt(all),
     PAGE_SIZE_MIN = facts.PAGE_SIZE_MIN, PAGE_SIZE_MAX = facts.PAGE_SIZE_MAX, Q_LEN_MAX = facts.Q_LEN_MAX,
     FEATURE_COUNT = #facts.features, FEATURES_SERVED = facts.feature_bits(function(f) return f.served end),
     SHARED_KV = facts.feature_bits(function(f) return f.name == "shared_kv" end),
     HEADER_FEATURES = facts.feature_bits(function(f)
-      return f.name == "shared_kv" or f.name == "alibi" or f.name == "sink_logits" end),
+      return f.name == "shared_kv" or f.name == "alibi" or f.name == "sink_logits" or f.name == "k_per_channel"
+        or f.name == "beams" end),
+    K_PER_CHANNEL = facts.feature_bits(function(f) return f.name == "k_per_channel" end),
+    BEAMS = facts.feature_bits(function(f) return f.name == "beams" end),
+    FEATURE_DIGITS = FEATURE_DIGITS, FEATURE_COMBOS = math.max(FEATURE_COMBOS, 1),
+    feature_bit_list = function()
+      local v = {}
+      for _, d in ipairs(FEATURE_DIGITS) do v[#v + 1] = tostring(d.feature) .. "u" end
+      return #v > 0 and table.concat(v, ", ") or "0"
+    end,
+    -- a row's feat initializer: { &plain, &lse, &split } or { 0, 0, 0 } per combination
+    feat_list = function(r)
+      local v = {}
+      for c = 1, math.max(FEATURE_COMBOS, 1) do
+        local k = r.feat[c]
+        v[#v + 1] = k and ("{ &%s, &%s, &%s }"):format(k[1], k[2], k[3]) or "{ 0, 0, 0 }"
+      end
+      return "{ " .. table.concat(v, ", ") .. " }"
+    end,
     ALIBI = facts.feature_bits(function(f) return f.name == "alibi" end),
     SINK_LOGITS = facts.feature_bits(function(f) return f.name == "sink_logits" end),
     SHAPE_FIELDS = facts.SHAPE_FIELDS, SIG_FIELDS = facts.signature_fields(), FIT_SAME = facts.FIT_SAME,
@@ -307,26 +370,43 @@ function M.render(t, opts)
   }, "templates/"), #kernels
 end
 
+-- The key feature names of a --features list "a,b" (each a KEY_FIELDS
+-- feature digit's name), or an error naming the unknown one.
+function M.feature_names(list)
+  local known, out = {}, {}
+  for _, d in ipairs(FEATURE_DIGITS) do known[d.name] = true end
+  for n in (list or ""):gmatch("[^,]+") do
+    if not known[n] then
+      local names = {}
+      for _, d in ipairs(FEATURE_DIGITS) do names[#names + 1] = d.name end
+      error(("fdgen export: --features: '%s' is not a feature digit (%s)"):format(n, table.concat(names, ", ")), 0)
+    end
+    out[#out + 1] = n
+  end
+  return out
+end
+
 -- The directory part of a path ("." when none).
 local function dirname(p) return p:match("^(.*)/[^/]*$") or "." end
 
 -- `fdgen export TABLE -o HEADER [--default KEY]`; read is the embedded
 -- template reader (nil: the source tree's templates under here).
 function M.cli(a, read, here)
-  local path, out, def
+  local path, out, def, features
   local i = 2
   while a[i] do
     if a[i] == "-o" then out = a[i + 1]; i = i + 2
     elseif a[i] == "--default" then def = a[i + 1]; i = i + 2
+    elseif a[i] == "--features" then features = M.feature_names(a[i + 1]); i = i + 2
     elseif not path and a[i]:sub(1, 1) ~= "-" then path = a[i]; i = i + 1
     else error(("fdgen export: unknown argument '%s'"):format(a[i]), 0) end
   end
   if not path or not out then
-    error("usage: fdgen export TABLE -o HEADER [--default KEY]", 0)
+    error("usage: fdgen export TABLE -o HEADER [--default KEY] [--features k_per_channel,beams]", 0)
   end
   local text = files.read(path) or error(("fdgen export: %s: cannot read the table"):format(path), 0)
   local t = M.parse(text, path)
-  local src, nk = M.render(t, { source = path:match("[^/]*$"), default_key = def, read = read,
+  local src, nk = M.render(t, { source = path:match("[^/]*$"), default_key = def, features = features, read = read,
                             dir = (here or ".") .. "/templates" })
   files.mkdir(dirname(out))
   local written = files.write_if_changed(out, src)

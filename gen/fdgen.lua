@@ -76,10 +76,11 @@ local function cmd_gen(pos, opts)
   io.stderr:write(("fdgen: %d variants in %s (%d rewritten)\n"):format(#keys, dir, written))
 end
 
--- `fdgen export TABLE -o HEADER [--default KEY]` (gen/export.lua does the work).
+-- `fdgen export TABLE -o HEADER [--default KEY] [--features LIST]` (gen/export.lua does the work).
 local function cmd_export(pos, opts)
   local a = { "export", pos[1], "-o", opts["-o"] }
   if opts["--default"] then a[#a + 1] = "--default"; a[#a + 1] = opts["--default"] end
+  if opts["--features"] then a[#a + 1] = "--features"; a[#a + 1] = opts["--features"] end
   require("export").cli(a, embedded and fd_read or nil, here)
 end
 
@@ -106,9 +107,10 @@ commands = {
          .. "its content changes, and DIR/index.tsv (key, file, shapes, description).",
     example = "fdgen gen tuner/shapes/default.lua -o build/gen/default",
     run = cmd_gen },
-  { name = "export", args = "TABLE -o HEADER [--default KEY]", min = 1, max = 1,
+  { name = "export", args = "TABLE -o HEADER [--default KEY] [--features LIST]", min = 1, max = 1,
     options = { { "-o", "HEADER", "the C header to write (required)", required = true },
-                { "--default", "KEY", "kernel of the default row (default: the first row's fields, chunk 128, tile 1)" } },
+                { "--default", "KEY", "kernel of the default row (default: the first row's fields, chunk 128, tile 1)" },
+                { "--features", "LIST", "key feature digits whose kernels each row carries too (k_per_channel,beams)" } },
     summary = "turn a tuned table into a self-contained C header",
     about = "The header holds the table as static data, a lookup with a default row, the source of\n"
          .. "every kernel the rows select and a small executor: no Lua or tcc needed to use it.",

@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 9          -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 10         -- bump when templates/abi.h.tpl changes
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes
@@ -186,6 +186,20 @@ local function add_beams(p)
     end
     l[#l + 1] = "for (pm = 1; pm < lim && bsrc[key + pm] == r; pm++) {}"
     l[#l + 1] = "(void)kp; (void)vp;"
+    return ind .. table.concat(l, "\n" .. ind)
+  end
+  -- C lines (per-channel K) that fold source row r's channel scales (row 0's
+  -- at w->k_scale, row r's beam_kch_stride floats later) into the tile's q
+  -- (heads tp .. tp + T - 1) unless they hold them already.
+  p.kch_fold = function(ind, r)
+    local l = {
+      ("if ((fd_i64)(%s) != qrow) {"):format(r),
+      ("  const float *ks = w->k_scale + (fd_i64)(%s) * w->beam_kch_stride;"):format(r),
+      ("  for (h = tp; h < tp + %d; h++)"):format(p.T),
+      ("    for (d = 0; d < %d; d++) qbuf[h * %d + d] = qraw[h * %d + d] * ks[d];"):format(p.D, p.D, p.D),
+      ("  qrow = %s;"):format(r),
+      "}",
+    }
     return ind .. table.concat(l, "\n" .. ind)
   end
 end

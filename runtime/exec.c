@@ -34,42 +34,29 @@ static int check_block_table(const fd_plan *p, const fd_args *a) {
                  (long long)s->pool_pages - 1);
 }
 
-/* The source row of key s of row b (FD_BEAMS) and, paged, the block-table
-   entry it reads: 1 with the message written when either is out of range. */
-static int bad_beam_key(const fd_plan *p, const fd_args *a, int b, int64_t s) {
-  const fd_shape *sh = &p->shape;
-  int32_t r = a->beam_src[(size_t)b * sh->kv_len + s];
-  if (r < 0 || r >= sh->batch) {
-    fd_fail(p->ctx, FD_EINVAL, "args.beam_src[b=%d, key=%lld] is %d, outside 0..%d (shape.batch - 1)", b, (long long)s,
-            (int)r, sh->batch - 1);
-    return 1;
-  }
-  if (sh->layout != FD_PAGED) return 0;
-  int64_t per_row = fd_table_pages(sh->kv_len, sh->page_size), page = s / sh->page_size;
-  int32_t e = a->block_table[r * per_row + page];
-  if (e >= 0 && e < sh->pool_pages) return 0;
-  fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1); "
-          "key %lld of row %d reads it through args.beam_src", (int)r, (long long)page, (int)e,
-          (long long)sh->pool_pages - 1, (long long)s, b);
-  return 1;
-}
-
 /* FD_BEAMS: beam_src (and, paged, the block-table entries it leads to) for
-   every key a row visits (its window's ranges), row by row in key order. */
+   every cached key a row visits (templates/items.h.tpl, fd_bad_beam: its
+   window's ranges; FD_NEW_KV's new keys are the row's own). */
 static int check_beams(const fd_plan *p, const fd_args *a) {
-  const fd_shape *s = &p->shape;
+  const fd_shape *sh = &p->shape;
   if (!a->beam_src) return fd_fail(p->ctx, FD_EINVAL, "args.beam_src is NULL but the shape's features set FD_BEAMS");
-  if (s->layout == FD_PAGED && !a->block_table)
+  int paged = sh->layout == FD_PAGED, b;
+  if (paged && !a->block_table)
     return fd_fail(p->ctx, FD_EINVAL, "args.block_table is NULL but the shape's layout is FD_PAGED");
-  for (int b = 0; b < s->batch; b++) {
-    int64_t len = fd_valid_len(s->mask_mode == FD_CAUSAL, a->cur_pos, b, s->kv_len);
-    fd_window wd = fd_window_of(len, p->q_len, s->window, s->sink_tokens);
-    for (int64_t k = 0; k < len; k++) {
-      if (k == wd.sink && k < wd.first && (k = wd.first) >= len) break;   /* past the sinks: the window */
-      if (bad_beam_key(p, a, b, k)) return FD_EINVAL;
-    }
-  }
-  return FD_OK;
+  int64_t s;
+  int bad = fd_bad_beam(a->beam_src, paged ? a->block_table : NULL, sh->batch, sh->mask_mode == FD_CAUSAL, a->cur_pos,
+                        sh->kv_len, p->new_kv ? p->q_len : 0, p->q_len, sh->window, sh->sink_tokens, sh->page_size,
+                        sh->pool_pages, &b, &s);
+  if (!bad) return FD_OK;
+  int32_t r = a->beam_src[(size_t)b * sh->kv_len + s];
+  if (bad == 1)
+    return fd_fail(p->ctx, FD_EINVAL, "args.beam_src[b=%d, key=%lld] is %d, outside 0..%d (shape.batch - 1)", b,
+                   (long long)s, (int)r, sh->batch - 1);
+  int64_t page = s / sh->page_size;
+  return fd_fail(p->ctx, FD_EINVAL, "args.block_table[b=%d, page=%lld] is %d, outside 0..%lld (shape.pool_pages - 1); "
+                 "key %lld of row %d reads it through args.beam_src", (int)r, (long long)page,
+                 (int)a->block_table[r * fd_table_pages(sh->kv_len, sh->page_size) + page],
+                 (long long)sh->pool_pages - 1, (long long)s, b);
 }
 
 /* Check the arguments before anything is written; FD_OK or an error naming the field. */
@@ -148,16 +135,6 @@ static int layout_items(fd_plan *p, const fd_bucket *bk) {
   return n;
 }
 
-/* FD_BEAMS: point w's K/V rows at batch row 0's of kv head j, with the
-   strides to row r's (templates/abi.h.tpl), and at row b's beam_src. */
-static void beam_rows(const fd_plan *p, const fd_args *a, const fd_kv_geometry *g, int b, int j, fd_work *w) {
-  const fd_shape *s = &p->shape;
-  fd_kv_rows(g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, 0, j, w);
-  w->beam_src = a->beam_src + (size_t)b * s->kv_len;
-  w->beam_scale_stride = (int64_t)s->n_kv_heads * s->kv_len;
-  w->beam_stride = s->layout == FD_PAGED ? fd_table_pages(s->kv_len, s->page_size) : w->beam_scale_stride * s->head_dim;
-}
-
 /* Fill the parts of a kernel call that depend only on (b, j). */
 static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work *w) {
   const fd_shape *s = &p->shape;
@@ -167,9 +144,9 @@ static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work 
   /* rows in the dtype's stride units (block dtypes: bytes) */
   size_t unit = fd_kv_unit(s->kv_dtype);
   fd_kv_geometry g = { s->layout, s->n_kv_heads, (int)(fd_kv_bytes(s->kv_dtype, D) / unit), s->page_size, s->kv_len, unit };
-  fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
-  if (p->beams) beam_rows(p, a, &g, b, j, w);
-  if (p->k_per_channel) w->k_scale = a->k_scale + ((size_t)b * s->n_kv_heads + j) * D;   /* [B, Hkv, D] */
+  if (p->beams) fd_beam_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, a->beam_src, p->k_per_channel, b, j, w);
+  else fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
+  if (p->k_per_channel && !p->beams) w->k_scale = a->k_scale + ((size_t)b * s->n_kv_heads + j) * D;   /* [B, Hkv, D] */
   w->mask = a->mask ? a->mask + h0 * (size_t)s->kv_len : NULL;
   w->mask_stride = s->kv_len;
   w->scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)s->head_dim));
@@ -225,7 +202,7 @@ static void run_item(run_state *rs, const fd_item *it, int tid) {
   w.qbuf = scratch;
   size_t row = (size_t)it->b * p->shape.n_kv_heads + it->j;
   int S = p->row_splits[it->b], merged = fd_row_merged(S, p->sink_logits);
-  w.state = !merged ? scratch + ((size_t)p->heads * p->shape.head_dim + 15) / 16 * 16
+  w.state = !merged ? scratch + p->qbuf_floats
                     : fd_partial(p->partials, row, p->max_splits, it->s, p->heads, p->rec);
   const fd_kernel_desc *k = fd_item_kernel(bk->plain, bk->with_lse, bk->split, merged, rs->a->lse != NULL);
   if (p->new_kv && it->s == S - 1) {          /* the new tokens' keys: their own split, bshd strides */
@@ -352,26 +329,35 @@ static const char *bad_name(int dtype, const void *p, int64_t i) {
    apart: row i is row i % page_rows of block pages[i / page_rows] (paged
    K/V), or of block i / page_rows (pages NULL: q and mask rows in tokens).
    Rows [sink, lo) are not read (a window's keys past the sinks, before its
-   start; lo = sink = 0: every row). */
+   start; lo = sink = 0: every row). src (FD_BEAMS; NULL: none): row i lies
+   in batch row src[i]'s rows, src_stride elements (paged: block-table
+   entries) after batch row 0's, which base and pages give. */
 typedef struct in_rows {
   const void *base; int dtype; int64_t rows, len, stride;
   const int32_t *pages; int64_t page_rows, page_stride;
   int64_t lo, sink;
+  const int *src; int64_t src_stride;
 } in_rows;
 
 /* The address of row i of r. */
 static const char *row_at(const in_rows *r, int64_t i) {
-  int64_t e = i * r->stride;
+  int64_t from = r->src ? r->src[i] * r->src_stride : 0;   /* beams: the source row's rows */
+  const int32_t *pages = r->pages ? r->pages + from : NULL;
+  int64_t e = i * r->stride + (pages ? 0 : from);
   if (r->page_rows)
-    e = (r->pages ? r->pages[i / r->page_rows] : i / r->page_rows) * r->page_stride + i % r->page_rows * r->stride;
+    e = (pages ? pages[i / r->page_rows] : i / r->page_rows) * r->page_stride + i % r->page_rows * r->stride;
   return (const char *)r->base + (size_t)e * in_size(r->dtype);
 }
 
-/* How many rows from row i on lie contiguously (one scan): to the end of the page or of the rows. */
+/* How many rows from row i on lie contiguously (one scan): to the end of the
+   page or of the rows, and (beams) of the run of one source row. */
 static int64_t contiguous_rows(const in_rows *r, int64_t i) {
   if (r->stride != r->len) return 1;
-  int64_t left = r->rows - i, in_page = r->page_rows ? r->page_rows - i % r->page_rows : left;
-  return in_page < left ? in_page : left;
+  int64_t left = r->rows - i, in_page = r->page_rows ? r->page_rows - i % r->page_rows : left, n = 1;
+  if (in_page < left) left = in_page;
+  if (!r->src) return left;
+  while (n < left && r->src[i + n] == r->src[i]) n++;
+  return n;
 }
 
 /* The inputs in the order they are checked and reported, and how their elements are named. */
@@ -417,9 +403,16 @@ static int scan_rows(const in_rows *r, int64_t *row, int64_t *col) {
   return 0;
 }
 
-/* Refuse the element (row, col) of input t of (b, j), naming it. */
+/* Refuse the element (row, col) of input t of (b, j), naming it: with
+   beams, in the cache row its key is read from, and the row reading it. */
 static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64_t row, int64_t col) {
   const char *what = bad_name(r->dtype, row_at(r, row), col);
+  char via[96] = "";
+  if (r->src) {
+    snprintf(via, sizeof via, "%s (row %d reads it through args.beam_src)", what, b);
+    what = via;
+    b = r->src[row];
+  }
   long long h = (long long)j * p->G + row % p->G;
   char tok[32] = "";
   if (p->q_len > 1) snprintf(tok, sizeof tok, "token=%lld, ", (long long)(row / p->G));
@@ -443,6 +436,20 @@ static int refuse(const fd_plan *p, const in_rows *r, int t, int b, int j, int64
                  (long long)row, (long long)col, what);
 }
 
+/* FD_BEAMS: K, V and their scales r of (b, kv head) w with n keys read
+   through w's beam_src: each key's row in its source row (per-channel K
+   scales: the source row's head_dim scales for every key). */
+static void beam_input(const fd_plan *p, const fd_work *w, int t, int64_t n, in_rows *r) {
+  int scales = t == IN_KSCALE || t == IN_VSCALE;
+  r->src = w->beam_src;
+  r->src_stride = r->pages ? w->beam_stride : scales ? w->beam_scale_stride : w->beam_stride;
+  if (t == IN_KSCALE && p->k_per_channel) {
+    *r = (in_rows){ w->k_scale, FD_F32, n, p->shape.head_dim, 0, NULL, 0, 0 };
+    r->src = w->beam_src;
+    r->src_stride = w->beam_kch_stride;
+  }
+}
+
 /* Check item i, one input t of one (b, kv head j) in report order: its rows; 0 when the run reads none. */
 static int item_rows(const run_state *rs, int i, in_rows *r, int *t, int *b, int *j) {
   const fd_shape *s = &rs->p->shape;
@@ -458,7 +465,9 @@ static int item_rows(const run_state *rs, int i, in_rows *r, int *t, int *b, int
     return 1;
   }
   int read = input_rows(rs->p, &w, *t, rs->p->row_len[*b], r);
-  if (s->window && *t != IN_Q && *t != IN_MASK) {   /* K, V and scales: the window's ranges only */
+  if (rs->p->beams && *t != IN_Q && *t != IN_MASK) beam_input(rs->p, &w, *t, rs->p->row_len[*b], r);
+  int keyed = !(rs->p->k_per_channel && !rs->p->beams && *t == IN_KSCALE);   /* rows are keys */
+  if (s->window && keyed && *t != IN_Q && *t != IN_MASK) {   /* K, V and scales: the window's ranges only */
     r->lo = rs->p->row_first[*b];
     r->sink = rs->p->row_sink[*b];
   }

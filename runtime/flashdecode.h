@@ -80,8 +80,11 @@ typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
    digit plus one, so that 0 (a zeroed struct) means "best available". */
 enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3, FD_ISA_AVX512_BF16 = 4 };
 /* fd_shape.features bits (docs/DESIGN.md "What serving engines need"). This
-   build serves all six; combinations it does not serve yet (FD_BEAMS with
-   FD_K_PER_CHANNEL or FD_NEW_KV) are refused with FD_EUNSUPPORTED naming them. */
+   build serves all six and their combinations but FD_BEAMS with FD_SHARED_KV
+   (FD_EINVAL). FD_BEAMS with FD_K_PER_CHANNEL: key s uses the channel scales
+   of its source row beam_src[b * kv_len + s]; with FD_NEW_KV: beam_src indexes
+   the cached keys only, the new keys are the row's own; with check_inputs:
+   the rows the keys read through beam_src are checked. */
 enum { FD_ALIBI = 1, FD_SINK_LOGITS = 2, FD_NEW_KV = 4, FD_SHARED_KV = 8, FD_K_PER_CHANNEL = 16, FD_BEAMS = 32 };
 
 typedef struct fd_config {

@@ -65,6 +65,7 @@ struct fd_plan {
   float *partials;                 /* [B*Hkv][max_splits][G][rec] */
   float *thread_scratch;           /* per thread: qbuf G*D, state G*rec */
   size_t thread_scratch_floats;
+  size_t qbuf_floats;              /* a thread's query buffer, the start of its scratch (templates/abi.h.tpl) */
   atomic_int *remaining;           /* [B*Hkv] splits still running */
   int *row_splits;                 /* [B] */
   int *row_order;                  /* [B] rows by descending length */

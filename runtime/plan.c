@@ -175,9 +175,7 @@ static int check_paged(const fd_ctx *ctx, const fd_shape *s) {
 
 /* FD_K_PER_CHANNEL and FD_BEAMS against the rest of the shape: K scales per
    channel need int8/fp8 K; beams choose among the batch's own cache rows, which
-   FD_SHARED_KV's one sequence does not have; not served yet: beams with
-   per-channel K (each source row's scales) or FD_NEW_KV, and check_inputs
-   (it scans each row's own keys, not those its beam_src reads). */
+   FD_SHARED_KV's one sequence does not have. */
 static int check_kv_features(const fd_ctx *ctx, const fd_shape *s) {
   if ((s->features & FD_K_PER_CHANNEL) && !fd_dtype_quant[s->kv_dtype])
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_K_PER_CHANNEL with kv_dtype %s; per-channel K scales "
@@ -185,16 +183,6 @@ static int check_kv_features(const fd_ctx *ctx, const fd_shape *s) {
   if ((s->features & FD_BEAMS) && (s->features & FD_SHARED_KV))
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_BEAMS with FD_SHARED_KV; a shared sequence is one cache "
                    "row, beam_src has no other rows to read from");
-  if ((s->features & FD_BEAMS) && (s->features & FD_K_PER_CHANNEL))
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with FD_K_PER_CHANNEL, which this build does "
-                   "not support yet (channel scales belong to each cache row: keys read from another row would "
-                   "need that row's scales folded into q)");
-  if ((s->features & FD_BEAMS) && (s->features & FD_NEW_KV))
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with FD_NEW_KV, which this build does not "
-                   "support yet (append the new tokens' K/V to the cache and index them through beam_src)");
-  if ((s->features & FD_BEAMS) && ctx && ctx->check_inputs)
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with config.check_inputs, which this build "
-                   "does not support yet (the scan reads each row's own keys, not those beam_src points at)");
   return FD_OK;
 }
 
@@ -236,9 +224,6 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
     return fd_fail(ctx, FD_EINVAL, "shape.head_dim is %d; kv_dtype %s stores rows of %d-element blocks, so head_dim "
                    "must be a multiple of %d", s->head_dim, fd_dtype_texts[s->kv_dtype], fd_dtype_block[s->kv_dtype],
                    fd_dtype_block[s->kv_dtype]);
-  if ((s->features & FD_BEAMS) && fd_dtype_block[s->kv_dtype] > 1)
-    return fd_fail(ctx, FD_EUNSUPPORTED, "shape.features sets FD_BEAMS with kv_dtype %s, which this build does not "
-                   "serve yet (beam pieces address rows by element size, not by block bytes)", fd_dtype_names[s->kv_dtype]);
   if ((s->features & FD_NEW_KV) && fd_dtype_block[s->kv_dtype] > 1)
     return fd_fail(ctx, FD_EINVAL, "shape.features sets FD_NEW_KV with kv_dtype %s; k_new and v_new are f32, f16 or "
                    "bf16 (no blocks)", fd_dtype_names[s->kv_dtype]);
@@ -435,6 +420,7 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
   if (!p->new_kv) return FD_OK;
   fd_shape rows = p->shape;                     /* k_new/v_new [B, q_len, Hkv, D]: bshd strides */
   rows.layout = FD_BSHD;
+  rows.features &= ~FD_BEAMS;                   /* the new keys are the row's own */
   if (fd_kernel_key_planes(&rows, b->chunk, b->tile, b->isa, FD_FLAG_SPLIT, b->planes, key, err, errlen)) return FD_EINVAL;
   char why[3000];
   b->new_kv = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
@@ -504,7 +490,10 @@ static int alloc_scratch(fd_plan *p) {
   const fd_shape *s = &p->shape;
   size_t rows = (size_t)s->batch * s->n_kv_heads;
   /* 64-byte aligned, in whole multiples of 16 floats, so SIMD kernels touch whole cache lines */
-  p->thread_scratch_floats = ((size_t)p->heads * s->head_dim + 15) / 16 * 16 + (size_t)p->heads * p->rec;
+  /* FD_BEAMS with FD_K_PER_CHANNEL: a second q buffer, the scaled q before a source row's channel scales */
+  int copies = 1 + (p->beams && p->k_per_channel);
+  p->qbuf_floats = ((size_t)p->heads * s->head_dim * copies + 15) / 16 * 16;
+  p->thread_scratch_floats = p->qbuf_floats + (size_t)p->heads * p->rec;
   p->partials = aligned_floats(rows * p->max_splits * p->heads * p->rec);
   p->thread_scratch = aligned_floats(p->thread_scratch_floats * p->max_threads);
   p->remaining = malloc(sizeof(atomic_int) * rows);

@@ -56,9 +56,12 @@ typedef struct fd_work {
      head: dense, row r's start beam_stride (scales beam_scale_stride)
      elements later; paged, pages is row 0's block table and row r's starts
      beam_stride entries later. With the k_per_channel digit, k_scale is
-     instead the head_dim channel scales of this (batch row, kv head). */
+     instead the head_dim channel scales of batch row 0 (kv head j), row r's
+     beam_kch_stride floats later: key i's are those of its source row,
+     folded into the query per run of keys from one source row, and qbuf then
+     holds 2 x n_heads x head_dim floats (the folded q, then the scaled q). */
   const int *beam_src;
-  fd_i64 beam_stride, beam_scale_stride;
+  fd_i64 beam_stride, beam_scale_stride, beam_kch_stride;
 } fd_work;
 
 /* Merge of split partials: split s, head g is the record at

@@ -28,6 +28,12 @@ void fd_k$(KEY)(const fd_work *w) {
 @ end
   const int nh = w->n_heads;
   float *qbuf = w->qbuf, *state = w->state;
+@ if BEAMS == 1 and K_PER_CHANNEL == 1 then
+  /* beams with per-channel K: qraw holds the scaled q, qbuf a tile's q times
+     the channel scales of source row qrow (-1: none yet) */
+  float *qraw = qbuf + (fd_i64)nh * $(D);
+  fd_i64 qrow;
+@ end
   const float ninf = fd_ninf();
 @ if ISA > 0 then
   /* score rows and staged K rows on 64-byte boundaries: whole cache lines per vector.
@@ -102,7 +108,10 @@ $(simd_qload())
       aa.n = (fd_i64)th * $(D);
 $(simd_qload())
     }
-@     if K_PER_CHANNEL == 1 then
+@     if K_PER_CHANNEL == 1 and BEAMS == 1 then
+    /* per-channel K with beams: the scaled q kept, folded per source row below */
+    for (h = 0; h < nh * $(D); h++) qraw[h] = qbuf[h];
+@     elseif K_PER_CHANNEL == 1 then
     /* per-channel K scales (k_scale [D] of this row and kv head) folded into q */
     for (h = 0; h < nh; h++)
       for (d = 0; d < $(D); d++) qbuf[h * $(D) + d] *= w->k_scale[d];
@@ -161,7 +170,11 @@ $(simd_qload())
       for (d = 0; d < $(D); d++) {
         float x;
         $(load(Q_DTYPE, "x", "q[d]"))
+@   if K_PER_CHANNEL == 1 and BEAMS == 1 then
+        qraw[h * $(D) + d] = x * w->scale;
+@   else
         qbuf[h * $(D) + d] = x * w->scale$(K_PER_CHANNEL == 1 and " * w->k_scale[d]" or "");
+@   end
       }
     }
   }
@@ -185,6 +198,9 @@ $(simd_qload())
                               + (fd_i64)((tp + $(t)) % th) * w->mask_stride + c;
 @   end
 @ end
+@ if BEAMS == 1 and K_PER_CHANNEL == 1 then
+      qrow = -1;                       /* this tile's q holds no source row's channel scales yet */
+@ end
 @ if ISA > 0 then
       /* $(ISA_NAME) micro-kernels (gen/simd.lua): scores, max, exp, P.V. */
       {
@@ -207,6 +223,9 @@ $(simd_qload())
            row (and, paged, one page), scored into its place in the score rows */
         for (po = 0; po < n; po += pm) {
 $(beam_piece("          "))
+@     if K_PER_CHANNEL == 1 then
+$(kch_fold("          ", "r"))
+@     end
           aa.src = kp;
           aa.pf = vp;
           aa.sc = sc + po$(HL and (" * " .. T) or "");
@@ -369,7 +388,7 @@ $(beam_piece("          "))
           aa.scl = vsp;
 @     end
 @     for _, blk in ipairs(PV_BLOCKS) do
-          aa.src = (const char *)vp + $(blk[1] * W * KV_SIZE);
+          aa.src = (const char *)vp + $(kv_off(blk[1] * W));
           aa.ptr = st0 + $(blk[1] * W);
 $(simd_pv(blk))
 @     end
@@ -413,6 +432,9 @@ $(simd_pv(blk))
         float x;
 @ for t = 0, T - 1 do
         float $(acc_list(t)) ;
+@ end
+@ if BEAMS == 1 and K_PER_CHANNEL == 1 then
+$(kch_fold("        ", "bsrc[c + i]"))
 @ end
 #if defined(__OPTIMIZE__)
         /* optimizing compilers: 16 independent lane sums they can vectorize */

@@ -73,6 +73,9 @@ typedef struct fdt_args {
   float *lse;               /* [B, Hq] or NULL */
   const float *alibi_slopes;  /* FD_ALIBI (shape.features): [Hq] slopes; score += slope x (key - position) */
   const float *sink_logits;   /* FD_SINK_LOGITS (shape.features): [Hq] logits joining each head's denominator once */
+  const void *k_new, *v_new;  /* FD_NEW_KV (not served by this header): fd_args' field, for the same layout */
+  const int32_t *beam_src;    /* FD_BEAMS (shape.features): [B, kv_len]; key s of row b read from cache row
+                                 beam_src[b * kv_len + s] (0..B-1) */
 } fdt_args;
 
 /* One row of the tuned table; batch 0 marks the default row (any shape its kernels serve). */
@@ -87,7 +90,15 @@ typedef struct fdt_row {
   int splits, threads;
   double median_us, gbps, heuristic_us;   /* as measured by the tuner */
   const fd_kernel_desc *plain, *lse, *split;
+  /* the row's kernels with feature digits set (fdgen export --features):
+     combination c (1..), plain, lse and split; NULL where not exported */
+  const fd_kernel_desc *feat[$(FEATURE_COMBOS)][3];
 } fdt_row;
+
+/* The fd_shape.features bits that are key digits (gen/facts.lua KEY_FIELDS
+   feature): a shape's combination has bit i when it sets bit fdt_feature_bits[i]. */
+#define FDT_FEATURE_DIGITS $(#FEATURE_DIGITS)
+static const unsigned fdt_feature_bits[$(math.max(#FEATURE_DIGITS, 1))] = { $(feature_bit_list()) };
 
 /* A parallel-for: call body(ctx, i) for every i in [0, n), on any threads in
    any order, and return when every call has returned. */
@@ -99,7 +110,8 @@ typedef void (*fdt_parallel_for)(void *user, int n, fdt_body body, void *ctx);
 static const fdt_row fdt_rows[$(math.max(#ROWS, 1))] = {
 @ for _, r in ipairs(ROWS) do
   { $(r.sig), $(r.name), $(r.key), $(row_fields(r)),
-    $(r.bucket), $(r.splits), $(r.threads), $(r.median), $(r.gbps), $(r.heuristic), &$(r.plain), &$(r.lse), &$(r.split) },
+    $(r.bucket), $(r.splits), $(r.threads), $(r.median), $(r.gbps), $(r.heuristic), &$(r.plain), &$(r.lse), &$(r.split),
+    $(feat_list(r)) },
 @ end
 @ if #ROWS == 0 then
   { 0 }
@@ -107,7 +119,8 @@ static const fdt_row fdt_rows[$(math.max(#ROWS, 1))] = {
 };
 static const fdt_row fdt_default_row = {
   $(DEFAULT.sig), $(DEFAULT.name), $(DEFAULT.key), $(row_fields(DEFAULT)),
-  0, $(DEFAULT.splits), $(DEFAULT.threads), 0, 0, 0, &$(DEFAULT.plain), &$(DEFAULT.lse), &$(DEFAULT.split)
+  0, $(DEFAULT.splits), $(DEFAULT.threads), 0, 0, 0, &$(DEFAULT.plain), &$(DEFAULT.lse), &$(DEFAULT.split),
+  $(feat_list(DEFAULT))
 };
 
 /* ---- Lookup ---- */
@@ -126,11 +139,23 @@ static inline int fdt_fits(const fd_kernel_desc *d, const fdt_shape *s) {
          && s->n_kv_heads > 0 && (s->n_q_heads / s->n_kv_heads) % d->group_tile == 0;
 }
 
+/* Kernel v (0 plain, 1 lse, 2 split) of row r for shape s's feature digits;
+   NULL when the header was exported without them. */
+static inline const fd_kernel_desc *fdt_kernel(const fdt_row *r, const fdt_shape *s, int v) {
+  int c = 0;
+  for (int i = 0; i < FDT_FEATURE_DIGITS; i++) c |= ((s->features & fdt_feature_bits[i]) != 0) << i;
+  if (!c) return v == 0 ? r->plain : v == 1 ? r->lse : r->split;
+  return c <= $(FEATURE_COMBOS) ? r->feat[c - 1][v] : 0;
+}
+
+/* Do row r's kernels serve shape s: they fit it, and the header holds those of its feature digits? */
+static inline int fdt_serves(const fdt_row *r, const fdt_shape *s) { return fdt_fits(r->plain, s) && fdt_kernel(r, s, 0); }
+
 /* Was row r tuned for executed shape s (every signature token: softcap on or
    off, the feature bits with a token; kv_len is no part)? */
 static inline int fdt_same_shape(const fdt_row *r, const fdt_shape *s) {
   return $(SAME_SHAPE)
-         && fdt_fits(r->plain, s);
+         && fdt_serves(r, s);
 }
 
 /* Distance between two buckets in powers of two. */
@@ -151,14 +176,14 @@ static inline const fdt_row *fdt_lookup(const fdt_shape *s, int64_t longest) {
   int ds = 1 << 30, df = 1 << 30;
   for (int i = 0; i < FDT_N_ROWS; i++) {
     const fdt_row *r = &fdt_rows[i];
-    if (!fdt_fits(r->plain, s)) continue;
+    if (!fdt_serves(r, s)) continue;
     int d = fdt_bucket_dist(r->bucket, bk);
     if (fdt_same_shape(r, s) && d < ds) { same = r; ds = d; }
     if (d < df) { fit = r; df = d; }
   }
   if (same) return same;
   if (fit) return fit;
-  return fdt_fits(fdt_default_row.plain, s) ? &fdt_default_row : NULL;
+  return fdt_serves(&fdt_default_row, s) ? &fdt_default_row : NULL;
 }
 
 /* ---- Executor (as libflashdecode's runtime/exec.c, on the caller's threads) ---- */
@@ -221,10 +246,16 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
                       "positions)");
   if (s->features & ~$(HEADER_FEATURES)u)
     return fdt_refuse(why, FDT_EUNSUPPORTED, "shape.features sets a bit this header does not serve (only FD_SHARED_KV, "
-                      "FD_ALIBI and FD_SINK_LOGITS)");
+                      "FD_ALIBI, FD_SINK_LOGITS, FD_K_PER_CHANNEL and FD_BEAMS)");
   if ((s->features & $(ALIBI)u) && s->mask_mode != FDT_CAUSAL)
     return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_ALIBI with a mask_mode other than causal (ALiBi's bias "
                       "needs positions)");
+  if ((s->features & $(K_PER_CHANNEL)u) && !fdt_dtype_quant[s->kv_dtype])
+    return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_K_PER_CHANNEL with a kv_dtype other than int8, fp8 e4m3 "
+                      "or fp8 e5m2 (per-channel K scales need them)");
+  if ((s->features & $(BEAMS)u) && (s->features & $(SHARED_KV)u))
+    return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_BEAMS with FD_SHARED_KV; a shared sequence is one cache "
+                      "row, beam_src has no other rows to read from");
   if ((s->features & $(SHARED_KV)u) && s->mask_mode == FDT_CAUSAL)
     return fdt_refuse(why, FDT_EINVAL, "shape.features sets FD_SHARED_KV with a causal mask_mode (it needs full or mask)");
   if (s->mask_mode == FDT_CAUSAL && s->kv_len > (int64_t)INT32_MAX + 1)
@@ -243,9 +274,11 @@ static inline int fdt_shape_ok(const fdt_shape *s) { return fdt_check_shape(s, N
 /* Query rows of one kernel call: the heads per kv head times the tokens. */
 static inline size_t fdt_call_heads(const fdt_shape *s) { return (size_t)(s->n_q_heads / s->n_kv_heads) * fdt_q_len(s); }
 
-/* Floats of one work item's query buffer (a multiple of 16: 64-byte steps). */
+/* Floats of one work item's query buffer (a multiple of 16: 64-byte steps);
+   FD_BEAMS with FD_K_PER_CHANNEL: twice the query rows (templates/abi.h.tpl). */
 static inline size_t fdt_qbuf_floats(const fdt_shape *s) {
-  return (fdt_call_heads(s) * (size_t)s->head_dim + 15) / 16 * 16;
+  size_t copies = (s->features & $(BEAMS)u) && (s->features & $(K_PER_CHANNEL)u) ? 2 : 1;
+  return (fdt_call_heads(s) * (size_t)s->head_dim * copies + 15) / 16 * 16;
 }
 
 /* Bytes n rounded up to a multiple of 64. */
@@ -368,7 +401,10 @@ static inline void fdt_fill_work(const fdt_job *J, int b, int j, fd_work *w) {
                        (int)(D / fdt_dtype_block[s->kv_dtype] * fdt_dtype_block_bytes[s->kv_dtype] / ku), s->page_size,
                        s->kv_len, ku };
   w->q = (const char *)a->q + h0 * D * fdt_dtype_size(s->q_dtype);
-  fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
+  int kpc = (s->features & $(K_PER_CHANNEL)u) != 0;
+  if (s->features & $(BEAMS)u) fd_beam_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, a->beam_src, kpc, b, j, w);
+  else fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
+  if (kpc && !(s->features & $(BEAMS)u)) w->k_scale = a->k_scale + ((size_t)b * s->n_kv_heads + j) * D;   /* [B, Hkv, D] */
   w->mask = a->mask ? a->mask + h0 * (size_t)s->kv_len : 0;
   w->mask_stride = s->kv_len;
   w->scale = a->scale != 0 ? a->scale : (float)fdt_inv_sqrt(s->head_dim);
@@ -394,8 +430,8 @@ static inline void fdt_item(void *ctx, int i) {
   w.end = it->end;
   w.qbuf = J->qbuf + (size_t)i * fdt_qbuf_floats(J->s);
   w.state = fd_partial(J->state, (size_t)it->b * J->s->n_kv_heads + it->j, J->stride, it->s, J->heads, J->rec);
-  fd_item_kernel(J->r->plain, J->r->lse, J->r->split, fd_row_merged(J->row_splits[it->b], J->sink_logits),
-                 J->a->lse != 0)->run(&w);
+  fd_item_kernel(fdt_kernel(J->r, J->s, 0), fdt_kernel(J->r, J->s, 1), fdt_kernel(J->r, J->s, 2),
+                 fd_row_merged(J->row_splits[it->b], J->sink_logits), J->a->lse != 0)->run(&w);
 }
 
 /* Merge the split partials of (b, j) = i into out and lse, when its row was
@@ -407,7 +443,8 @@ static inline void fdt_merge(void *ctx, int i) {
   fd_work w;
   fdt_fill_work(J, b, j, &w);
   const float *sink = J->sink_logits ? J->a->sink_logits + (size_t)j * J->G : 0;
-  fd_merge_partials(J->r->split, fd_partial(J->state, (size_t)i, J->stride, 0, J->heads, J->rec), S, J->rec, &w, sink);
+  fd_merge_partials(fdt_kernel(J->r, J->s, 2), fd_partial(J->state, (size_t)i, J->stride, 0, J->heads, J->rec), S, J->rec,
+                    &w, sink);
 }
 
 /* The default parallel-for: every item in order on the calling thread. */
@@ -419,6 +456,23 @@ static inline void fdt_serial_for(void *user, int n, fdt_body body, void *ctx) {
 /* Is x finite (not NaN, not +-Inf)? Arithmetic, so that no libm is needed. */
 static inline int fdt_finite(float x) { return x - x == 0.0f; }
 
+/* FD_BEAMS: beam_src and, paged, the block-table entries it leads to, for
+   every key a row visits (templates/items.h.tpl fd_bad_beam, as exec.c). */
+static inline int fdt_check_beams(const fdt_shape *s, const fdt_args *a, const char **why) {
+  int bad_b, paged = s->layout == FDT_PAGED, bad;
+  int64_t bad_key;
+  if (!a->beam_src) return fdt_refuse(why, FDT_EINVAL, "args.beam_src is NULL but the shape's features set FD_BEAMS");
+  if (paged && !a->block_table)
+    return fdt_refuse(why, FDT_EINVAL, "args.block_table is NULL but the shape's layout is FDT_PAGED");
+  bad = fd_bad_beam(a->beam_src, paged ? a->block_table : 0, s->batch, s->mask_mode == FDT_CAUSAL, a->cur_pos, s->kv_len,
+                    0, fdt_q_len(s), s->window, s->sink_tokens, s->page_size, s->pool_pages, &bad_b, &bad_key);
+  if (bad == 1) return fdt_refuse(why, FDT_EINVAL, "args.beam_src[b, key] is outside 0..shape.batch - 1 for a key a row visits");
+  if (bad == 2)
+    return fdt_refuse(why, FDT_EINVAL, "args.block_table[b, page] is outside 0..shape.pool_pages - 1 for a page a key "
+                      "reads through args.beam_src");
+  return FDT_OK;
+}
+
 /* Check the arguments for shape s as libflashdecode's fd_run does
    (runtime/exec.c, check_args), in the same order, after the shape. */
 static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const char **why) {
@@ -429,6 +483,9 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
   if (!a->out) return fdt_refuse(why, FDT_EINVAL, "args.out is NULL");
   if (s->mask_mode == FDT_MASK && !a->mask)
     return fdt_refuse(why, FDT_EINVAL, "args.mask is NULL but the shape's mask_mode is FDT_MASK");
+  if ((s->features & $(K_PER_CHANNEL)u) && !a->k_scale)
+    return fdt_refuse(why, FDT_EINVAL, "args.k_scale is NULL but the shape's features set FD_K_PER_CHANNEL (k_scale "
+                      "[B, Hkv, D], one float per channel)");
   if (fdt_dtype_quant[s->kv_dtype] && !a->k_scale)
     return fdt_refuse(why, FDT_EINVAL, "args.k_scale is NULL but an int8 or fp8 kv_dtype needs per-row scales");
   if (fdt_dtype_quant[s->kv_dtype] && !a->v_scale)
@@ -447,6 +504,7 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
     return fdt_refuse(why, FDT_EINVAL, "args.alibi_slopes is NULL but the shape's features set FD_ALIBI");
   if ((s->features & $(SINK_LOGITS)u) && !a->sink_logits)
     return fdt_refuse(why, FDT_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
+  if (s->features & $(BEAMS)u) return fdt_check_beams(s, a, why);
   if (s->layout != FDT_PAGED) return FDT_OK;
   if (!a->block_table) return fdt_refuse(why, FDT_EINVAL, "args.block_table is NULL but the shape's layout is FDT_PAGED");
   int bad_b;

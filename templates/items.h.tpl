@@ -70,6 +70,32 @@ static inline int fd_bad_page(const int32_t *table, int batch, int causal, const
   return 0;
 }
 
+/* FD_BEAMS: beam_src [batch][kv_len] checked for every cached key a row
+   visits (as fd_bad_page: the last not_cached keys are FD_NEW_KV's new
+   ones, the row's own; with a window, its ranges), row by row in key order:
+   1 when the first bad key's entry is outside 0..batch - 1; 2 when, paged
+   (table not NULL), the block-table entry its source row's page holds is
+   outside 0..pool_pages - 1; its row and key in *bad_b, *bad_key; else 0. */
+static inline int fd_bad_beam(const int32_t *beam_src, const int32_t *table, int batch, int causal,
+                              const int32_t *cur_pos, int64_t kv_len, int64_t not_cached, int q_len, int window,
+                              int sink_tokens, int page_size, int64_t pool_pages, int *bad_b, int64_t *bad_key) {
+  for (int b = 0; b < batch; b++) {
+    int64_t len = fd_valid_len(causal, cur_pos, b, kv_len) - not_cached;
+    fd_window wd = fd_window_of(len + not_cached, q_len, window, sink_tokens);
+    for (int64_t k = 0; k < len; k++) {
+      if (k == wd.sink && k < wd.first && (k = wd.first) >= len) break;   /* past the sinks: the window */
+      int32_t r = beam_src[(size_t)b * (size_t)kv_len + (size_t)k], e;
+      *bad_b = b;
+      *bad_key = k;
+      if (r < 0 || r >= batch) return 1;
+      if (!table) continue;
+      e = table[r * fd_table_pages(kv_len, page_size) + k / page_size];
+      if (e < 0 || e >= pool_pages) return 2;
+    }
+  }
+  return 0;
+}
+
 /* The geometry of a layout (the key's layout digit: 0 BHSD, 1 BSHD, 2 paged). */
 typedef struct fd_kv_geometry {
   int layout, n_kv_heads, head_dim, page_size;
@@ -105,6 +131,23 @@ static inline void fd_kv_rows(const fd_kv_geometry *g, const void *k, const void
   w->v_scale = v_scale ? v_scale + row0 : 0;
 }
 
+/* FD_BEAMS: the K/V rows of batch row b, kv head j in w: batch row 0's of
+   kv head j (fd_kv_rows) with the strides to row r's, and row b's entries
+   of beam_src [B, kv_len] (templates/abi.h.tpl). k_channel (FD_K_PER_CHANNEL,
+   a per-element dtype): k_scale holds channel scales [B, Hkv, head_dim],
+   each key's those of its source row. */
+static inline void fd_beam_rows(const fd_kv_geometry *g, const void *k, const void *v, const float *k_scale,
+                                const float *v_scale, const int32_t *table, const int32_t *beam_src, int k_channel,
+                                int b, int j, fd_work *w) {
+  fd_kv_rows(g, k, v, k_channel ? 0 : k_scale, v_scale, table, 0, j, w);
+  w->beam_src = beam_src + (size_t)b * (size_t)g->kv_len;
+  w->beam_scale_stride = (int64_t)g->n_kv_heads * g->kv_len;
+  w->beam_stride = g->layout == 2 ? fd_table_pages(g->kv_len, g->page_size) : w->beam_scale_stride * g->head_dim;
+  if (!k_channel) return;
+  w->k_scale = k_scale + (size_t)j * (size_t)g->head_dim;
+  w->beam_kch_stride = (int64_t)g->n_kv_heads * g->head_dim;
+}
+
 /* The query tokens of (batch row b, kv head j) in w, for n_q_heads query
    heads of G per kv head, q_len tokens per row (at least 1) and row b's
    valid keys len (causal: its last token's): n_heads = G x q_len rows in
@@ -125,7 +168,7 @@ static inline size_t fd_token_rows(int n_q_heads, int G, int q_len, int head_dim
   w->alibi = 0;
   w->softcap = 0;
   w->beam_src = 0;
-  w->beam_stride = w->beam_scale_stride = 0;
+  w->beam_stride = w->beam_scale_stride = w->beam_kch_stride = 0;
   return ((size_t)b * (size_t)q_len * (size_t)n_q_heads) + (size_t)j * (size_t)G;
 }
 

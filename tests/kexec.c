@@ -107,3 +107,31 @@ int kx_run(const kproblem *p, const kconfig *cfg, float *out, float *lse, char *
   free(qbuf); free(part); free(shuf); free(obuf); free(order);
   return 0;
 }
+
+/* Allocate a paged pool for p (tests/kexec.h). */
+void kx_pool_alloc(kx_pool *pl, const kproblem *p, int64_t pages, int page_size, int64_t table_len) {
+  size_t rowb = t_kv_bytes(p->kv_dtype, (size_t)p->ref.D), n = (size_t)pages * p->ref.Hkv * page_size;
+  pl->pages = pages;
+  pl->k = calloc(n, rowb);
+  pl->v = calloc(n, rowb);
+  pl->ks = p->k_scale ? calloc(n, sizeof(float)) : NULL;
+  pl->vs = p->v_scale ? calloc(n, sizeof(float)) : NULL;
+  pl->table = malloc(sizeof(int32_t) * (size_t)table_len);
+}
+
+/* Copy page i of p's batch row b into pool page pg (tests/kexec.h). */
+void kx_pool_copy(kx_pool *pl, const kproblem *p, int b, int64_t i, int64_t pg, int page_size) {
+  const ref_problem *r = &p->ref;
+  size_t rowb = t_kv_bytes(p->kv_dtype, (size_t)r->D);
+  for (int j = 0; j < r->Hkv; j++)
+    for (int64_t s = 0; s < page_size && i * page_size + s < r->S; s++) {
+      size_t from = (size_t)((b * r->Hkv + j) * r->S + i * page_size + s), to = (size_t)((pg * r->Hkv + j) * page_size + s);
+      memcpy((char *)pl->k + to * rowb, (const char *)p->k + from * rowb, rowb);
+      memcpy((char *)pl->v + to * rowb, (const char *)p->v + from * rowb, rowb);
+      if (pl->ks) pl->ks[to] = p->k_scale[from];
+      if (pl->vs) pl->vs[to] = p->v_scale[from];
+    }
+}
+
+/* Free a pool (tests/kexec.h). */
+void kx_pool_free(kx_pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }

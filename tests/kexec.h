@@ -19,4 +19,15 @@ const fd_kernel_desc *kx_kernel(const char *key, char *err, size_t errlen);
 int kx_run(const kproblem *p, const kconfig *cfg, float *out, float *lse, char *err, size_t errlen);
 /* Free every compiled kernel. */
 void kx_cleanup(void);
+
+/* A paged pool of a BHSD problem's K/V rows (and per-row scales when the
+   problem has them): pool [pages, Hkv, page_size, row], and a block table. */
+typedef struct kx_pool { void *k, *v; float *ks, *vs; int32_t *table; int64_t pages; } kx_pool;
+/* Allocate pl for p: `pages` pool pages of page_size rows, a block table of
+   table_len entries (filled by the caller). */
+void kx_pool_alloc(kx_pool *pl, const kproblem *p, int64_t pages, int page_size, int64_t table_len);
+/* Copy the keys [i * page_size, (i + 1) * page_size) of p's batch row b (every
+   kv head, those below p's S) into pool page pg. */
+void kx_pool_copy(kx_pool *pl, const kproblem *p, int b, int64_t i, int64_t pg, int page_size);
+void kx_pool_free(kx_pool *pl);
 #endif

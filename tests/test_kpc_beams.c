@@ -6,16 +6,17 @@
    Per-channel cases: int8, fp8 e4m3 and fp8 e5m2 K whose channels are
    scaled by factors from 1/30 to 33 (1000x apart) before they are quantized
    with one scale per (row, kv head, channel); V keeps one scale per row.
-   Beam cases (FD_BEAMS with FD_K_PER_CHANNEL is refused: each source row
-   would need its own channel scales folded into q): every KV dtype, beam_src patterns: each row its own (identity),
-   every row reading the next row, runs of 1 to 40 keys from random rows
-   (the row itself among them), and a new row every key. Per-channel K also
-   with FD_SHARED_KV (every row attends row 0's sequence) in mask and full
-   mode. Each
-   for every isa this CPU runs, unsplit and 3 splits, causal with
+   Beam cases: every KV dtype (q8_0 and q4_0 blocks too), beam_src
+   patterns: each row its own (identity), every row reading the next row,
+   runs of 1 to 40 keys from random rows (the row itself among them), and a
+   new row every key; with per-channel K (each key its source row's channel
+   scales) and with FD_NEW_KV (the new keys the row's own: the reference's
+   new_from). Per-channel K also with FD_SHARED_KV (every row attends row
+   0's sequence) in mask and full mode. Each for every isa this CPU runs, unsplit and 3 splits, causal with
    q_len 1 and 3 (and a sliding window with sinks), mask and full modes, dense
    (BHSD) and the paged layout (pages of the rows interleaved in the pool).
-   Then the refusals: a sentence naming the field, out untouched. */
+   Then the refusals: a sentence naming the field, out untouched; and
+   config.check_inputs through beam_src (the rows keys read). */
 #include "compare.h"
 #include "internal.h"
 #include "cpu.h"
@@ -38,6 +39,14 @@ typedef struct bcase {
   int q_len, mode, window, sinks, pattern, shared;
   float *kch;
   int32_t *src;
+  /* FD_NEW_KV: k_new/v_new [NB, q_len, HKV, D] in nk; the reference's cat
+     keys per row: the caches kc/vc, the new keys knc/vnc at their positions
+     from new_from[b] on (tools/fdgen/ref.h), beam_src [NB, cat] */
+  int new_kv;
+  kproblem nk;
+  int64_t cat;
+  float *kc, *vc, *knc, *vnc;
+  int32_t *src_cat, *new_from;
 } bcase;
 
 /* Channel d's factor: 1/30 .. 33 geometrically over the head_dim channels (1000x apart). */
@@ -95,6 +104,45 @@ static void make(bcase *c, int Hq, int D, int qd, int kd, int od, int mode, int 
   if (pattern >= 0) beam_pattern(c, seed);
 }
 
+/* FD_NEW_KV (causal): row 0's cache full (C = S_CAP keys), row 1's empty,
+   row 2's half full, each followed by its q_len new keys from nk; the
+   reference reads the concatenation, the new keys from the row itself. */
+static void with_new_kv(bcase *c, uint64_t seed) {
+  const ref_problem *r = &c->kp.ref;
+  int q_len = c->q_len, D = r->D;
+  int32_t *pos = c->kp.cur_pos;
+  c->new_kv = 1;
+  kp_init(&c->nk, NB, r->Hq, HKV, D, q_len, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, FD_FULL, FD_BSHD, seed);
+  pos[0] = S_CAP + q_len - 1;
+  pos[1] = q_len - 1;
+  pos[2] = S_CAP / 2 + q_len - 1;
+  c->cat = S_CAP + q_len;
+  size_t n = (size_t)NB * HKV * c->cat * D;
+  c->kc = calloc(n, sizeof(float));
+  c->vc = calloc(n, sizeof(float));
+  c->knc = calloc(n, sizeof(float));
+  c->vnc = calloc(n, sizeof(float));
+  c->src_cat = calloc((size_t)NB * c->cat, sizeof(int32_t));
+  c->new_from = malloc(sizeof(int32_t) * NB);
+  for (int b = 0; b < NB; b++) {
+    int64_t C = pos[b] - q_len + 1;
+    c->new_from[b] = (int32_t)C;
+    for (int64_t i = 0; i < S_CAP; i++) c->src_cat[b * c->cat + i] = c->src ? c->src[b * S_CAP + i] : b;
+    for (int j = 0; j < HKV; j++) {
+      for (int64_t i = 0; i < S_CAP; i++) {        /* the cache of row b (the reference follows beam_src) */
+        size_t to = (((size_t)b * HKV + j) * c->cat + i) * D, from = (((size_t)b * HKV + j) * S_CAP + i) * D;
+        memcpy(c->kc + to, c->kp.kf + from, sizeof(float) * D);
+        memcpy(c->vc + to, c->kp.vf + from, sizeof(float) * D);
+      }
+      for (int t = 0; t < q_len; t++) {             /* new key t at position C + t */
+        size_t to = (((size_t)b * HKV + j) * c->cat + C + t) * D, from = (((size_t)b * q_len + t) * HKV + j) * D;
+        memcpy(c->knc + to, c->nk.kf + from, sizeof(float) * D);
+        memcpy(c->vnc + to, c->nk.vf + from, sizeof(float) * D);
+      }
+    }
+  }
+}
+
 /* FD_SHARED_KV: every row's K/V (values, codes and scales) become row 0's,
    so the reference attends the one sequence from every row. */
 static void share_row0(bcase *c) {
@@ -112,7 +160,11 @@ static void share_row0(bcase *c) {
   }
 }
 
-static void unmake(bcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->kch); free(c->src); }
+static void unmake(bcase *c) {
+  kp_free(&c->kp); kp_free(&c->qp); free(c->kch); free(c->src);
+  if (c->new_kv) kp_free(&c->nk);
+  free(c->kc); free(c->vc); free(c->knc); free(c->vnc); free(c->src_cat); free(c->new_from);
+}
 
 /* Whether token position p sees key k (causal, with the case's window). */
 static int visible(const bcase *c, int64_t p, int64_t k) {
@@ -124,7 +176,10 @@ static int visible(const bcase *c, int64_t p, int64_t k) {
 static void reference(const void *cv, int t, double *rout, double *rlse) {
   const bcase *c = cv;
   ref_problem rt = c->kp.ref;
-  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * S_CAP;
+  if (c->new_kv) {                             /* the concatenation: the cache, then the new keys */
+    rt.S = c->cat; rt.k = c->kc; rt.v = c->vc; rt.k_new = c->knc; rt.v_new = c->vnc; rt.new_from = c->new_from;
+  }
+  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * rt.S;
   float *q = malloc(sizeof(float) * NB * qrow), *mask = NULL;
   for (int b = 0; b < NB; b++) memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
   if (c->mode == FD_CAUSAL) {
@@ -132,44 +187,31 @@ static void reference(const void *cv, int t, double *rout, double *rlse) {
     for (int b = 0; b < NB; b++) {
       int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
       for (int h = 0; h < rt.Hq; h++)
-        for (int64_t k = 0; k < S_CAP; k++) mask[b * mrow + (size_t)h * S_CAP + k] = visible(c, p, k) ? 0.0f : -INFINITY;
+        for (int64_t k = 0; k < rt.S; k++) mask[b * mrow + (size_t)h * rt.S + k] = visible(c, p, k) ? 0.0f : -INFINITY;
     }
     rt.mask = mask;
     rt.mask_mode = FD_MASK;
   }
   rt.q = q;
-  rt.beam_src = c->src;
+  rt.beam_src = c->new_kv ? (c->src ? c->src_cat : NULL) : c->src;
   ref_attention(&rt, rout, rlse);
   free(q); free(mask);
 }
 
-/* The K/V (and V scales, and per-row K scales without kpc) of c as a pool:
-   row b's page i at pool page i * NB + (b + i) % NB (rows interleaved), its
-   block table. */
-typedef struct pool { void *k, *v; float *ks, *vs; int32_t *table; } pool;
+/* The K/V (and V scales, and per-row K scales without kpc) of c as a pool
+   (tests/kexec.h): row b's page i at pool page i * NB + (b + i) % NB (rows
+   interleaved), its block table. */
+typedef kx_pool pool;
 
 static void make_pool(const bcase *c, pool *pl) {
-  const ref_problem *r = &c->kp.ref;
-  size_t esz = t_dtype_size(c->kp.kv_dtype), rowb = (size_t)r->D * esz, n = (size_t)NB * PER_ROW * HKV * PAGE;
-  pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
-  pl->ks = c->kp.k_scale ? calloc(n, sizeof(float)) : NULL;
-  pl->vs = c->kp.v_scale ? calloc(n, sizeof(float)) : NULL;
-  pl->table = malloc(sizeof(int32_t) * NB * PER_ROW);
+  kx_pool_alloc(pl, &c->kp, NB * PER_ROW, PAGE, NB * PER_ROW);
   for (int b = 0; b < NB; b++)
     for (int64_t i = 0; i < PER_ROW; i++) {
       int64_t pg = i * NB + (b + i) % NB;
       pl->table[b * PER_ROW + i] = (int32_t)pg;
-      for (int j = 0; j < HKV; j++)
-        for (int64_t s = 0; s < PAGE && i * PAGE + s < S_CAP; s++) {
-          size_t from = (size_t)(b * HKV + j) * S_CAP + (size_t)(i * PAGE + s), to = ((size_t)pg * HKV + j) * PAGE + s;
-          memcpy((char *)pl->k + to * rowb, (const char *)c->kp.k + from * rowb, rowb);
-          memcpy((char *)pl->v + to * rowb, (const char *)c->kp.v + from * rowb, rowb);
-          if (pl->ks) { pl->ks[to] = c->kp.k_scale[from]; pl->vs[to] = c->kp.v_scale[from]; }
-        }
+      kx_pool_copy(pl, &c->kp, b, i, pg, PAGE);
     }
 }
-
-static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }
 
 /* The case's shape. */
 static fd_shape shape_of(const bcase *c, int paged) {
@@ -179,7 +221,8 @@ static fd_shape shape_of(const bcase *c, int paged) {
   s.q_len = c->q_len;
   s.window = c->window;
   s.sink_tokens = c->sinks;
-  s.features = (c->kch ? FD_K_PER_CHANNEL : 0) | (c->src ? FD_BEAMS : 0) | (c->shared ? FD_SHARED_KV : 0);
+  s.features = (c->kch ? FD_K_PER_CHANNEL : 0) | (c->src ? FD_BEAMS : 0) | (c->shared ? FD_SHARED_KV : 0)
+               | (c->new_kv ? FD_NEW_KV : 0);
   s.pool_pages = paged ? NB * PER_ROW : 0;
   return s;
 }
@@ -190,28 +233,30 @@ static fd_args args_of(const bcase *c, const pool *pl, void *out, float *lse) {
                 pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
   if (c->kch) a.k_scale = c->kch;
   a.beam_src = c->src;
+  if (c->new_kv) { a.k_new = c->nk.k; a.v_new = c->nk.v; }
   return a;
 }
 
 /* One case against the reference, dense and paged, on ctx's isa with splits. */
 static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int q_len, int kpc, int pattern, int splits, int tile,
-                     int shared, int idx) {
+                     int shared, int new_kv, int idx) {
   int D = idx % 2 ? 128 : 64, chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
   int window = q_len > 1 && idx % 4 == 1 ? 20 : 0, sinks = window ? 2 : 0;
   if (D % fd_isa_table[isa].width || tile > fd_isa_table[isa].max_tile) return;
   bcase c;
   make(&c, HKV * tile, D, qd, kd, od, mode, q_len, window, sinks, kpc, pattern, 700 + (uint64_t)idx);
   if (shared) share_row0(&c);
+  if (new_kv) with_new_kv(&c, 800 + (uint64_t)idx);
   size_t n = (size_t)NB * q_len * HKV * tile * D;
   void *out = malloc(n * t_dtype_size(od));
   float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
   fd_plan_opts o = { chunk, tile, splits, 2, isa + 1 };
   for (int paged = 0; paged <= 1; paged++) {
     char name[256];
-    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s %s q_len %d window %d%s%s beams %d splits%d chunk%d D%d tile%d", isa,
-             fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode],
-             paged ? "paged" : "bhsd", q_len, window, kpc ? " k per channel" : "", shared ? " shared kv" : "", pattern, splits,
-             chunk, D, tile);
+    snprintf(name, sizeof name, "isa%d kv%s q%s out%s %s %s q_len %d window %d%s%s%s beams %d splits%d chunk%d D%d tile%d",
+             isa, fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode],
+             paged ? "paged" : "bhsd", q_len, window, kpc ? " k per channel" : "", shared ? " shared kv" : "",
+             new_kv ? " new kv" : "", pattern, splits, chunk, D, tile);
     pool pl;
     if (paged) make_pool(&c, &pl);
     fd_shape s = shape_of(&c, paged);
@@ -219,7 +264,7 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int q_len, int kpc,
     int rc = t_plan_run(ctx, &s, &o, &a);
     if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx)))
       t_compare_tokens(&c.kp, q_len, out, lse, reference, &c, name);
-    if (paged) free_pool(&pl);
+    if (paged) kx_pool_free(&pl);
   }
   free(out); free(lse);
   unmake(&c);
@@ -233,25 +278,32 @@ static void mode_of(int m, int *mode, int *q_len) {
 }
 
 /* Every isa: per-channel K (each quantized dtype; in mask and full mode also
-   with FD_SHARED_KV, k_scale [1, Hkv, D]), beams (each KV dtype,
-   the patterns in turn; f32/f16/bf16 also with head-lane tiles of 16 heads
-   where the isa holds them), each in every mode variant, unsplit and 3 splits. */
+   with FD_SHARED_KV, k_scale [1, Hkv, D]), beams (each KV dtype, block
+   dtypes included, the patterns in turn; the per-element non-quantized and
+   the block dtypes also with head-lane tiles of 16 heads where the isa holds
+   them), beams with per-channel K (each quantized dtype: every source row's
+   channel scales), beams with FD_NEW_KV (causal; f32/f16/bf16: the new keys
+   the row's own), each in every mode variant, unsplit and 3 splits. */
 static void sweep(void) {
   int idx = 0, mode, q_len;
   for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int m = 0; m < 4; m++)
       for (int sp = 0; sp < 2; sp++) {
+        int splits = sp ? 3 : 1;
         mode_of(m, &mode, &q_len);
         for (int qi = 0; qi < t_quant_count(); qi++) {
-          run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, 0, idx++);
-          if (mode != FD_CAUSAL) run_case(ctx, isa, t_quant_dtype(qi), mode, q_len, 1, -1, sp ? 3 : 1, 4, 1, idx++);
+          int kd = t_quant_dtype(qi);
+          run_case(ctx, isa, kd, mode, q_len, 1, -1, splits, 4, 0, 0, idx++);
+          if (mode != FD_CAUSAL) run_case(ctx, isa, kd, mode, q_len, 1, -1, splits, 4, 1, 0, idx++);
+          int pat = (idx + qi) % 4;
+          run_case(ctx, isa, kd, mode, q_len, 1, pat, splits, 4, 0, 0, idx++);   /* beams, per-channel K */
         }
         for (int kd = 0; kd < FD_DTYPE_COUNT; kd++) {
-          if (fd_dtype_block[kd] > 1) continue;   /* beams with block dtypes: refused below */
           int pat = (idx + kd) % 4;
-          run_case(ctx, isa, kd, mode, q_len, 0, pat, sp ? 3 : 1, 4, 0, idx++);
-          if (!fd_dtype_quant[kd]) run_case(ctx, isa, kd, mode, q_len, 0, 2, sp ? 3 : 1, 16, 0, idx++);   /* head lanes */
+          run_case(ctx, isa, kd, mode, q_len, 0, pat, splits, 4, 0, 0, idx++);
+          if (!fd_dtype_quant[kd]) run_case(ctx, isa, kd, mode, q_len, 0, 2, splits, 16, 0, 0, idx++);   /* head lanes */
+          if (mode == FD_CAUSAL && kd <= FD_BF16) run_case(ctx, isa, kd, mode, q_len, 0, (pat + sp + kd) % 4, splits, 4, 0, 1, idx++);
         }
       }
     fd_destroy(ctx);
@@ -297,6 +349,55 @@ static void run_refused(fd_ctx *ctx, bcase *c, const pool *pl, void (*edit)(fd_a
 static void no_k_scale(fd_args *a) { a->k_scale = NULL; }
 static void no_beam_src(fd_args *a) { a->beam_src = NULL; }
 
+/* Every row b reads row (b + 1) % NB's keys (row 1 with from_self its own): row
+   0 reads row 1's keys 0..S_CAP - 1, row 1 (cur_pos 0) key 0, row 2 row 0's
+   keys 0..S_CAP / 2. */
+static void next_rows(bcase *c, int from_self) {
+  for (int b = 0; b < NB; b++)
+    for (int64_t i = 0; i < S_CAP; i++) c->src[b * S_CAP + i] = from_self && b == 1 ? 1 : (b + 1) % NB;
+  c->kp.cur_pos[2] = S_CAP / 2;
+}
+
+/* f16 element (b, kv head j, key, d) of K buffer k ([NB, HKV, S_CAP, D]) set to NaN. */
+static void f16_nan(void *k, int b, int j, int64_t key, int d, int D) {
+  ((uint16_t *)k)[(((size_t)b * HKV + j) * S_CAP + (size_t)key) * D + d] = 0x7e00;
+}
+
+/* config.check_inputs with FD_BEAMS checks the K/V rows (and scales) each
+   key is read from, through beam_src: a NaN in a row no key reads passes, one
+   a key reads is refused naming the cache row and the row reading it; dense
+   and paged; per-row V scales and per-channel K scales of source rows alike. */
+static void check_beams_inputs(fd_ctx *ctx) {
+  bcase c;
+  pool pl;
+  make(&c, 8, 64, FD_F32, FD_F16, FD_F32, FD_CAUSAL, 1, 0, 0, 0, 1, 91);
+  next_rows(&c, 0);
+  run_refused(ctx, &c, NULL, NULL, NULL, "check_inputs beams, valid");
+  f16_nan(c.kp.k, 0, 1, 150, 3, 64);           /* row 0's key 150: row 0 reads row 1, row 2 stops at key 100 */
+  run_refused(ctx, &c, NULL, NULL, NULL, "check_inputs beams, a NaN in a row no key reads");
+  f16_nan(c.kp.k, 0, 1, 50, 3, 64);            /* row 0's key 50: row 2 reads it */
+  run_refused(ctx, &c, NULL, NULL, "args.k[b=0, kv_head=1, key=50, d=3] is NaN (row 2 reads it through args.beam_src)",
+              "check_inputs beams, a NaN in K a key reads");
+  make_pool(&c, &pl);
+  run_refused(ctx, &c, &pl, NULL, "args.k[b=0, kv_head=1, key=50, d=3] is NaN (row 2 reads it through args.beam_src)",
+              "check_inputs paged beams, a NaN in K a key reads");
+  kx_pool_free(&pl);
+  unmake(&c);
+  make(&c, 8, 64, FD_F32, FD_I8, FD_F32, FD_CAUSAL, 1, 0, 0, 1, 1, 92);
+  next_rows(&c, 1);                            /* row 2's rows are read by no key */
+  c.kch[(2 * HKV + 0) * 64 + 7] = NAN;
+  c.kp.v_scale[(2 * HKV + 1) * S_CAP + 0] = NAN;
+  run_refused(ctx, &c, NULL, NULL, NULL, "check_inputs beams, NaN scales of a row no key reads");
+  c.kp.v_scale[(0 * HKV + 1) * S_CAP + 60] = NAN;
+  run_refused(ctx, &c, NULL, NULL, "args.v_scale[b=0, kv_head=1, key=60] is NaN (row 2 reads it through args.beam_src)",
+              "check_inputs beams, a NaN V scale a key reads");
+  c.kp.v_scale[(0 * HKV + 1) * S_CAP + 60] = 1.0f;
+  c.kch[(1 * HKV + 1) * 64 + 5] = NAN;
+  run_refused(ctx, &c, NULL, NULL, "args.k_scale[b=1, kv_head=1, d=5] is NaN (row 0 reads it through args.beam_src)",
+              "check_inputs beams, a NaN channel scale of a source row");
+  unmake(&c);
+}
+
 /* Bad shapes and arguments of both features, each named, nothing written;
    and the controls next to them (an entry past a row's valid keys is not read). */
 static void refusals(void) {
@@ -310,12 +411,6 @@ static void refusals(void) {
   }
   s = base; s.features = FD_BEAMS | FD_SHARED_KV; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "FD_BEAMS with FD_SHARED_KV", "beams with a shared sequence");
-  s = base; s.kv_dtype = FD_F16; s.features = FD_BEAMS | FD_NEW_KV;
-  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with FD_NEW_KV", "beams with new keys");
-  s = base; s.kv_dtype = FD_Q8_0; s.features = FD_BEAMS;
-  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with kv_dtype q8_0", "beams with q8_0 blocks");
-  s = base; s.features = FD_BEAMS | FD_K_PER_CHANNEL;
-  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with FD_K_PER_CHANNEL", "beams with per-channel K");
   bcase c;
   make(&c, 8, 64, FD_F32, FD_I8, FD_F32, FD_CAUSAL, 1, 0, 0, 1, -1, 97);
   run_refused(ctx, &c, NULL, NULL, NULL, "per-channel K, valid");
@@ -346,15 +441,19 @@ static void refusals(void) {
     for (int64_t i = 0; i < PAGE; i++) c.src[b * S_CAP + i] = 0;
   pl.table[1 * PER_ROW + 0] = -1;
   run_refused(ctx, &c, &pl, NULL, NULL, "paged beams, a bad page no key reads");
-  free_pool(&pl);
+  kx_pool_free(&pl);
   unmake(&c);
   fd_destroy(ctx);
   ctx = fd_create(&(fd_config){ .threads = 2, .check_inputs = 1 });
-  s = base; s.features = FD_BEAMS;
-  refused(ctx, s, FD_EUNSUPPORTED, "FD_BEAMS with config.check_inputs", "beams with check_inputs");
+  check_beams_inputs(ctx);
   make(&c, 8, 64, FD_F32, FD_FP8_E4M3, FD_F32, FD_CAUSAL, 1, 0, 0, 1, -1, 98);
   c.kch[(0 * HKV + 1) * 64 + 5] = NAN;
   run_refused(ctx, &c, NULL, NULL, "args.k_scale[b=0, kv_head=1, d=5] is NaN", "check_inputs: a NaN channel scale");
+  unmake(&c);
+  make(&c, 8, 64, FD_F32, FD_I8, FD_F32, FD_CAUSAL, 1, 20, 0, 1, -1, 96);   /* a window past key 0, no sinks */
+  c.kch[(0 * HKV + 1) * 64 + 5] = NAN;
+  run_refused(ctx, &c, NULL, NULL, "args.k_scale[b=0, kv_head=1, d=5] is NaN",
+              "check_inputs: a NaN channel scale with a sliding window");
   unmake(&c);
   fd_destroy(ctx);
 }

@@ -207,8 +207,8 @@ static void refusals(void) {
     t.q_len = bad_qlens[i];
     plan_refused(ctx, &t, FD_EINVAL, "shape.q_len", "q_len out of range refused");
   }
-  t = s; t.features = FD_BEAMS | FD_NEW_KV;
-  plan_refused(ctx, &t, FD_EUNSUPPORTED, "FD_BEAMS with FD_NEW_KV", "FD_BEAMS with FD_NEW_KV not served yet");
+  t = s; t.features = FD_BEAMS | FD_SHARED_KV;   /* FD_BEAMS with FD_NEW_KV: served (test_kpc_beams, paged too) */
+  plan_refused(ctx, &t, FD_EINVAL, "FD_BEAMS with FD_SHARED_KV", "FD_BEAMS with FD_SHARED_KV refused");
   t = s; t.features = 1u << 12;
   plan_refused(ctx, &t, FD_EINVAL, "shape.features", "unknown feature bit refused");
   t = s; t.softcap = -1;

@@ -211,21 +211,31 @@ compare_table split "$tmp/split.tsv"
 # 4096, split 5 and 16 ways) through the header and through exec.c: the same
 # work items, item by item, and the same outputs bit for bit (uneven lengths).
 # Each row has its variants' rows beside it (softcap, sink logits; causal:
-# ALiBi and the window of 3/4 of the bucket test_export.c runs), the same key
-# and splits: their signatures have tokens of their own.
+# ALiBi and the window of 3/4 of the bucket test_export.c runs; per-channel K,
+# beams and both), the same key and splits: their signatures have tokens of
+# their own.
 awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", n; next } $1 == "model" { next }
   function rows(s, b, sp) {
-    split(".softcap .sink_logits" (s ~ /\.causal\./ ? " .alibi .w" (b - b / 4) : ""), tok, " ")
+    split(".softcap .sink_logits .k_per_channel .beams .k_per_channel.beams" (s ~ /\.causal\./ ? " .alibi .w" (b - b / 4) : ""), tok, " ")
     print s, b, $3, sp, $5, $6, $7, $8, $9, $10; n++
     for (i = 1; i in tok; i++) { print s tok[i], b, $3, sp, $5, $6, $7, $8, $9, $10; n++ } }
   !seen[$1]++ { s = $1; sub(/^b[0-9]+/, "b5", s); rows(s, 1024, 5); rows(s, 4096, 16) }' \
   "$tmp/t.tsv" >"$tmp/uneven.tsv"
-check "uneven: export" $F export "$tmp/uneven.tsv" -o "$tmp/uneven.h"
+# Exported with the kernels of the feature digits: beams, per-channel K (the
+# int8 row) and both, against exec.c too.
+check "uneven: export (with --features k_per_channel,beams)" \
+  $F export "$tmp/uneven.tsv" -o "$tmp/uneven.h" --features k_per_channel,beams
+check "export --features refuses an unknown name" has "$($F export "$tmp/uneven.tsv" -o "$tmp/x.h" --features foo 2>&1)" \
+  "'foo' is not a feature digit"
 check "uneven: the program with the library's internals builds" gcc -std=c11 -O2 -Wall -Wextra -Werror \
   -D_GNU_SOURCE -DFDT_JIT -DFDT_INTERNAL -DFDT_HEADER="\"$tmp/uneven.h\"" -Iruntime tests/test_export.c \
   "$B/libfd_internal.a" -ltcc -llua5.4 -ldl -lpthread -lm -o "$tmp/uneven.int"
 check "uneven: header and exec.c give the same work items and bit-identical outputs (B=5, lengths 1..4096, mirrored)" \
   "$tmp/uneven.int" --uneven "$tmp/uneven.tsv"
+check "uneven: the feature variants ran (beams, per-channel K, both)" \
+  bash -c "$tmp/uneven.int --uneven $tmp/uneven.tsv | grep -c 'per-channel K + beams\$' | grep -qv '^0\$'"
+check "uneven: fdt_run refuses what fd_plan_create + fd_run refuse, with the feature kernels carried" \
+  "$tmp/uneven.int" --refusals
 
 # --- 5. the exhaustive sweep (tuner/sweep.lua) on one tiny row ----------------
 cat > "$tmp/sweep.lua" <<'LUA'

@@ -119,38 +119,23 @@ static void reference(const void *cv, int t, double *rout, double *rlse) {
   free(q); free(mask);
 }
 
-/* The K/V (and scales) of c as a paged pool, row b's page i at pool page
-   b * per_row + i, and its block table with -1 for every page holding no
-   key a token of its row sees. */
-typedef struct pool { void *k, *v; float *ks, *vs; int32_t *table; int64_t pages; } pool;
+/* The K/V (and scales) of c as a paged pool (tests/kexec.h), row b's page i
+   at pool page b * per_row + i, and its block table with -1 for every page
+   holding no key a token of its row sees. */
+typedef kx_pool pool;
 
 static void make_pool(const wcase *c, pool *pl) {
-  const ref_problem *r = &c->kp.ref;
   int64_t per_row = (S_CAP + PAGE - 1) / PAGE;
-  size_t rowb = t_kv_bytes(c->kp.kv_dtype, (size_t)r->D);
-  pl->pages = NB * per_row;
-  size_t n = (size_t)pl->pages * HKV * PAGE;
-  pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
-  pl->ks = c->kp.k_scale ? calloc(n, sizeof(float)) : NULL;
-  pl->vs = c->kp.v_scale ? calloc(n, sizeof(float)) : NULL;
-  pl->table = malloc(sizeof(int32_t) * (size_t)pl->pages);
+  kx_pool_alloc(pl, &c->kp, NB * per_row, PAGE, NB * per_row);
   for (int b = 0; b < NB; b++)
     for (int64_t i = 0; i < per_row; i++) {
       int64_t pg = b * per_row + i, first = c->kp.cur_pos[b] - c->q_len + 1, used = 0;
       for (int64_t k = i * PAGE; k < (i + 1) * PAGE && k < S_CAP; k++)
         for (int64_t p = first; p <= c->kp.cur_pos[b]; p++) used |= visible(c, p, k);
       pl->table[pg] = used ? (int32_t)pg : -1;
-      for (int j = 0; j < HKV; j++)
-        for (int64_t s = 0; s < PAGE && i * PAGE + s < S_CAP; s++) {
-          size_t from = ((size_t)(b * HKV + j) * S_CAP + (size_t)(i * PAGE + s)), to = ((size_t)pg * HKV + j) * PAGE + s;
-          memcpy((char *)pl->k + to * rowb, (const char *)c->kp.k + from * rowb, rowb);
-          memcpy((char *)pl->v + to * rowb, (const char *)c->kp.v + from * rowb, rowb);
-          if (pl->ks) { pl->ks[to] = c->kp.k_scale[from]; pl->vs[to] = c->kp.v_scale[from]; }
-        }
+      kx_pool_copy(pl, &c->kp, b, i, pg, PAGE);
     }
 }
-
-static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }
 
 /* The case's shape. */
 static fd_shape shape_of(const wcase *c, int paged) {
@@ -209,7 +194,7 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits
     if (paged) make_pool(&c, &pl);
     int rc = plan_run(ctx, &c, paged ? &pl : NULL, &o, out, lse);
     if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) compare_tokens(&c, out, lse, name);
-    if (paged) free_pool(&pl);
+    if (paged) kx_pool_free(&pl);
   }
   free(out); free(lse);
   unmake(&c);
@@ -367,7 +352,7 @@ static void check_inputs_paged(void) {
     snprintf(name, sizeof name, "check_inputs, paged, window %d sinks %d, freed pages -1", c.window, c.sinks);
     int rc = plan_run(ctx, &c, &pl, &(fd_plan_opts){ 64, 4, 3, 2, 0 }, out, lse);
     if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) compare_tokens(&c, out, lse, name);
-    free_pool(&pl);
+    kx_pool_free(&pl);
     free(out); free(lse);
     unmake(&c);
   }

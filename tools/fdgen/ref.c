@@ -11,10 +11,13 @@ int64_t ref_kv_offset(const ref_problem *p, int b, int j, int64_t i) {
   return (((int64_t)b * p->S + i) * p->Hkv + j) * p->D;
 }
 
-/* Element offset of the K/V row key i of batch row b reads: its own, or
-   through the beam indirection its beam_src entry names. */
-static int64_t ref_key_offset(const ref_problem *p, int b, int j, int64_t i) {
-  return ref_kv_offset(p, p->beam_src ? p->beam_src[(int64_t)b * p->S + i] : b, j, i);
+/* The K (or V: kv 1) row key i of batch row b reads: its own, or through
+   the beam indirection its beam_src entry names; a new token's key (from
+   new_from[b] on) from k_new / v_new. */
+static const float *ref_key_row(const ref_problem *p, int kv, int b, int j, int64_t i) {
+  if (p->new_from && i >= p->new_from[b]) return (kv ? p->v_new : p->k_new) + ref_kv_offset(p, b, j, i);
+  int src = p->beam_src ? p->beam_src[(int64_t)b * p->S + i] : b;
+  return (kv ? p->v : p->k) + ref_kv_offset(p, src, j, i);
 }
 
 /* One query row (b, h): scores, softmax and output in double. */
@@ -24,7 +27,7 @@ static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, 
   int64_t n = p->mask_mode == 0 ? (int64_t)p->cur_pos[b] + 1 : p->S;
   double m = -INFINITY;
   for (int64_t i = 0; i < n; i++) {
-    const float *k = p->k + ref_key_offset(p, b, j, i);
+    const float *k = ref_key_row(p, 0, b, j, i);
     double dot = 0;
     for (int d = 0; d < p->D; d++) dot += (double)q[d] * k[d];
     s[i] = p->scale * dot;
@@ -37,7 +40,7 @@ static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, 
   double l = 0;
   for (int64_t i = 0; i < n; i++) {
     double e = exp(s[i] - m);
-    const float *v = p->v + ref_key_offset(p, b, j, i);
+    const float *v = ref_key_row(p, 1, b, j, i);
     l += e;
     for (int d = 0; d < p->D; d++) out[d] += e * v[d];
   }

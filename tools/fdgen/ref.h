@@ -17,6 +17,9 @@ typedef struct ref_problem {
   double scale;
   double softcap;             /* 0: none; else s = softcap tanh(s / softcap) after the scale, before the mask */
   const int32_t *beam_src;    /* NULL, or [B, S] (FD_BEAMS): key i of row b is row beam_src[b * S + i]'s key i */
+  const int32_t *new_from;    /* NULL, or [B] (FD_NEW_KV): keys i >= new_from[b] of row b are its new tokens'
+                                 keys, read from k_new/v_new at (b, i) (laid out as k), never through beam_src */
+  const float *k_new, *v_new;
 } ref_problem;
 
 /* out [B, Hq, D] and lse [B, Hq] in double; a row with no valid key gives 0 and -inf. */
