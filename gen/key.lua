@@ -44,7 +44,8 @@ function M.has_flag(flags, bit)
 end
 
 -- Why MSD planes (the planes digit) cannot serve the key's other fields, or
--- nil: 2 or 3 planes, int8 K, an isa record with the vnni group.
+-- nil: 2 or 3 planes, int8 K, an isa record with the vnni group, not both
+-- per-channel K and beams.
 function M.planes_misfit(t)
   local n = t.planes or 0
   if n == 0 then return nil end
@@ -54,6 +55,9 @@ function M.planes_misfit(t)
   end
   if not F.isas[t.isa].groups.vnni then
     return ("MSD planes need an isa with int8 dot products (vpdpbusd), not isa %s"):format(F.isas[t.isa].name)
+  end
+  if (t.k_per_channel or 0) == 1 and (t.beams or 0) == 1 then
+    return "MSD planes with per-channel K scales and beams are not served (q is refolded per source row, in f32)"
   end
   return nil
 end

@@ -285,6 +285,9 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
   if (!fd_isa_table[isa].vnni)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs an isa with int8 dot products (avx512bf16), not isa %s",
                    o->planes, fd_isa_table[isa].name);
+  if ((s->features & FD_K_PER_CHANNEL) && (s->features & FD_BEAMS))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d with shape.features FD_K_PER_CHANNEL and FD_BEAMS is not "
+                   "served: q is refolded per source row of the beams, in f32 (gen/key.lua planes_misfit)", o->planes);
   return FD_OK;
 }
 
@@ -328,10 +331,12 @@ static int heuristic_tile(int G, int isa, fd_dtype kv) {
 
 /* The heuristic planes digit (MSD int8 scores) for isa: FD_H_PLANES for int8
    K on a record with int8 dot products where the planes fit a head's q row
-   (gen/generate.lua: planes x D + 8 planes <= 4 D), else 0 (f32 FMA scores). */
+   (gen/generate.lua: planes x D + 8 planes <= 4 D) and not both per-channel
+   K and beams, else 0 (f32 FMA scores). */
 static int heuristic_planes(const fd_shape *s, int isa) {
   int n = FD_H_PLANES, D = s->head_dim;
   if (!n || s->kv_dtype != FD_I8 || !fd_isa_table[isa].vnni || n * D + 8 * n > 4 * D) return 0;
+  if ((s->features & FD_K_PER_CHANNEL) && (s->features & FD_BEAMS)) return 0;   /* planes_misfit */
   return n;
 }
 

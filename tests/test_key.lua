@@ -69,6 +69,10 @@ T.raises("field k_per_channel", "a key with per-channel K and f32 KV does not de
 local kb = key.encode { head_dim = 64, chunk = 64, kv_dtype = "i8", k_per_channel = 1, beams = 1 }
 T.eq(kb, "1110064064010000300", "per-channel K and beams digits 17 and 18")
 T.ok(key.describe(kb):find("K scales per channel, beams", 1, true) ~= nil, "describe names both feature digits")
+T.raises("field planes: MSD planes with per.channel K scales and beams", "planes with per-channel K and beams refused",
+         key.encode, { head_dim = 64, chunk = 64, kv_dtype = "i8", k_per_channel = 1, beams = 1, planes = 3, isa = 3 })
+T.ok(#key.encode { head_dim = 64, chunk = 64, kv_dtype = "i8", k_per_channel = 1, planes = 3, isa = 3 } == key.DIGITS,
+     "planes with per-channel K alone encode")
 
 -- Each kind of bad key is refused with the field named.
 T.raises("at most " .. key.DIGITS, "too many digits", key.decode, "1" .. key.encode(top))

@@ -370,7 +370,7 @@ static void heuristic(void) {
   t_check(p == 0, "head_dim 20 (no isa 3 kernel): %d", p);
 }
 
-/* opts.planes refusals: a bad count, a KV dtype or isa without MSD. */
+/* opts.planes refusals: a bad count, a KV dtype or isa without MSD, per-channel K with beams. */
 static void refusals(void) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
   fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
@@ -386,6 +386,9 @@ static void refusals(void) {
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED,
           "needs an isa with int8 dot products (avx512bf16), not isa avx512", "isa avx512");
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
+  s.features = FD_K_PER_CHANNEL | FD_BEAMS;
+  refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED, "with shape.features FD_K_PER_CHANNEL and FD_BEAMS",
+          "per-channel K + beams");
   fd_destroy(ctx);
 }
 
