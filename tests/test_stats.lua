@@ -87,6 +87,18 @@ T.ok(sw.switch and sw.switch.levels[1].n == 18 and sw.switch.levels[2].n == 6, "
 local both = {}
 for i = 1, 24 do both[i] = 0.9 + 0.002 * i end
 T.eq(stats.decide(both, { base = base }).decision, "win", "a win at both levels stays a win")
+local mixed_slow = {}
+for i = 1, 24 do   -- the slow level (6 rounds) wins by its median but 2 of 6 lose: its interval holds 1
+  mixed_slow[i] = base[i] == 1000 and 0.85 or (i % 8 == 0 and 1.02 or 0.95)
+end
+local ms = stats.decide(mixed_slow, { base = base })
+T.ok(ms.decision == "win" and ms.switch.levels[2].hi >= 1 and ms.switch.levels[2].med < 1,
+     "a level whose median is below 1 holds the win though its interval holds 1", ms.decision)
+local even_slow = {}
+for i = 1, 24 do   -- the slow level at 1.01: no win there
+  even_slow[i] = base[i] == 1000 and 0.85 or (i % 8 == 0 and 1.0 or 1.02)
+end
+T.eq(stats.decide(even_slow, { base = base }).decision, "more", "a level with median 1 blocks the win")
 local few, fewr = {}, {}
 for i = 1, 24 do                                   -- 5 slow rounds, losing: too few for a level interval
   few[i] = i % 5 == 2 and 1300 or 1000
@@ -116,6 +128,19 @@ T.ok(s.decision == "more" and s.rounds == 4, "a cap below 6 rounds: more", s.rou
 local mixed = spread(0.93, 1.01, 40)
 s = stats.sequential(feed(mixed), { first = 8, batch = 8, max = 40 })
 T.ok(s.decision == "win" and s.rounds > 8, "a marginal win needs more rounds", s.rounds .. " " .. s.decision)
+-- Past the cap: a promising undecided win (median <= extend.below) goes on while extend.ok allows.
+local third = {}
+for i = 1, 70 do third[i] = i % 3 == 0 and 1.05 or 0.9 end
+local ext = { max = 63, below = 0.97 }
+s = stats.sequential(feed(third), { first = 8, batch = 8, max = 31 })
+T.ok(s.decision == "more" and s.rounds == 31, "a win in 2 of 3 rounds is undecided at 31 rounds", s.rounds .. " " .. s.decision)
+s = stats.sequential(feed(third), { first = 8, batch = 8, max = 31, extend = ext })
+T.ok(s.decision == "win" and s.rounds > 31 and s.rounds <= 63 and s.extended, "extended past the cap, it is decided",
+     s.rounds .. " " .. s.decision)
+s = stats.sequential(feed(third), { first = 8, batch = 8, max = 31, extend = { max = 63, below = 0.97, ok = function() return false end } })
+T.ok(s.rounds == 31 and s.stop == "rounds cap", "no extension when the budget says no", s.rounds)
+s = stats.sequential(feed(alt(1.05, 0.95, 70)), { first = 8, batch = 8, max = 31, extend = ext })
+T.ok(s.rounds == 31 and s.stop == "rounds cap", "no extension for a median near 1", s.rounds)
 local err_round = function(r) if r == 3 then return nil, "boom" end return 0.9, 1 end
 local e, why = stats.sequential(err_round, { first = 8 })
 T.ok(e == nil and why == "boom", "a failed round's error comes back")

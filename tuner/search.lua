@@ -15,7 +15,9 @@
 --      to the quick best wins, so a bandwidth level switch cannot pick it;
 --   5. verify: the refined winner and the heuristic interleaved in paired
 --      rounds, added in batches until tuner/stats.lua decides (win, lose, tie)
---      or the rounds cap is reached; the winner is kept only when the whole
+--      or the rounds cap is reached (a winner whose median ratio is at most
+--      EXTEND_BELOW goes on to EXTEND_ROUNDS while the budget lasts); the
+--      winner is kept only when the whole
 --      confidence interval of its median per-round ratio to the heuristic lies
 --      below 1 (within each bandwidth level when the rounds show a switch) and
 --      its median time is not the higher, else the heuristic's configuration is.
@@ -30,6 +32,8 @@ local M = {}
 M.REFINE_S = 0.25        -- timed seconds aimed at per refined configuration
 M.VERIFY_S = 0.6         -- seconds aimed at per configuration in verification: the rounds cap (7 to 31)
 M.MIN_ROUNDS = 6         -- the fewest rounds with a 95% sign-test interval (tuner/stats.lua)
+M.EXTEND_BELOW = 0.97    -- verification past its cap: a winner with a median ratio at most this
+M.EXTEND_ROUNDS = 63     -- goes on to this many rounds while the job's budget lasts
 M.LONG_S = 0.05          -- quick runs longer than this skip the warm-up (a run that long is its own)
 M.FLUSH_S = 0.01         -- the virtual cost of a cache flush (and a plan), seconds
 M.MAX_SPLITS = 16        -- the most splits tried
@@ -328,7 +332,9 @@ end
 local function verify(st, w, h, cost)
   local cap = rounds_cap(st, cost)
   st.planned = st.planned + 2 * cap
-  local d, err = measure.compare({ max = cap }, function(which, r)
+  local extend = { max = math.max(cap, M.EXTEND_ROUNDS), below = M.EXTEND_BELOW,
+                   ok = function() return left(st) >= 2 * cost * 8 end }
+  local d, err = measure.compare({ max = cap, extend = extend }, function(which, r)
     return timed(st, which == "a" and w or h, "v" .. r, 1, r == 1)
   end)
   if d then st.planned = st.planned - 2 * (cap - d.rounds); d.cap = cap end

@@ -119,8 +119,10 @@ function M.decide(ratios, opts)
   d.switch = o.base and M.levels(o.base, o.switch) or nil
   if d.switch then
     d.switch.levels = per_level(ratios, d.switch, o)
-    for _, l in ipairs(d.switch.levels) do         -- a win must hold at every level that has an interval
-      if d.decision == "win" and l.hi ~= math.huge and l.hi >= 1 then d.decision = l.lo > 1 and "lose" or "more" end
+    for _, l in ipairs(d.switch.levels) do         -- a win must hold at every level that has an interval:
+      if d.decision == "win" and l.hi ~= math.huge and (l.med >= 1 or l.lo > 1) then   -- its median below 1
+        d.decision = l.lo > 1 and "lose" or "more"
+      end
     end
   end
   return d
@@ -131,11 +133,14 @@ end
 -- (opts.first, opts.batch) until decide() gives other than "more", opts.max
 -- rounds are run, or opts.more(n) (seconds left?) says false. Returns the
 -- decision with rounds (= n) and stop ("decided", "rounds cap" or "time"),
--- or nil and the error.
+-- or nil and the error. opts.extend = { max, below, ok }: at the cap, a
+-- candidate whose median ratio is at most below goes on to extend.max rounds
+-- while ok(n) (the budget) says so: a promising but undecided win gets more
+-- rounds instead of falling back to the incumbent.
 function M.sequential(round, opts)
   local o = opts or {}
   local max = o.max or 31
-  local target, ratios, base = math.min(o.first or M.FIRST, max), {}, {}
+  local target, ratios, base, extended = math.min(o.first or M.FIRST, max), {}, {}, nil
   while true do
     for r = #ratios + 1, target do
       local ratio, b = round(r)
@@ -143,9 +148,15 @@ function M.sequential(round, opts)
       ratios[r], base[r] = ratio, b
     end
     local d = M.decide(ratios, { level = o.level, tie = o.tie, switch = o.switch, base = base })
-    d.rounds, d.ratios, d.base = #ratios, ratios, base
+    d.rounds, d.ratios, d.base, d.extended = #ratios, ratios, base, extended
     if d.decision ~= "more" then d.stop = "decided"; return d end
-    if #ratios >= max then d.stop = "rounds cap"; return d end
+    local x = o.extend
+    if #ratios >= max then
+      if not (x and #ratios < x.max and d.med <= x.below and (not x.ok or x.ok(#ratios))) then
+        d.stop = "rounds cap"; return d
+      end
+      max, extended = math.min(#ratios + (o.batch or M.BATCH), x.max), true
+    end
     if o.more and not o.more(#ratios) then d.stop = "time"; return d end
     target = math.min(#ratios + (o.batch or M.BATCH), max)
   end
