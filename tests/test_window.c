@@ -42,7 +42,7 @@ static const int Q_LENS[] = { 1, 3, 4 };
 #define N_Q_LENS (int)(sizeof Q_LENS / sizeof Q_LENS[0])
 /* (window, sink_tokens): one key, short with a sink beside it, sinks inside
    the window (one range), medium with sinks, wider than the cache. */
-static const int WINDOWS[][2] = { { 1, 0 }, { 7, 2 }, { 20, 40 }, { 64, 5 }, { 1000, 3 }, { 100, 0 }, { 0, 0 } };
+static const int WINDOWS[][2] = { { 1, 0 }, { 7, 2 }, { 40, 20 }, { 64, 5 }, { 1000, 3 }, { 100, 0 }, { 0, 0 } };
 #define N_WINDOWS (int)(sizeof WINDOWS / sizeof WINDOWS[0])
 
 /* One case: K/V and positions from kp (causal), q [NB, q_len, Hq, D] from qp. */
@@ -368,6 +368,25 @@ static void refused(fd_ctx *ctx, fd_shape s, int rc, const char *want, const cha
   fd_plan_destroy(plan);
 }
 
+/* A run of shape s (8 heads, D 64, 256 keys, f32) with ALiBi slopes
+   (or NULL) refused at fd_run with a message holding want, out untouched. */
+static void run_refused(fd_ctx *ctx, fd_shape s, const float *slopes, const char *want, const char *name) {
+  fd_plan *plan = NULL;
+  static float q[8 * 64], kv[2 * 256 * 64], out[8 * 64];
+  int32_t pos[1] = { 100 };
+  memset(out, 0x5a, sizeof out);
+  fd_args a = { q, kv, kv, pos, NULL, NULL, NULL, NULL, 0, out, NULL };
+  a.alibi_slopes = slopes;
+  int rc = fd_plan_create(ctx, &s, &plan), run = rc ? rc : fd_run(plan, &a);
+  unsigned char *o = (unsigned char *)out;
+  size_t i = 0;
+  while (i < sizeof out && o[i] == 0x5a) i++;
+  t_check(rc == 0 && run == FD_EINVAL && strstr(fd_errmsg(ctx), want) && i == sizeof out,
+          "refusal %s: plan %d, run %d, '%s' (want '%s'), out untouched %d", name, rc, run, fd_errmsg(ctx), want,
+          i == sizeof out);
+  fd_plan_destroy(plan);
+}
+
 /* Bad window settings, each named. */
 static void refusals(void) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
@@ -376,6 +395,11 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "shape.window", "negative window");
   s = base; s.sink_tokens = 4;
   refused(ctx, s, FD_EINVAL, "shape.sink_tokens is 4 without a window", "sinks without a window");
+  s.window = 3;
+  refused(ctx, s, FD_EINVAL, "shape.sink_tokens is 4, more than shape.window 3", "more sinks than the window");
+  s.window = 4;
+  refused(ctx, s, 0, "", "as many sinks as the window (accepted)");
+  s.window = 0;
   s = base; s.window = 16; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "needs positions (FD_CAUSAL)", "window in full mode");
   s = base; s.softcap = -1;
@@ -386,22 +410,15 @@ static void refusals(void) {
   refused(ctx, s, FD_EINVAL, "shape.softcap is inf", "infinite softcap");
   s = base; s.features = FD_ALIBI; s.mask_mode = FD_FULL;
   refused(ctx, s, FD_EINVAL, "FD_ALIBI with mask_mode", "ALiBi in full mode");
-  {                                       /* FD_SINK_LOGITS without args.sink_logits: refused at run, out untouched */
-    fd_plan *plan = NULL;
-    float q[8 * 64] = { 0 }, kv[2 * 256 * 64] = { 0 }, out[8 * 64];
-    int32_t pos[1] = { 100 };
-    memset(out, 0x5a, sizeof out);
-    s = base; s.features = FD_SINK_LOGITS;
-    fd_args a = { q, kv, kv, pos, NULL, NULL, NULL, NULL, 0, out, NULL };
-    int rc = fd_plan_create(ctx, &s, &plan), run = rc ? rc : fd_run(plan, &a);
-    unsigned char *o = (unsigned char *)out;
-    size_t i = 0;
-    while (i < sizeof out && o[i] == 0x5a) i++;
-    t_check(rc == 0 && run == FD_EINVAL && strstr(fd_errmsg(ctx), "args.sink_logits is NULL") && i == sizeof out,
-            "refusal sink logits without args.sink_logits: plan %d, run %d, '%s', out untouched %d", rc, run,
-            fd_errmsg(ctx), i == sizeof out);
-    fd_plan_destroy(plan);
-  }
+  s = base; s.features = FD_SINK_LOGITS;
+  run_refused(ctx, s, NULL, "args.sink_logits is NULL", "sink logits without args.sink_logits");
+  float slopes[8] = { 0.5f, 0.25f, 0.125f, 0.0625f, 0.03125f, 0.015625f, 0.0078125f, 0.00390625f };
+  s = base; s.features = FD_ALIBI;
+  run_refused(ctx, s, NULL, "args.alibi_slopes is NULL", "ALiBi without args.alibi_slopes");
+  slopes[5] = NAN;
+  run_refused(ctx, s, slopes, "args.alibi_slopes[5] is nan", "ALiBi slope NaN");
+  slopes[5] = INFINITY;
+  run_refused(ctx, s, slopes, "args.alibi_slopes[5] is inf", "ALiBi slope inf");
   fd_destroy(ctx);
 }
 
