@@ -84,8 +84,10 @@ for i, f in ipairs(fin) do
   truth[name] = f.v
   st.quick[name] = { ok = true, c = c, config = name, median_us = 50 + i }   -- quick order: 512, 256, 1024
 end
-local win = search.refine(st, 0.1)   -- 3 rounds of 3
+local win, finalists = search.refine(st, 0.1)   -- 3 rounds of 3
 T.eq(win and win.config, "c512.t4.s1.p2.i1", "interleaved refinement finds the truly fastest across a level switch")
+T.eq(finalists and #finalists == 3 and finalists[2].config .. " " .. finalists[3].config,
+     "c256.t4.s1.p2.i1 c1024.t4.s1.p2.i1", "the finalists in refined order: the runner-up verification's candidate second")
 local rounds, each = 0, true
 for stage, list in pairs(stages) do
   rounds = rounds + 1

@@ -13,7 +13,8 @@
 --   4. refine the best few interleaved (several rounds, each timing every
 --      finalist once in a rotating order): the lowest median per-round ratio
 --      to the quick best wins, so a bandwidth level switch cannot pick it;
---   5. verify: the refined winner and the heuristic interleaved in paired
+--   5. verify: the refined winner (then, when it does not win and the budget
+--      allows, the runner-up in rounds of its own) and the heuristic interleaved in paired
 --      rounds, added in batches until tuner/stats.lua decides (win, lose, tie)
 --      or the rounds cap is reached (a winner whose median ratio is at most
 --      EXTEND_BELOW goes on to EXTEND_ROUNDS while the budget lasts); the
@@ -304,14 +305,16 @@ local function refine(st, cost)
       recs[i][r] = timed(st, best[i].c, "r" .. r, 1, r == 1)
     end
   end
-  local win, wq
+  local order = {}
   for i = 1, n do
     local rec = refined_record(best[i].c, recs[i])
     st.refined[measure.config_name(best[i].c)] = rec
     local q = rec.ok and st.refined[measure.config_name(best[1].c)].ok and median_ratio(rec.times, st.refined[measure.config_name(best[1].c)].times)
-    if rec.ok and (not win or (q and q < wq)) then win, wq = rec, q or 1 end
+    if rec.ok then order[#order + 1] = { rec = rec, q = q or 1, i = i } end
   end
-  return win
+  table.sort(order, function(a, b) if a.q ~= b.q then return a.q < b.q end return a.i < b.i end)
+  for i, o in ipairs(order) do order[i] = o.rec end
+  return order[1], order
 end
 
 M.refine = refine   -- for tests
@@ -329,13 +332,13 @@ end
 -- Phase 5: winner w and heuristic h interleaved, back to back in each round
 -- (alternating which goes first), in batches until stats decides; the
 -- decision (measure.compare: interval of the median ratio w/h, medians ma, mb).
-local function verify(st, w, h, cost)
+local function verify(st, w, h, cost, stage)
   local cap = rounds_cap(st, cost)
   st.planned = st.planned + 2 * cap
   local extend = { max = math.max(cap, M.EXTEND_ROUNDS), below = M.EXTEND_BELOW,
                    ok = function() return left(st) >= 2 * cost * 8 end }
   local d, err = measure.compare({ max = cap, extend = extend }, function(which, r)
-    return timed(st, which == "a" and w or h, "v" .. r, 1, r == 1)
+    return timed(st, which == "a" and w or h, stage .. r, 1, r == 1)
   end)
   if d then st.planned = st.planned - 2 * (cap - d.rounds); d.cap = cap end
   return d, err
@@ -355,7 +358,7 @@ local function search(j, budget, prior)
   decomposition_pass(st, h, cost, warm)
   local res_cov = coverage(st)
   log_coverage(j, res_cov)
-  local best = refine(st, cost)
+  local best, finalists = refine(st, cost)
   local hname = measure.config_name(h)
   local res = { h = h, quick = st.quick, n = st.n, spent = st.spent, coverage = res_cov }
   if not best or best.config == hname then
@@ -363,9 +366,17 @@ local function search(j, budget, prior)
     res.c, res.key, res.median_us, res.heuristic_us = h, hr.key, hr.median_us, hr.median_us
     return res
   end
-  local d, err = verify(st, best.c, h, cost)
+  local d, err = verify(st, best.c, h, cost, "v")
   if not d then return nil, "verification failed: " .. tostring(err) end
   local win = d.decision == "win" and d.ma <= d.mb
+  local second = finalists[2]
+  if not win and second and second.config ~= hname and left(st) >= 2 * cost * rounds_cap(st, cost) then
+    if j.log.decision then j.log:decision(M.decision_record(j, best.c, h, d, false)) end
+    best = second      -- the runner-up of the refinement, in rounds of its own (stage w)
+    d, err = verify(st, best.c, h, cost, "w")
+    if not d then return nil, "verification failed: " .. tostring(err) end
+    win = d.decision == "win" and d.ma <= d.mb
+  end
   res.c, res.key = win and best.c or h, win and best.key or hq.key
   res.median_us, res.heuristic_us, res.challenger = win and d.ma or d.mb, d.mb, { c = best.c, median_us = d.ma }
   res.decision, res.win, res.spent = d, win, st.spent
