@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "key.h"
 #include "luagen.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,3 +136,22 @@ void kx_pool_copy(kx_pool *pl, const kproblem *p, int b, int64_t i, int64_t pg, 
 
 /* Free a pool (tests/kexec.h). */
 void kx_pool_free(kx_pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }
+
+/* Channel d's factor: 1/30 .. 33 geometrically over the channels (see kexec.h). */
+float kx_channel_factor(int d, int D) { return (float)(pow(1000.0, (double)d / (D - 1)) / 30.0); }
+
+/* Per-channel K scales for p's first S keys of nbj rows (see kexec.h). */
+void kx_per_channel(kproblem *p, int nbj, int64_t S, float *kch) {
+  int D = p->ref.D;
+  int64_t stride = p->ref.S;
+  for (int bj = 0; bj < nbj; bj++)
+    for (int d = 0; d < D; d++) {
+      float m = 0, f = kx_channel_factor(d, D), *sc = &kch[bj * D + d];
+      for (int64_t i = 0; i < S; i++) m = fmaxf(m, fabsf(p->kf[((size_t)bj * stride + i) * D + d] * f));
+      *sc = m / t_quant_max(p->kv_dtype);
+      for (int64_t i = 0; i < S; i++) {
+        size_t at = ((size_t)bj * stride + i) * D + d;
+        p->kf[at] = t_store(p->kv_dtype, p->k, at, p->kf[at] * f / *sc) * *sc;
+      }
+    }
+}

@@ -30,4 +30,13 @@ void kx_pool_alloc(kx_pool *pl, const kproblem *p, int64_t pages, int page_size,
    kv head, those below p's S) into pool page pg. */
 void kx_pool_copy(kx_pool *pl, const kproblem *p, int b, int64_t i, int64_t pg, int page_size);
 void kx_pool_free(kx_pool *pl);
+
+/* Channel d's factor of the per-channel K tests: 1/30 .. 33 geometrically
+   over D channels (1000x apart). */
+float kx_channel_factor(int d, int D);
+/* Re-quantize p's K (BHSD, the first S keys of each of nbj (batch, kv head)
+   rows) with one scale per (row, kv head, channel): channel d scaled by
+   kx_channel_factor, its largest |x| mapped to the dtype's largest code;
+   kch [nbj, D] gets the scales, kf the stored values times them. */
+void kx_per_channel(kproblem *p, int nbj, int64_t S, float *kch);
 #endif

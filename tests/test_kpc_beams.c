@@ -49,27 +49,10 @@ typedef struct bcase {
   int32_t *src_cat, *new_from;
 } bcase;
 
-/* Channel d's factor: 1/30 .. 33 geometrically over the head_dim channels (1000x apart). */
-static float channel_factor(int d, int D) { return (float)(pow(1000.0, (double)d / (D - 1)) / 30.0); }
-
-/* Re-quantize K with one scale per (row, kv head, channel): channel d of K
-   scaled by channel_factor, its largest |x| over the keys mapped to the
-   dtype's largest code; kf then holds the stored values times the scales. */
+/* Re-quantize K with one scale per (row, kv head, channel) (kx_per_channel). */
 static void per_channel(bcase *c) {
-  kproblem *p = &c->kp;
-  const ref_problem *r = &p->ref;
-  int D = r->D;
-  c->kch = malloc(sizeof(float) * NB * HKV * D);
-  for (int bj = 0; bj < NB * HKV; bj++)
-    for (int d = 0; d < D; d++) {
-      float m = 0, f = channel_factor(d, D), *sc = &c->kch[bj * D + d];
-      for (int64_t i = 0; i < S_CAP; i++) m = fmaxf(m, fabsf(p->kf[((size_t)bj * S_CAP + i) * D + d] * f));
-      *sc = m / t_quant_max(p->kv_dtype);
-      for (int64_t i = 0; i < S_CAP; i++) {
-        size_t at = ((size_t)bj * S_CAP + i) * D + d;
-        p->kf[at] = t_store(p->kv_dtype, p->k, at, p->kf[at] * f / *sc) * *sc;
-      }
-    }
+  c->kch = malloc(sizeof(float) * NB * HKV * c->kp.ref.D);
+  kx_per_channel(&c->kp, NB * HKV, S_CAP, c->kch);
 }
 
 /* beam_src of pattern: 0 each row its own, 1 the next row's, 2 runs of 1..40

@@ -38,25 +38,10 @@ typedef struct mcase {
   float *kch;
 } mcase;
 
-/* Channel d's factor: 1/30 .. 33 geometrically over the channels (1000x apart). */
-static float channel_factor(int d, int D) { return (float)(pow(1000.0, (double)d / (D - 1)) / 30.0); }
-
-/* Re-quantize K (bhsd) with one scale per (row, kv head, channel) of K scaled by channel_factor. */
+/* Re-quantize K (bhsd) with one scale per (row, kv head, channel) (kx_per_channel). */
 static void per_channel(mcase *c) {
-  kproblem *p = &c->kp;
-  int D = p->ref.D;
-  int64_t S = p->ref.S;
-  c->kch = malloc(sizeof(float) * NB * HKV * D);
-  for (int bj = 0; bj < NB * HKV; bj++)
-    for (int d = 0; d < D; d++) {
-      float m = 0, f = channel_factor(d, D), *sc = &c->kch[bj * D + d];
-      for (int64_t i = 0; i < S; i++) m = fmaxf(m, fabsf(p->kf[((size_t)bj * S + i) * D + d] * f));
-      *sc = m / t_quant_max(p->kv_dtype);
-      for (int64_t i = 0; i < S; i++) {
-        size_t at = ((size_t)bj * S + i) * D + d;
-        p->kf[at] = t_store(p->kv_dtype, p->k, at, p->kf[at] * f / *sc) * *sc;
-      }
-    }
+  c->kch = malloc(sizeof(float) * NB * HKV * c->kp.ref.D);
+  kx_per_channel(&c->kp, NB * HKV, c->kp.ref.S, c->kch);
 }
 
 /* Build a case (layout FD_BHSD or FD_BSHD; paged cases are built dense and pooled). */
@@ -263,17 +248,7 @@ static double score_error(fd_ctx *ctx, int planes, int kpc, int D) {
     kp_init(&c.qp, NB, HKV * G, HKV, D, 1, FD_F32, FD_I8, FD_F32, FD_FULL, FD_BHSD, 4243);
     if (kpc) {
       c.kch = malloc(sizeof(float) * NB * HKV * D);
-      /* per_channel reads S_CAP keys: use its rule on the S keys here */
-      for (int bj = 0; bj < NB * HKV; bj++)
-        for (int d = 0; d < D; d++) {
-          float m = 0, f = channel_factor(d, D), *sc = &c.kch[bj * D + d];
-          for (int64_t i = 0; i < S; i++) m = fmaxf(m, fabsf(c.kp.kf[((size_t)bj * S + i) * D + d] * f));
-          *sc = m / t_quant_max(FD_I8);
-          for (int64_t i = 0; i < S; i++) {
-            size_t at = ((size_t)bj * S + i) * D + d;
-            c.kp.kf[at] = t_store(FD_I8, c.kp.k, at, c.kp.kf[at] * f / *sc) * *sc;
-          }
-        }
+      kx_per_channel(&c.kp, NB * HKV, S, c.kch);
     }
     for (size_t i = 0; i < (size_t)NB * HKV * G * D; i++) {   /* scores of tens: the lse's own rounding stays small */
       c.qp.qf[i] *= 6.0f;
