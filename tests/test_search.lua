@@ -98,6 +98,17 @@ end
 T.ok(rounds == 3 and each, "3 rounds (stages r1..r3), each timing every finalist once")
 T.ok(math.abs(st.refined["c1024.t4.s1.p2.i1"].median_us - 120) < 1e-9, "a finalist's refined time: the median of its rounds")
 
+-- Finalists: the fastest, the fastest at another decomposition, then quick order.
+local function rec(name, s, p) return { config = name, c = { splits = s, threads = p } } end
+local q = { rec("a", 1, 2), rec("b", 1, 2), rec("c", 1, 2), rec("d", 4, 2), rec("e", 2, 2) }
+local function names_of(list) local o = {} for i, r in ipairs(list) do o[i] = r.config end return csv(o) end
+T.eq(names_of(search.finalists(q, 3)), "a,b,d", "the fastest at another splits count is a finalist (quick order kept)")
+T.eq(names_of(search.finalists(q, 2)), "a,d", "two finalists: the fastest and the fastest at another decomposition")
+T.eq(names_of(search.finalists(q, 1)), "a", "one finalist: the fastest")
+T.eq(names_of(search.finalists({ rec("a", 1, 2), rec("b", 1, 2), rec("c", 1, 2) }, 3)), "a,b,c",
+     "one decomposition only: quick order")
+T.eq(names_of(search.finalists({ rec("a", 1, 2), rec("b", 1, 1) }, 3)), "a,b", "fewer records than finalists")
+
 -- Log notes: format, parse, round trip, errors naming the field.
 local note = { build = "b1", shape = "sig", bucket = 1024, len = 700, cache = "cold", what = "c4096.t4.i1",
                why = "chunk 4096 >= 2 x the length 700", name = "tiny" }

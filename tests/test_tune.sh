@@ -245,19 +245,19 @@ return {
 }
 LUA
 # Sweep the tiny row into $tmp/$1.{md,log}.
-sweep() { local n=$1; shift; env SWEEP_REPORT="$tmp/$n.md" SWEEP_TABLE="$tmp/t.tsv" SWEEP_ROUNDS=6 SWEEP_TOP=2 "$@" \
+sweep() { local n=$1; shift; env SWEEP_REPORT="$tmp/$n.md" SWEEP_TABLE="$tmp/t.tsv" SWEEP_ROUNDS=12 SWEEP_TOP=2 "$@" \
   "$LUAJIT" tuner/sweep.lua "$tmp/sweep.lua"; }
 out=$(sweep s 2>&1)
 check "sweep exits 0 and prints its runtime" has "$out" "sweep took"
-check "sweep report has the columns" grep -qF '| row | len | configs swept | exhaustive best c/t/s/p/isa | tuned pick | heuristic | tuned/best [95% CI] | tuned/heuristic [95% CI] | within 3% | not slower than heuristic |' "$tmp/s.md"
+check "sweep report has the columns" grep -qF '| row | len | configs swept | exhaustive best c/t/s/p/isa | tuned pick | heuristic | tuned/best, held out [95% CI] | tuned/best, all rounds | tuned/heuristic [95% CI] | within 3% | not slower than heuristic |' "$tmp/s.md"
 check "sweep report has the row, its ratios and intervals" \
-  grep -qE '^\| tiny-gqa \| 200 \| [0-9]+ \(.*\| [0-9.]+ \[[0-9.]+\.\.[0-9.]+\] \| [0-9.]+ \[[0-9.]+\.\.[0-9.]+\] \| (yes|no) \| (yes|no) \|$' "$tmp/s.md"
+  grep -qE '^\| tiny-gqa \| 200 \| [0-9]+ \(.*\| [0-9.]+ \[[0-9.]+\.\.[0-9.]+\] \| [0-9.]+ \| [0-9.]+ \[[0-9.]+\.\.[0-9.]+\] \| (yes|no) \| (yes|no) \|$' "$tmp/s.md"
 check "sweep report has the totals" grep -q "of the exhaustive best on [01] of 1 rows" "$tmp/s.md"
 check "sweep used the tuned table's pick" bash -c "! grep -q 'no table pick' $tmp/s.md"
 swept=$(grep -oE '^\| tiny-gqa \| 200 \| [0-9]+' "$tmp/s.md" | grep -oE '[0-9]+$')
 check "sweep timed every kernel x decomposition that survived (>= 20 configs)" test "${swept:-0}" -ge 20
 check "sweep logged pruned kernels with why" grep -q $'^#pruned\t.*\tchunk 512 >= 2 x the length 200' "$tmp/s.log"
-check "sweep logged its paired rounds" test "$(grep -c $'\ts6\t' "$tmp/s.log")" -ge 3
+check "sweep logged its paired rounds" test "$(grep -c $'\ts12\t' "$tmp/s.log")" -ge 3
 n=$(measurements "$tmp/s.log")
 out=$(sweep s 2>&1)
 check "a second sweep measures nothing" has "$out" "(0 measurements, $n reused)"

@@ -10,7 +10,8 @@
 --      that cannot run or repeat another's work are pruned, each logged
 --      ("#pruned" lines, tuner/log.lua) with why;
 --   3. quick pass over splits (up to 16) x threads for the best two kernels;
---   4. refine the best few interleaved (several rounds, each timing every
+--   4. refine the best few (the fastest, the fastest at another splits x
+--      threads, then the next fastest) interleaved (several rounds, each timing every
 --      finalist once in a rotating order): the lowest median per-round ratio
 --      to the quick best wins, so a bandwidth level switch cannot pick it;
 --   5. verify: the refined winner (then, when it does not win and the budget
@@ -287,6 +288,25 @@ local function median_ratio(a, b)
   return median(q)
 end
 
+-- The n finalists of the refinement from the quick records, fastest first:
+-- the fastest, the fastest at another decomposition (splits x threads) when
+-- there is one, then the rest in quick order. Single quick runs rank the
+-- split counts of one kernel no better than the kernels (a run can fall in
+-- either bandwidth level), so the decomposition pass's best gets its rounds.
+function M.finalists(best, n)
+  local out, taken = {}, {}
+  local function take(i) if i and not taken[i] and #out < n then taken[i] = true; out[#out + 1] = best[i] end end
+  take(best[1] and 1)
+  if n >= 2 and best[1] then
+    for i = 2, #best do
+      if best[i].c.splits ~= best[1].c.splits or best[i].c.threads ~= best[1].c.threads then take(i); break end
+    end
+  end
+  for i = 2, #best do take(i) end
+  table.sort(out, function(a, b) return (index_of(best, a) or 0) < (index_of(best, b) or 0) end)
+  return out
+end
+
 -- Phase 4: refine the best few quick configurations interleaved: reps
 -- rounds (stage r<round>), each timing every finalist once in a rotating
 -- order (warm-up in the first), so a bandwidth level switch hits all of them
@@ -294,8 +314,9 @@ end
 -- the quick best (the quick order breaks ties).
 local function refine(st, cost)
   local reps = clamp(math.ceil(M.REFINE_S / cost), 3, 9)
-  local best = ranked(st.quick)
-  local n = math.min(clamp(math.floor(0.3 * math.max(left(st), 0) / (cost * (reps + 1))), 1, 3), #best)
+  local all = ranked(st.quick)
+  local n = math.min(clamp(math.floor(0.3 * math.max(left(st), 0) / (cost * (reps + 1))), 1, 3), #all)
+  local best = M.finalists(all, n)
   st.planned = st.planned + n * reps
   local recs = {}
   for i = 1, n do recs[i] = {} end
