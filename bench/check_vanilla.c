@@ -111,6 +111,39 @@ static void check_case(int B, int Hq, int Hkv, int D, int S, int qdt, int kvdt, 
   free(q); free(k); free(v); free(out); free(mask); free(lse); free(sc); free(ro); free(rl);
 }
 
+/* int8 K/V with per-row scales: vanilla against the reference over the dequantized rows (f32). */
+static void check_i8(int B, int Hq, int Hkv, int D, int S, int lay) {
+  fd_shape s = {.batch = B, .n_q_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .kv_len = S, .q_dtype = FD_BF16,
+                .kv_dtype = FD_I8, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = lay}, sf = s;
+  size_t nq = (size_t)B * Hq * D, rows = (size_t)B * Hkv * S, nkv = rows * D;
+  int8_t *k = malloc(nkv), *v = malloc(nkv);
+  float *kf = malloc(nkv * 4), *vf = malloc(nkv * 4), *ks = malloc(rows * 4), *vs = malloc(rows * 4);
+  void *q = malloc(nq * 4), *out = malloc(nq * 4);
+  float *lse = malloc((size_t)B * Hq * 4), *sc = malloc(fdb_vanilla_scores_bytes(&s));
+  double *ro = malloc(nq * 8), *rl = malloc((size_t)B * Hq * 8);
+  int32_t cur[8];
+  fdb_fill(q, nq, FD_BF16, 5, -1, 1);
+  for (size_t r = 0; r < rows; r++) { ks[r] = 0.01f + 0.001f * (float)(r % 7); vs[r] = 0.02f - 0.001f * (float)(r % 5); }
+  for (size_t i = 0; i < nkv; i++) {
+    k[i] = (int8_t)((i * 37 + 11) % 255 - 127); v[i] = (int8_t)((i * 53 + 5) % 255 - 127);
+    kf[i] = ks[i / (size_t)D] * k[i]; vf[i] = vs[i / (size_t)D] * v[i];
+  }
+  for (int b = 0; b < B; b++) cur[b] = (b * 5 + S - 1) % S;
+  fd_args a = {.q = q, .k = k, .v = v, .cur_pos = cur, .k_scale = ks, .v_scale = vs, .out = out, .lse = lse};
+  fd_args af = {.q = q, .k = kf, .v = vf, .cur_pos = cur};
+  sf.kv_dtype = FD_F32;
+  expect(fdb_vanilla(&s, &a, 2, sc) == 0, "vanilla accepts int8 K/V with per-row scales");
+  ref(&sf, &af, ro, rl);
+  int bad = 0;
+  for (size_t i = 0; i < nq; i++)
+    if (!(fabs(((float *)out)[i] - ro[i]) <= 1e-5 * (1 + fabs(ro[i])))) bad++;
+  for (int i = 0; i < B * Hq; i++)
+    if (!(fabs(rl[i] - lse[i]) <= 1e-4 * (1 + fabs(rl[i])))) bad++;
+  expect(bad == 0, lay ? "vanilla int8 K/V (bshd) against the dequantized reference"
+                       : "vanilla int8 K/V (bhsd) against the dequantized reference");
+  free(k); free(v); free(kf); free(vf); free(ks); free(vs); free(q); free(out); free(lse); free(sc); free(ro); free(rl);
+}
+
 int main(void) {
   check_f16();
   check_bf16();
@@ -119,6 +152,8 @@ int main(void) {
       for (int lay = 0; lay < 2; lay++) check_case(3, 8, 2, 40, 37, dt % 3, dt / 3 % 3, dt / 9, mm, lay);
   check_case(2, 4, 4, 128, 300, 2, 2, 2, 0, 0);
   check_case(1, 32, 1, 7, 5, 0, 1, 0, 2, 1);
+  check_i8(2, 8, 2, 64, 50, 0);
+  check_i8(2, 8, 2, 64, 50, 1);
   printf("bench-check: %d passed, %d failed\n", checks - fails, fails);
   return fails != 0;
 }

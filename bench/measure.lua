@@ -117,6 +117,14 @@ local function alloc_buffers(s, cap)
   if bn > 1 then                                  -- q8_0 / q4_0: random blocks (gen/facts.lua sizes)
     fdb.fdb_fill_blocks(b.k, sz.nkv / bn, bb, 2)
     fdb.fdb_fill_blocks(b.v, sz.nkv / bn, bb, 3)
+  elseif s.kv_dtype == "i8" then                 -- int8 codes times per-row scales 0.01
+    fdb.fdb_fill_i8(b.k, sz.nkv, 2)
+    fdb.fdb_fill_i8(b.v, sz.nkv, 3)
+    local rows = sz.nkv / s.head_dim
+    b.k_scale, b.v_scale = ffi.cast("float *", get(4 * rows)), ffi.cast("float *", get(4 * rows))
+    for i = 0, rows - 1 do b.k_scale[i], b.v_scale[i] = 0.01, 0.01 end
+  elseif facts.dtypes[kd].quant then
+    error(("bench: kv_dtype %s is not filled by the benchmark (f32/f16/bf16, i8, q8_0, q4_0)"):format(s.kv_dtype), 0)
   else
     fdb.fdb_fill(b.k, sz.nkv, kd, 2, -1, 1)
     fdb.fdb_fill(b.v, sz.nkv, kd, 3, -1, 1)
@@ -165,7 +173,8 @@ end
 -- A runner (a function of no arguments) for variant v at the current buffers.
 local function runner(v, plan, shape, b, threads)
   local out = v.vanilla and b.out_ref or b.out
-  local args = fd.args { q = b.q, k = b.k, v = b.v, cur_pos = b.cur_pos, mask = b.mask, out = out }
+  local args = fd.args { q = b.q, k = b.k, v = b.v, cur_pos = b.cur_pos, mask = b.mask, out = out,
+                         k_scale = b.k_scale, v_scale = b.v_scale }
   if v.vanilla then
     return function()
       if fdb.fdb_vanilla(shape, args, threads, b.scores) ~= 0 then error("vanilla: unsupported shape", 0) end
@@ -178,9 +187,12 @@ local function runner(v, plan, shape, b, threads)
   end
 end
 
--- KV bytes read once over the valid length n: B*Hkv*n*D*2*sizeof(kv).
+-- KV bytes read once over the valid length n: B*Hkv*n*D*2*sizeof(kv), plus
+-- the per-row scales of int8/fp8 K and V (4 bytes per row each).
 function M.kv_bytes(s, n)
-  return s.batch * s.n_kv_heads * n * s.head_dim * 2 * fd.DTYPE_SIZE[fd.enum("dtype", s.kv_dtype)]
+  local kd = fd.enum("dtype", s.kv_dtype)
+  local row = s.head_dim * fd.DTYPE_SIZE[kd] + (facts.dtypes[kd].quant and 4 or 0)
+  return s.batch * s.n_kv_heads * n * 2 * row
 end
 
 -- Variant v at valid length n: its runner and first call (timed), its plan

@@ -384,7 +384,7 @@ function M.md(res, charts)
   add("")
   add(([[- One process, one machine: the bandwidth, every flashdecode variant and the vanilla baseline are measured in the same run.
 - Bandwidth: a vectorized sum (%s) over a %d MiB buffer split between threads (OpenMP, not pinned), best of %d repetitions at the start and the end of the run and 3 after each shape (the best of all is the reference); the same over an LLC-resident buffer.
-- KV bytes = B·Hkv·n_valid·D·2·sizeof(kv), the valid part of K and V read once (q8_0 and q4_0: their real block bytes, 34 and 18 per 32 values); GB/s = KV bytes / median time; %% bw = that over the all-threads read bandwidth (above 100%% means the data came from cache).
+- KV bytes = B·Hkv·n_valid·D·2·sizeof(kv), the valid part of K and V read once (q8_0 and q4_0: their real block bytes, 34 and 18 per 32 values; int8: D codes and a 4-byte scale per row); GB/s = KV bytes / median time; %% bw = that over the all-threads read bandwidth (above 100%% means the data came from cache).
 - Cold: a %d MiB buffer (4× the LLC) is written by all threads before each repetition; warm: no flush, after one untimed call. Repetitions of all variants of a point are interleaved round-robin (all read the same K and V), so load from other processes hits every variant alike.
 - Each fd_run uses a plan created once per shape (capacity = the longest length; plan and first-run times listed separately). Repetitions: adaptive, %d to %d, about %.2f s of timing per point and cache state; median and min–max/IQR reported.
 - Vanilla: plain C, gcc -O3 -march=native -fopenmp, f32 accumulation, dtypes converted in C; its output is the reference for "max abs diff".

@@ -22,6 +22,12 @@ void fdb_fill(void *buf, size_t n, int dtype, uint64_t seed, float lo, float hi)
   }
 }
 
+void fdb_fill_i8(void *buf, size_t n, uint64_t seed) {
+  uint64_t base = mix64(seed);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) ((int8_t *)buf)[i] = (int8_t)(mix64(base ^ i) >> 56);
+}
+
 void fdb_fill_blocks(void *buf, size_t n, int block_bytes, uint64_t seed) {
   uint64_t base = mix64(seed);
 #pragma omp parallel for schedule(static)

@@ -13,6 +13,9 @@ void fdb_fill(void *buf, size_t n, int dtype, uint64_t seed, float lo, float hi)
    every pair of nibbles), a hash of (seed, index) as fdb_fill. */
 void fdb_fill_blocks(void *buf, size_t n, int block_bytes, uint64_t seed);
 
+/* Fill n int8 codes with every value -128..127, a hash of (seed, index) as fdb_fill. */
+void fdb_fill_i8(void *buf, size_t n, uint64_t seed);
+
 /* Largest |a[i] - b[i]| over n elements of dtypes adt and bdt (NaN if any is NaN). */
 double fdb_max_abs_diff(const void *a, int adt, const void *b, int bdt, size_t n);
 

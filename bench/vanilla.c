@@ -9,8 +9,9 @@
 #define LANES 16
 #define MAX_D 1024
 
-/* Identity "conversion" of an f32 element. */
+/* Identity "conversion" of an f32 element; an int8 code as a float (its row scale applied by the caller). */
 static inline float f32_id(float x) { return x; }
+static inline float i8_id(int8_t x) { return (float)x; }
 
 /* dot_<name>: q . row; axpy_<name>: acc += p * row; rows stored as T, read via CONV. */
 #define ROW_OPS(name, T, CONV)                                                   \
@@ -29,6 +30,7 @@ static inline float f32_id(float x) { return x; }
 ROW_OPS(f32, float, f32_id)
 ROW_OPS(f16, uint16_t, fdb_f16_to_f32)
 ROW_OPS(bf16, uint16_t, fdb_bf16_to_f32)
+ROW_OPS(i8, int8_t, i8_id)
 
 /* ggml's block rows (llama.cpp's q8_0 / q4_0 KV cache), decoded here on their
    own: 32 elements per block, an f16 scale then int8 codes (34 bytes) or
@@ -77,6 +79,7 @@ static void qk_pass(const fd_shape *s, const fd_args *a, int b, int j, const flo
   for (int64_t i = 0; i < n; i++) {
     int64_t o = row_off(s, b, j, i);
     float x = s->kv_dtype >= FD_Q8_0  ? dot_blocks(s->kv_dtype, q, (const uint8_t *)a->k + block_off(s->kv_dtype, o), D)
+              : s->kv_dtype == FD_I8  ? a->k_scale[o / D] * dot_i8(q, (const int8_t *)a->k + o, D)
               : s->kv_dtype == FD_F32 ? dot_f32(q, (const float *)a->k + o, D)
               : s->kv_dtype == FD_F16 ? dot_f16(q, (const uint16_t *)a->k + o, D)
                                       : dot_bf16(q, (const uint16_t *)a->k + o, D);
@@ -103,6 +106,7 @@ static void pv_pass(const fd_shape *s, const fd_args *a, int b, int j, const flo
   for (int64_t i = 0; i < n; i++) {
     int64_t o = row_off(s, b, j, i);
     if (s->kv_dtype >= FD_Q8_0) axpy_blocks(s->kv_dtype, acc, p[i], (const uint8_t *)a->v + block_off(s->kv_dtype, o), D);
+    else if (s->kv_dtype == FD_I8) axpy_i8(acc, p[i] * a->v_scale[o / D], (const int8_t *)a->v + o, D);
     else if (s->kv_dtype == FD_F32) axpy_f32(acc, p[i], (const float *)a->v + o, D);
     else if (s->kv_dtype == FD_F16) axpy_f16(acc, p[i], (const uint16_t *)a->v + o, D);
     else axpy_bf16(acc, p[i], (const uint16_t *)a->v + o, D);
@@ -131,7 +135,8 @@ size_t fdb_vanilla_scores_bytes(const fd_shape *s) {
 
 int fdb_vanilla(const fd_shape *s, const fd_args *a, int threads, float *scores) {
   if (s->q_dtype > FD_BF16 || s->out_dtype > FD_BF16) return -1;
-  if (s->kv_dtype > FD_BF16 && s->kv_dtype != FD_Q8_0 && s->kv_dtype != FD_Q4_0) return -1;
+  if (s->kv_dtype > FD_BF16 && s->kv_dtype != FD_I8 && s->kv_dtype != FD_Q8_0 && s->kv_dtype != FD_Q4_0) return -1;
+  if (s->kv_dtype == FD_I8 && (!a->k_scale || !a->v_scale || (s->features & FD_K_PER_CHANNEL))) return -1;
   if (s->kv_dtype >= FD_Q8_0 && s->head_dim % QK) return -1;
   if (s->layout > FD_BSHD || s->head_dim > MAX_D || s->head_dim < 1) return -1;
   if (s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads) return -1;

@@ -10,7 +10,8 @@
 /* Bytes of the scores buffer fdb_vanilla needs: B * Hq * kv_len floats. */
 size_t fdb_vanilla_scores_bytes(const fd_shape *s);
 
-/* out (and lse when non-NULL) for the shape; dtypes f32/f16/bf16, layouts BHSD
+/* out (and lse when non-NULL) for the shape; q/out dtypes f32/f16/bf16, KV
+   those, int8 with per-row scales (k_scale, v_scale) and q8_0/q4_0; layouts BHSD
    and BSHD, mask modes causal/mask/full, scale 0 = 1/sqrt(D). threads 0 = all.
    A row with no valid key gives out 0 and lse -inf. Returns 0, or -1 for an
    unsupported shape (other dtypes, paged layout, head_dim > 1024). */

@@ -40,6 +40,9 @@ return {
   -- values, the KV GB/s counted in those bytes), f16 q and out.
   llama("f16", { 4 * K, 16 * K, 64 * K }, { name = "llama3-8b-q8_0", kv_dtype = "q8_0", quick = { 16 * K }, sweep = false }),
   llama("f16", { 4 * K, 16 * K, 64 * K }, { name = "llama3-8b-q4_0", kv_dtype = "q4_0", quick = { 16 * K }, sweep = false }),
+  -- int8 KV cache (per-row f32 scales; MSD scores on VNNI), bf16 q and out; the
+  -- KV GB/s counted in its real bytes (128 codes and a 4-byte scale per row).
+  llama("bf16", { 16 * K, 64 * K }, { name = "llama3-8b-int8", kv_dtype = "i8", quick = { 16 * K }, sweep = false }),
   -- f32 KV cache, the Llama-3.1-8B head layout.
   llama("f32", { 4 * K, 16 * K }, { name = "llama3-8b-f32", quick = { 4 * K }, sweep = false }),
 }
