@@ -102,8 +102,10 @@ function M.annotate(res)
     local s = by[r.shape]
     local rates, bw = rates_for(i, r.threads)
     if s and bw then
+      local k = roofline_rule.kernel_arith(r.key)
       r.roof = roofline_rule.roof({ n_q_heads = s.n_q_heads, n_kv_heads = s.n_kv_heads, q_len = s.q_len,
-        q_dtype = s.q_dtype, kv_dtype = s.kv_dtype, isa = r.isa, backend = r.backend }, rates, bw)
+        q_dtype = s.q_dtype, kv_dtype = s.kv_dtype, isa = r.isa, backend = r.backend, planes = k.planes, pv = k.pv },
+        rates, bw)
     end
   end
   for _, r in ipairs(res.runs) do one(r) end
@@ -198,13 +200,13 @@ local function roofline(res)
         local g = M.gbs(r, "cold", i.bw_all)
         local c = r.roof.ceiling
         rows[#rows + 1] = { s.name, klen(n), c and f(c.G, 0) or "-", r.variant, isa_name(r), f(r.threads, 0),
-          c and f(c.gbs, 1) or "-", c and (c.scores == "bf16" and "bf16 dot" or "f32 FMA") or "-", f(r.roof.roof, 1),
+          c and f(c.gbs, 1) or "-", c and c.scores_label or "-", c and c.pv_label or "-", f(r.roof.roof, 1),
           r.roof.bound, g and f(g, 1) or "failed", g and f(g / i.bw_all * 100, 0) or "-",
           g and i.bw_all_median and f(g / i.bw_all_median * 100, 0) or "-", g and f(g / r.roof.roof * 100, 0) or "-" }
       end
     end
   end
-  return md_table({ "shape", "kv_len", "G", "variant", "isa", "threads", "ceiling GB/s", "scores by", "roof GB/s",
+  return md_table({ "shape", "kv_len", "G", "variant", "isa", "threads", "ceiling GB/s", "scores by", "P·V by", "roof GB/s",
     "bound", "GB/s", "% best bw", "% median bw", "% roof" }, rows)
 end
 
@@ -331,7 +333,7 @@ function M.md(res, charts)
     add("")
     local rt2 = {}
     for _, k in ipairs(RATES) do rt2[#rt2 + 1] = rate_text(i, k) end
-    add(("Peak rates measured in this run (12 independent chains per thread): %s. Every K element feeds G = Hq/Hkv·q_len score multiply-adds and every V element G P·V multiply-adds, so one (K, V) element pair takes at least G/r_scores + G/r_pv and the kernels cannot read the cache faster than the compute ceiling 2·element_bytes / (G/r_scores + G/r_pv) (int8 and fp8 KV in their real byte). r_pv is the f32 FMA rate; r_scores is the bf16 dot rate when the kernel's ISA record has the bf16 group and q and K are bf16 (\"scores by\"), else the f32 FMA rate. A kernel of an ISA with fewer f32 lanes than the probe (%d) is credited the rate times its lanes over the probe's (portable C under tcc: one lane; under cc gcc vectorizes it: the probe's width); vanilla is counted at the probe's width. Above 100%% of the roof means a rate was measured low (load from elsewhere during the probes) or the kernel does fewer multiply-adds than counted. The roof is min(ceiling, best read bandwidth of the run) at the run's thread count (1-thread plans: the 1-thread rates and bandwidth); \"bound\" names what sets it. On a shared machine the read bandwidth can move between levels during a run (see the samples below): each kernel is compared with the best sample and with the median one.")
+    add(("Peak rates measured in this run (12 independent chains per thread): %s. Every K element feeds G = Hq/Hkv·q_len score multiply-adds and every V element G P·V multiply-adds, so one (K, V) element pair takes at least G/r_scores + G/r_pv and the kernels cannot read the cache faster than the compute ceiling 2·element_bytes / (G/r_scores + G/r_pv) (int8 and fp8 KV in their real byte). r_scores is the bf16 dot rate when the kernel's ISA record has the bf16 group and q and K are bf16, the int8 dot rate over the plane count for a key with MSD planes (int8 K), else the f32 FMA rate (\"scores by\"); r_pv is the f32 FMA rate unless the kernel's key says otherwise (\"P·V by\"). A kernel of an ISA with fewer f32 lanes than the probe (%d) is credited the rate times its lanes over the probe's (portable C under tcc: one lane; under cc gcc vectorizes it: the probe's width); vanilla is counted at the probe's width. Above 100%% of the roof means a rate was measured low (load from elsewhere during the probes) or the kernel does fewer multiply-adds than counted. The roof is min(ceiling, best read bandwidth of the run) at the run's thread count (1-thread plans: the 1-thread rates and bandwidth); \"bound\" names what sets it. On a shared machine the read bandwidth can move between levels during a run (see the samples below): each kernel is compared with the best sample and with the median one.")
       :format(table.concat(rt2, "; "), i.rates and i.rates[i.threads] and i.rates[i.threads].lanes or 16))
     add("")
     add(roof)

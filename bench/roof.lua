@@ -11,7 +11,9 @@
 -- (element_bytes the KV dtype's real size: 1 for int8 and fp8). r_pv is the
 -- f32 FMA rate; r_scores is the bf16 dot-product rate when the kernel's ISA
 -- record (gen/facts.lua isas[].groups) has the "bf16" group and q and K are
--- bf16, else the f32 FMA rate. The rates are measured at the probe's vector
+-- bf16, else the f32 FMA rate; a key with MSD planes (digit 19) computes
+-- int8 scores at planes int8 products per multiply-add (r_scores = int8 rate /
+-- planes), and run.pv names P.V's arithmetic where it is not f32 FMA. The rates are measured at the probe's vector
 -- width (`lanes` f32 lanes); a kernel of an ISA with W lanes is credited
 -- rate * W / lanes (same instruction rate, fewer lanes: portable C W = 1 under
 -- tcc; the cc backend's gcc vectorizes portable C, so there it gets the full width).
@@ -51,11 +53,40 @@ function M.scores_arith(isa, q_dtype, kv_dtype)
   return "fma"
 end
 
+-- The MSD planes and P.V arithmetic of a kernel from its tiling key (digit
+-- string or nil): { planes = the planes digit (0 without), pv = nil (f32 FMA) }.
+function M.kernel_arith(key_text)
+  local ok, f = pcall(function() return key_text and require("key").decode(tostring(key_text)) end)
+  if not ok or not f then return { planes = 0 } end
+  return { planes = f.planes or 0 }
+end
+
+-- The arithmetic kinds: the rate they run at (rates[rate]) and their name.
+local ARITH = { fma = { rate = "fma", label = "f32 FMA" }, bf16 = { rate = "bf16", label = "bf16 dot" },
+                int8 = { rate = "int8", label = "int8 dot" } }
+M.ARITH = ARITH
+
+-- The arithmetic of a run's P.V: run.pv ("bf16", "int8") when given and its
+-- rate measured, else "fma".
+local function pv_arith(run, rates)
+  local a = run.pv and ARITH[run.pv]
+  if a and rates[a.rate] and rates[a.rate] > 0 then return run.pv end
+  return "fma"
+end
+
+-- A kind's name with its plane count (MSD: each plane is one pass of int8 products).
+local function arith_label(kind, planes)
+  return ARITH[kind].label .. (kind == "int8" and planes > 1 and (" x" .. planes) or "")
+end
+
 -- The compute ceiling of a run. run: { n_q_heads, n_kv_heads, q_len (default
 -- 1), q_dtype, kv_dtype, isa (digit or name; nil: the probe's full width, f32
--- FMA), backend ("tcc", "cc", ...) }; rates: { fma, bf16 (nil: absent), lanes (default 16) } in G
--- multiply-adds/s. Returns { gbs = ceiling GB/s, G, esz, scores = "bf16" |
--- "fma", r_scores, r_pv, label = "f32 FMA" | "bf16 dot + f32 FMA" }, or nil
+-- FMA), backend ("tcc", "cc", ...), planes (the key's MSD plane count: int8
+-- scores at planes int8 multiply-adds per product), pv ("fma" default,
+-- "bf16", "int8": P.V's arithmetic) }; rates: { fma, bf16, int8 (nil:
+-- absent), lanes (default 16) } in G multiply-adds/s. Returns { gbs = ceiling
+-- GB/s, G, esz, scores = "bf16" | "int8" | "fma", pv, r_scores, r_pv, label
+-- (e.g. "f32 FMA", "bf16 dot + f32 FMA", "int8 dot x3 + f32 FMA") }, or nil
 -- without an FMA rate.
 function M.ceiling(run, rates)
   if not rates.fma or rates.fma <= 0 then return nil end
@@ -66,13 +97,18 @@ function M.ceiling(run, rates)
   local W = rec and rec.W
   if W == 1 and run.backend == "cc" then W = nil end      -- gcc vectorizes portable C: the probe's width
   local scale = W and math.min(W, lanes) / lanes or 1
-  local r_pv = rates.fma * scale
+  local planes = run.planes or 0
   local scores = M.scores_arith(run.isa, run.q_dtype, run.kv_dtype)
-  if scores == "bf16" and not (rates.bf16 and rates.bf16 > 0) then scores = "fma" end   -- rate absent
-  local r_scores = scores == "bf16" and rates.bf16 * scale or r_pv
+  if planes > 0 then scores = "int8" end
+  if scores ~= "fma" and not (rates[ARITH[scores].rate] and rates[ARITH[scores].rate] > 0) then scores = "fma" end
+  local pv = pv_arith(run, rates)
+  local per = function(kind) return kind == "int8" and math.max(planes, 1) or 1 end
+  local r_scores = rates[ARITH[scores].rate] * scale / per(scores)
+  local r_pv = rates[ARITH[pv].rate] * scale / per(pv)
   local gbs = 2 * esz / (G / r_scores + G / r_pv)
-  return { gbs = gbs, G = G, esz = esz, scores = scores, r_scores = r_scores, r_pv = r_pv,
-           label = scores == "bf16" and "bf16 dot + f32 FMA" or "f32 FMA" }
+  local label = arith_label(scores, planes) .. (pv ~= scores and (" + " .. arith_label(pv, planes)) or "")
+  return { gbs = gbs, G = G, esz = esz, scores = scores, pv = pv, r_scores = r_scores, r_pv = r_pv, label = label,
+           scores_label = arith_label(scores, planes), pv_label = arith_label(pv, planes) }
 end
 
 -- The roof of a run at read bandwidth bw (GB/s): { roof = min(ceiling, bw),

@@ -82,5 +82,22 @@ T.ok(r.roof == 40 and r.bound == "memory", "bw 40 < ceiling 50: memory bound", r
 r = roof.roof(llama("bf16", { isa = bf16_isa }), rates, 80)
 T.ok(math.abs(r.roof - 75) < 1e-9 and r.bound == "bf16 dot + f32 FMA", "bw 80 > bf16 ceiling 75", r.bound)
 
+-- MSD int8 scores (the key's planes digit): planes int8 products per multiply-add.
+c = roof.ceiling(llama("i8", { planes = 3 }), rates)
+near(c.gbs, 2 / (4 / 200 + 4 / 100), "int8 KV, 3 planes: scores at 600/3, P.V f32 FMA")
+T.eq(c.label, "int8 dot x3 + f32 FMA", "3 planes: label")
+T.eq(c.scores_label, "int8 dot x3", "3 planes: the scores' label")
+near(roof.ceiling(llama("i8", { planes = 2 }), rates).r_scores, 300, "2 planes: 600/2")
+near(roof.ceiling(llama("i8", { planes = 3 }), { fma = 100, lanes = 16 }).gbs, 25, "int8 rate absent: f32 FMA")
+-- P.V's arithmetic: int8 with the planes (MSD weights), bf16 (fast precision).
+c = roof.ceiling(llama("i8", { planes = 3, pv = "int8" }), rates)
+near(c.gbs, 2 / (8 / 200), "int8 scores and P.V, 3 planes")
+T.eq(c.label, "int8 dot x3", "both int8: one label")
+c = roof.ceiling(llama("bf16", { isa = bf16_isa, pv = "bf16" }), rates)
+near(c.gbs, 4 / (8 / 300), "bf16 scores and P.V")
+T.eq(c.pv, "bf16", "P.V by bf16 dot")
+near(roof.ceiling(llama("bf16", { isa = bf16_isa, pv = "bf16" }), { fma = 100, lanes = 16 }).gbs, 50,
+     "P.V bf16 without its rate: f32 FMA")
+
 if added then facts.isas[added] = nil end
 T.done()
