@@ -102,10 +102,10 @@ function M.annotate(res)
     local s = by[r.shape]
     local rates, bw = rates_for(i, r.threads)
     if s and bw then
-      local k = roofline_rule.kernel_arith(r.key)
+      local k = roofline_rule.kernel_arith(r.key) or {}
       r.roof = roofline_rule.roof({ n_q_heads = s.n_q_heads, n_kv_heads = s.n_kv_heads, q_len = s.q_len,
-        q_dtype = s.q_dtype, kv_dtype = s.kv_dtype, isa = r.isa, backend = r.backend, planes = k.planes, pv = k.pv },
-        rates, bw)
+        q_dtype = s.q_dtype, kv_dtype = s.kv_dtype, isa = r.isa, backend = r.backend, scores = k.scores,
+        planes = k.planes, pv = k.pv }, rates, bw)
     end
   end
   for _, r in ipairs(res.runs) do one(r) end

@@ -53,12 +53,16 @@ function M.scores_arith(isa, q_dtype, kv_dtype)
   return "fma"
 end
 
--- The MSD planes and P.V arithmetic of a kernel from its tiling key (digit
--- string or nil): { planes = the planes digit (0 without), pv = nil (f32 FMA) }.
+-- The arithmetic of a kernel from its tiling key (digit string or nil), as
+-- the generator decides it (gen/generate.lua params, gen/simd.lua): { scores
+-- = "bf16" (vdpbf16ps), "int8" (MSD planes) or "fma", planes = the planes
+-- digit, pv = nil (f32 FMA) }; nil for a key the generator does not take.
 function M.kernel_arith(key_text)
-  local ok, f = pcall(function() return key_text and require("key").decode(tostring(key_text)) end)
-  if not ok or not f then return { planes = 0 } end
-  return { planes = f.planes or 0 }
+  if not key_text then return nil end
+  local ok, p = pcall(function() return require("generate").params(tostring(key_text)) end)
+  if not ok or not p then return nil end
+  local planes = p.FIELDS.planes or 0
+  return { scores = planes > 0 and "int8" or p.DPBF16 and "bf16" or "fma", planes = planes }
 end
 
 -- The arithmetic kinds: the rate they run at (rates[rate]) and their name.
@@ -81,7 +85,8 @@ end
 
 -- The compute ceiling of a run. run: { n_q_heads, n_kv_heads, q_len (default
 -- 1), q_dtype, kv_dtype, isa (digit or name; nil: the probe's full width, f32
--- FMA), backend ("tcc", "cc", ...), planes (the key's MSD plane count: int8
+-- FMA), backend ("tcc", "cc", ...), scores (the kernel's own scores
+-- arithmetic, M.kernel_arith; nil: M.scores_arith's guess), planes (the key's MSD plane count: int8
 -- scores at planes int8 multiply-adds per product), pv ("fma" default,
 -- "bf16", "int8": P.V's arithmetic) }; rates: { fma, bf16, int8 (nil:
 -- absent), lanes (default 16) } in G multiply-adds/s. Returns { gbs = ceiling
@@ -98,7 +103,7 @@ function M.ceiling(run, rates)
   if W == 1 and run.backend == "cc" then W = nil end      -- gcc vectorizes portable C: the probe's width
   local scale = W and math.min(W, lanes) / lanes or 1
   local planes = run.planes or 0
-  local scores = M.scores_arith(run.isa, run.q_dtype, run.kv_dtype)
+  local scores = run.scores or M.scores_arith(run.isa, run.q_dtype, run.kv_dtype)
   if planes > 0 then scores = "int8" end
   if scores ~= "fma" and not (rates[ARITH[scores].rate] and rates[ARITH[scores].rate] > 0) then scores = "fma" end
   local pv = pv_arith(run, rates)
