@@ -5,7 +5,8 @@
      - JIT (-DFDT_JIT, linked with libflashdecode.a): `test_export_jit TABLE
        OUT` runs the same problems through fd_create(.table = TABLE) and
        fd_run, checks the planner used each row's key, and compares with OUT
-       within f32 rounding (and one unit of a 16-bit output dtype);
+       within f32 rounding (and one unit of a 16-bit output dtype), and with
+       the double reference (tools/fdgen/ref.c) where it models the case;
        `test_export_jit --refusals` gives the same bad shapes and arguments
        to fdt_run and to fd_plan_create + fd_run, case by case: the same
        code, the same field named, nothing written to out or lse by either;
@@ -33,6 +34,7 @@
 #include <string.h>
 #ifdef FDT_JIT
 #include "flashdecode.h"
+#include "ref.h"
 #endif
 
 /* One problem: shape, longest length, buffers. */
@@ -293,6 +295,73 @@ static void compare(int i, const prob *p, FILE *f) {
   free(aot); free(alse);
 }
 
+/* K/V element e of a problem's buffer kv (scales sc for int8/fp8; q8_0/q4_0 blocks) as float. */
+static float kv_value(const prob *p, const void *kv, const float *sc, size_t e) {
+  int dt = p->s.kv_dtype, D = p->s.head_dim;
+  const uint8_t *u = kv;
+  if (dt <= FDT_BF16) return load(dt, kv, e);
+  if (dt == FDT_I8) return (float)((const int8_t *)kv)[e] * sc[e / (size_t)D];
+  if (dt == FDT_FP8_E4M3) return t_e4m3_to_f32(u[e]) * sc[e / (size_t)D];
+  if (dt == FDT_FP8_E5M2) return t_e5m2_to_f32(u[e]) * sc[e / (size_t)D];
+  const uint8_t *blk = u + e / 32 * fdt_dtype_block_bytes[dt];
+  float d = from_f16((uint16_t)(blk[0] | blk[1] << 8));
+  int j = (int)(e % 32);
+  if (dt == FDT_Q8_0) return d * (float)(int8_t)blk[2 + j];
+  return d * (float)((j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4) - 8);
+}
+
+/* Can the double reference (tools/fdgen/ref.c) model case p: one query token,
+   no window or feature bits (softcap it models)? */
+static int ref_models(const prob *p) { return p->s.q_len <= 1 && p->s.window == 0 && p->s.features == 0; }
+
+/* The case's K or V (kv, scales sc) as dense BHSD floats (paged: gathered through the block table). */
+static float *dense_kv(const prob *p, const void *kv, const float *sc) {
+  int B = p->s.batch, Hkv = p->s.n_kv_heads, D = p->s.head_dim;
+  int64_t S = p->s.kv_len, per_row = (S + 63) / 64;
+  float *out = malloc(sizeof(float) * (size_t)B * Hkv * (size_t)S * D);
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < Hkv; j++)
+      for (int64_t i = 0; i < S; i++) {
+        int64_t row = p->s.layout == FDT_BSHD ? ((int64_t)b * S + i) * Hkv + j
+                    : p->s.layout == FDT_PAGED ? ((int64_t)p->table[b * per_row + i / 64] * Hkv + j) * 64 + i % 64
+                    : ((int64_t)b * Hkv + j) * S + i;
+        for (int d = 0; d < D; d++)
+          out[(((size_t)b * Hkv + j) * S + i) * D + d] = kv_value(p, kv, sc, (size_t)row * D + d);
+      }
+  return out;
+}
+
+/* The JIT's out and lse of case i against the double reference (those the
+   reference models; the AOT results equal the JIT's within compare's
+   tolerance): f32 rounding relative to the output's scale, and one unit of
+   a 16-bit output dtype. */
+static void ref_compare(int i, const prob *p) {
+  if (!ref_models(p)) return;
+  size_t nq = p->nq, nh = p->nh;
+  float *q = malloc(nq * 4), *k = dense_kv(p, p->k, p->ks), *v = dense_kv(p, p->v, p->vs);
+  double *ro = malloc(nq * 8), *rl = malloc(nh * 8), scale = 0, worst = 0, lworst = 0;
+  for (size_t e = 0; e < nq; e++) q[e] = load(p->s.q_dtype, p->q, e);
+  ref_problem r = { .B = p->s.batch, .Hq = p->s.n_q_heads, .Hkv = p->s.n_kv_heads, .D = p->s.head_dim, .S = p->s.kv_len,
+                    .mask_mode = p->s.mask_mode, .layout = 0, .q = q, .k = k, .v = v, .cur_pos = p->pos, .mask = p->mask,
+                    .scale = 1.0 / sqrt((double)p->s.head_dim), .softcap = p->s.softcap };
+  ref_attention(&r, ro, rl);
+  double ulp = p->s.out_dtype == FDT_BF16 ? 1.0 / 128 : p->s.out_dtype == FDT_F16 ? 1.0 / 1024 : 0;
+  for (size_t e = 0; e < nq; e++) scale = fmax(scale, fabs(ro[e]));
+  for (size_t e = 0; e < nq; e++) {
+    double got = load(p->s.out_dtype, p->out, e), tol = 1e-5 * (scale > 0 ? scale : 1) + ulp * fabs(ro[e]);
+    if (!(fabs(got - ro[e]) <= tol)) worst = fmax(worst, isnan(got) ? INFINITY : fabs(got - ro[e]) / tol);
+  }
+  for (size_t h = 0; lse_on(i) && h < nh; h++)
+    if (!(rl[h] == p->lse[h] || fabs(rl[h] - p->lse[h]) <= 1e-5 * fmax(1, fabs(rl[h]))))
+      lworst = fmax(lworst, fabs(rl[h] - p->lse[h]));
+  char why[160];
+  snprintf(why, sizeof why, "out differs from the double reference (worst %.3g x tolerance, scale %.3g)", worst, scale);
+  check(worst == 0, why, i);
+  snprintf(why, sizeof why, "lse differs from the double reference (worst %.3g)", lworst);
+  check(lworst == 0, why, i);
+  free(q); free(k); free(v); free(ro); free(rl);
+}
+
 /* libflashdecode's shape for header shape s: the same fields (gen/facts.lua SHAPE_FIELDS). */
 static fd_shape to_fd_shape(const fdt_shape *s) {
   _Static_assert(sizeof(fd_shape) == sizeof(fdt_shape), "fdt_shape mirrors fd_shape");
@@ -334,6 +403,7 @@ static void jit_case(int i, const char *table, FILE *f) {
   printf("case %d: %s bucket %lld key %s: JIT key %s splits %d\n", i, row->name, (long long)row->bucket, row->key,
          info.key, info.splits);
   compare(i, &p, f);
+  ref_compare(i, &p);
   fd_plan_destroy(plan);
   fd_destroy(ctx);
   unmake(&p);

@@ -169,7 +169,7 @@ compare_table() {
   check "$name: ... with no libtcc or Lua linked" bash -c "! ldd $tmp/$name.aot | grep -Eq 'tcc|lua'"
   check "$name: tcc compiles it too" tcc -DFDT_HEADER="\"$h\"" tests/test_export.c -lm -o "$tmp/$name.tcc"
   check "$name: the JIT program builds" gcc -std=c11 -O2 -D_GNU_SOURCE -DFDT_JIT -DFDT_HEADER="\"$h\"" -Iruntime \
-    tests/test_export.c "$B/libflashdecode.a" -ltcc -llua5.4 -ldl -lpthread -lm -o "$tmp/$name.jit"
+    -Itools/fdgen tests/test_export.c tools/fdgen/ref.c "$B/libflashdecode.a" -ltcc -llua5.4 -ldl -lpthread -lm -o "$tmp/$name.jit"
   check "$name: the header runs every row (gcc -O2)" "$tmp/$name.aot" "$tmp/$name.gcc.bin"
   check "$name: the header runs every row (tcc)" "$tmp/$name.tcc" "$tmp/$name.tcc.bin"
   check "$name: gcc -O2 header == JIT for every row" "$tmp/$name.jit" "$table" "$tmp/$name.gcc.bin"
@@ -228,7 +228,7 @@ check "uneven: export (with --features k_per_channel,beams)" \
 check "export --features refuses an unknown name" has "$($F export "$tmp/uneven.tsv" -o "$tmp/x.h" --features foo 2>&1)" \
   "'foo' is not a feature digit"
 check "uneven: the program with the library's internals builds" gcc -std=c11 -O2 -Wall -Wextra -Werror \
-  -D_GNU_SOURCE -DFDT_JIT -DFDT_INTERNAL -DFDT_HEADER="\"$tmp/uneven.h\"" -Iruntime tests/test_export.c \
+  -D_GNU_SOURCE -DFDT_JIT -DFDT_INTERNAL -DFDT_HEADER="\"$tmp/uneven.h\"" -Iruntime -Itools/fdgen tests/test_export.c tools/fdgen/ref.c \
   "$B/libfd_internal.a" -ltcc -llua5.4 -ldl -lpthread -lm -o "$tmp/uneven.int"
 check "uneven: header and exec.c give the same work items and bit-identical outputs (B=5, lengths 1..4096, mirrored)" \
   "$tmp/uneven.int" --uneven "$tmp/uneven.tsv"
