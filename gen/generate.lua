@@ -140,7 +140,9 @@ local function add_simd(p)
   end
   p.simd_max = function() return simd.max(p.ISA, p) end
   p.simd_exp = function() return simd.exp(p.ISA, p) end
-  p.simd_pv = function(blk) return simd.pv(p.ISA, p, blk) end
+  -- fast precision (key digit precision): bf16 weights in place, then P.V by key pairs
+  p.simd_pv = function(blk) return (p.PRECISION == 1 and simd.pv_dpbf16 or simd.pv)(p.ISA, p, blk) end
+  p.simd_pround = function() return simd.pround(p.ISA, p) end
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end
   p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end

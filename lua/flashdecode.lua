@@ -319,9 +319,10 @@ end
 
 -- fd_config fields: how each is set from a Lua value (enum kind, "int" or "string").
 local CONFIG_FIELDS = { threads = "int", backend = "backend", table = "string", cache_dir = "string", isa_limit = "isa",
-                        deterministic = "int" }
+                        deterministic = "int", precision = "int" }
 -- fd_plan_opts fields, likewise.
-local OPTS_FIELDS = { chunk = "int", group_tile = "int", splits = "int", threads = "int", isa = "isa", planes = "int" }
+local OPTS_FIELDS = { chunk = "int", group_tile = "int", splits = "int", threads = "int", isa = "isa", planes = "int",
+                      precision = "int" }
 
 -- Fill struct cd from table t by the field kinds; nil and why on an unknown
 -- field or a bad value. Strings must outlive the struct's use (the caller keeps t).
