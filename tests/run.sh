@@ -48,6 +48,7 @@ suite "per-channel K scales (int8/fp8, channels 1000x apart) and beam indirectio
 suite "the per-key feature recipe: a dummy feature in a scratch tree reaches key, generator, planner, tuner, exporter" bash tests/test_recipe.sh
 suite "MSD int8 scores (q in 2/3 int8 planes, vpdpbusd) vs double reference: score error per plane count, every mode, bhsd/bshd/paged, odd groups, splits, q_len 3, per-row and per-channel K scales; refusals" "$B/test_msd"
 suite "fast precision (bf16 weights, vdpbf16ps P.V) vs double reference: every mode, bhsd/bshd/paged, odd groups and head_dims, splits, q_len 3, tcc and cc; the default and fast errors on the Llama group; FAST as a permission; refusals" "$B/test_fast"
+suite "fast precision through the exported header: a precision-1 row exported, compiled by gcc and tcc, vs double reference" env B="$B" bash tests/test_fast_export.sh
 suite "context-parallel decode over MPI, np 1-4" env B="$B" bash tests/test_mpi.sh
 suite "NaN/Inf in q, K, V, mask vs double reference (each ISA, splits 1/4/64, tcc and cc), check_inputs" "$B/test_nonfinite"
 suite "deterministic mode: same bits for threads 1-7, batches, repeats, tcc and cc; default within f32 rounding" "$B/test_determinism"
