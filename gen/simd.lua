@@ -1349,9 +1349,11 @@ end
 -- register (vpmovzxwd both, the second shifted up 16 and or-ed in: dword d
 -- holds V[s][d] | V[s+1][d] << 16), then per head one vdpbf16ps with the
 -- head's bf16 weight pair (pround) as an embedded {1to16} broadcast. An odd
--- last key goes alone: its V row widened (upper words 0), paired with the
--- next weight word (a padding 0 or a later key's finite weight, times 0), so
--- no V row past the n given is read. Row-major tiles only (gen/key.lua
+-- last key goes alone: its V row widened (upper words 0), its weight word
+-- with the next word cleared (vpandnd with hi16: past a piece lie a later
+-- piece's weight or, after a chunk of a multiple of 16 keys, stale f32 bits that
+-- may read as a NaN), so no V row past the n given is read and no word past
+-- the piece's weights counts. Row-major tiles only (gen/key.lua
 -- precision_misfit); the weights' f32 sums (the exp statement's) stay the
 -- softmax denominators.
 function M.pv_dpbf16(isa, p, block)
@@ -1359,13 +1361,18 @@ function M.pv_dpbf16(isa, p, block)
   local W, T, cb = b.g.W, p.T, block[2]
   assert(b.g.groups.bf16 and not M.head_lanes(isa, p), "simd: pv_dpbf16 needs the bf16 group and a row-major tile")
   local row = function(t) return t * p.CHUNKP * 4 end
-  prologue(b, { "src", "ptr", "sc", "n", "stride" })
+  prologue(b, { "src", "ptr", "sc", "n", "stride", "consts" })
   if p.T >= M.PREFETCH_MIN_TILE then b.gp(("mov %d(%%rax), %%rax"):format(ARG.pf)) end
   for t = 0, T - 1 do
     for k = 0, cb - 1 do b.v("vmovups", b.r(t * cb + k), mem("rdi", (t * p.REC + k * W) * 4)) end
   end
-  local function heads(k, vr)
-    for t = 0, T - 1 do b.v("vdpbf16ps", b.r(t * cb + k), vr, mem("rdx", row(t), nil, nil, true)) end
+  -- the weight pair of each head (tail: its first word alone, in register 26; 27 holds hi16)
+  local function heads(k, vr, tail)
+    for t = 0, T - 1 do
+      local w = mem("rdx", row(t), nil, nil, true)
+      if tail then b.v("vpandnd", b.r(26), b.r(27), w); w = b.r(26) end
+      b.v("vdpbf16ps", b.r(t * cb + k), vr, w)
+    end
   end
   local span0, span1 = kv_span(p, block[1] * W, (block[1] + cb) * W)
   b.gp("cmp $2, %rcx")
@@ -1389,10 +1396,11 @@ function M.pv_dpbf16(isa, p, block)
   b.gp("3:")
   b.gp("test %rcx, %rcx")
   b.gp("jz 2f")
+  b.v("vmovups", b.r(27), mem("r11", C.hi16))
   for k = 0, cb - 1 do
     local a = b.r(28 + 2 * (k % 2))
     b.v("vpmovzxwd", a, mem("rsi", k * W * 2))
-    heads(k, a)
+    heads(k, a, true)
   end
   prefetch_row(b, p, "rax", span0, span1)
   b.gp("2:")

@@ -6,7 +6,8 @@
      sinks, mask, full), the layouts (bhsd, bshd, paged; windows start
      chunks and pages at odd keys), odd groups (tiles 1, 3, 5, 7, and 4 and 8),
      head_dims 48, 64, 80, 96, 128, unsplit and 3 splits, f32/f16/bf16 q and
-     out, within FAST_TOL of the largest |output| (the default kernels' own
+     out, a third of them through beam_src (runs of 1..40 keys from random
+     rows: P.V pieces start at odd keys), within FAST_TOL of the largest |output| (the default kernels' own
      tolerance is t_tolerance); each plan's key must carry precision 1;
    - the largest error of each mode on Llama-3.1-8B's group (4 heads, D 128)
      at 4096 keys, printed (README "Fast precision");
@@ -37,11 +38,29 @@
 /* The largest error of a sweep's cases (printed: the margin below FAST_TOL). */
 static double sweep_worst;
 
-/* One case: K/V and positions from kp, q [NB, q_len, Hq, D] from qp. */
+/* One case: K/V and positions from kp, q [NB, q_len, Hq, D] from qp; src
+   the beam_src [NB, S_CAP] (FD_BEAMS) or NULL. */
 typedef struct fcase {
   kproblem kp, qp;
   int q_len, mode, window, sinks, layout;
+  int32_t *src;
 } fcase;
+
+/* beam_src of runs of 1..40 keys (odd ones too: P.V pieces start at odd keys) from random rows. */
+static void beam_runs(fcase *c, uint64_t seed) {
+  uint64_t st = seed * 31 + 7;
+  c->src = malloc(sizeof(int32_t) * NB * S_CAP);
+  for (int b = 0; b < NB; b++) {
+    int32_t cur = b;
+    for (int64_t i = 0, left = 0; i < S_CAP; i++, left--) {
+      if (left <= 0) {
+        left = 1 + (int64_t)t_rand(&st, 0, 40);
+        cur = (int32_t)t_rand(&st, 0, NB);
+      }
+      c->src[b * S_CAP + i] = cur;
+    }
+  }
+}
 
 /* Build a case of bf16 K/V (layout FD_BHSD or FD_BSHD; paged cases are built dense and pooled). */
 static void make(fcase *c, int layout, int Hq, int D, int qd, int od, int mode, int q_len, int window, int sinks,
@@ -55,7 +74,7 @@ static void make(fcase *c, int layout, int Hq, int D, int qd, int od, int mode, 
   c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
 }
 
-static void unmake(fcase *c) { kp_free(&c->kp); kp_free(&c->qp); }
+static void unmake(fcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->src); }
 
 /* Whether token position p sees key k (causal, with the case's window). */
 static int visible(const fcase *c, int64_t p, int64_t k) {
@@ -80,6 +99,7 @@ static void reference(const fcase *c, int t, double *rout, double *rlse) {
     rt.mask_mode = FD_MASK;
   }
   rt.q = q;
+  rt.beam_src = c->src;
   ref_attention(&rt, rout, rlse);
   free(q); free(mask);
 }
@@ -116,6 +136,7 @@ static fd_shape shape_of(const fcase *c, int paged) {
   s.window = c->window;
   s.sink_tokens = c->sinks;
   s.pool_pages = paged ? NB * PER_ROW : 0;
+  s.features = c->src ? FD_BEAMS : 0;
   return s;
 }
 
@@ -123,6 +144,7 @@ static fd_shape shape_of(const fcase *c, int paged) {
 static fd_args args_of(const fcase *c, const pool *pl, void *out, float *lse) {
   fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, c->kp.mask,
                 NULL, NULL, pl ? pl->table : NULL, 0, out, lse };
+  a.beam_src = c->src;
   return a;
 }
 
@@ -171,25 +193,26 @@ static double token_error(const fcase *c, const void *out, const float *lse, dou
 
 /* One case against the reference on isa 3 with fast precision, each layout it takes
    (bhsd cases also paged; bshd cases as they are). */
-static void run_case(fd_ctx *ctx, int layout, int D, int tile, int mode, int q_len, int splits, int idx) {
+static void run_case(fd_ctx *ctx, int layout, int D, int tile, int mode, int q_len, int splits, int beams, int idx) {
   int chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
   int window = q_len > 1 && idx % 4 == 1 ? 21 : 0, sinks = window ? 3 : 0;
   fcase c;
   make(&c, layout, HKV * tile, D, qd, od, mode, q_len, window, sinks, 700 + (uint64_t)idx);
+  if (beams) beam_runs(&c, 800 + (uint64_t)idx);
   size_t n = (size_t)NB * q_len * HKV * tile * D;
   void *out = malloc(n * t_dtype_size(od));
   float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
-  fd_plan_opts o = { chunk, tile, splits, 2, ISA3 + 1, 0, 0 };
+  fd_plan_opts o = { chunk, tile, splits, 2, ISA3 + 1, 0, getenv("FAST_OFF") ? -1 : 0 };
   for (int paged = 0; paged <= (layout == FD_BHSD); paged++) {
     char name[256];
-    snprintf(name, sizeof name, "fast q%s out%s %s %s q_len %d window %d splits %d chunk %d D %d tile %d",
+    snprintf(name, sizeof name, "fast q%s out%s %s %s q_len %d window %d%s splits %d chunk %d D %d tile %d",
              fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], paged ? "paged" : fd_layout_names[layout],
-             q_len, window, splits, chunk, D, tile);
+             q_len, window, beams ? " beams" : "", splits, chunk, D, tile);
     pool pl = { 0 };
     if (paged) make_pool(&c, &pl);
     fd_shape s = shape_of(&c, paged);
     fd_args a = args_of(&c, paged ? &pl : NULL, out, lse);
-    int rc = run_fast(ctx, &s, &o, &a, 1, name);
+    int rc = run_fast(ctx, &s, &o, &a, o.precision >= 0, name);
     if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
       double le, e = token_error(&c, out, lse, &le), tol = FAST_TOL + t_tolerance(&c.kp);
       t_check(e <= tol, "%s: max error %.3g (tolerance %.3g)", name, e, tol);
@@ -220,7 +243,7 @@ static void sweep(fd_ctx *ctx, int every) {
       for (int v = 0; v < 6; v++) {
         mode_of(m, &mode, &q_len);
         int tile = TILES[(v + m) % 6], D = DS[(v + 2 * m) % 5];
-        if (idx % every == 0) run_case(ctx, layout, D, tile, mode, q_len, v % 2 ? 3 : 1, idx);
+        if (idx % every == 0) run_case(ctx, layout, D, tile, mode, q_len, v % 2 ? 3 : 1, v % 3 == 2, idx);
         idx++;
       }
   printf("fast precision sweep (every %d-th case): largest error %.3g of the largest |output| (f16/bf16 out rounding "
