@@ -29,6 +29,7 @@ FD_ESYS = -7
 globals().update(_facts.ENUMS)
 FD_BACKEND_TCC, FD_BACKEND_CC = 0, 1
 FD_ISA_AUTO = 0
+FD_PRECISION_DEFAULT, FD_PRECISION_FAST = 0, 1   # fd_config.precision
 # Names by value: dtypes and their sizes in bytes, mask modes, layouts, isa digits.
 DTYPE_NAMES, DTYPE_SIZE = _facts.DTYPE_NAMES, _facts.DTYPE_SIZE
 DTYPE_BLOCK = _facts.DTYPE_BLOCK   # (elements per block, bytes per block) by fd_dtype
