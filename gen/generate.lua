@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 10         -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 11         -- bump when templates/abi.h.tpl changes (11: fd_kernel_desc.precision)
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes
