@@ -343,7 +343,8 @@ end
 
 -- A context handle from a table of fd_config fields { threads, backend ("tcc"|"cc"),
 -- table, cache_dir, isa_limit ("auto"|"c"|"avx2"|"avx512" or the FD_ISA_* number),
--- deterministic (1: batch-invariant results, fd_config.deterministic) };
+-- deterministic (1: batch-invariant results, fd_config.deterministic), precision (1:
+-- FD_PRECISION_FAST, bf16 weights in P.V where a kernel serves it) };
 -- missing fields are zero. Destroyed at collection. Or nil and why.
 local function make_ctx(t)
   local lib = M.load()
