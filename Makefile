@@ -38,7 +38,7 @@ GENERATED := $(B)/fd_abi.h $(B)/fd_keydefs.h $(B)/embedded.c
 
 .PHONY: all deps lib test clean gen-default sanitize bench-plan help
 .SECONDARY:
-all: deps lib $(B)/fdgen $(B)/test_kernels $(B)/test_api $(B)/test_errors $(B)/test_merge $(B)/test_tables $(B)/test_concurrency $(B)/test_nonfinite $(B)/test_jit $(B)/test_determinism $(B)/test_paged $(B)/test_tokens $(B)/test_shared $(B)/test_schedule $(B)/test_window $(B)/test_kpc_beams $(B)/test_msd $(B)/test_model
+all: deps lib $(B)/fdgen $(B)/test_kernels $(B)/test_api $(B)/test_errors $(B)/test_merge $(B)/test_tables $(B)/test_concurrency $(B)/test_nonfinite $(B)/test_jit $(B)/test_determinism $(B)/test_paged $(B)/test_tokens $(B)/test_shared $(B)/test_schedule $(B)/test_window $(B)/test_kpc_beams $(B)/test_msd $(B)/test_fast $(B)/test_model
 
 # libflashdecode, static and shared, self-contained: the objects, Debian's static
 # libtcc and Lua 5.4 prelinked into one object whose only global symbols are the
@@ -115,7 +115,7 @@ endef
 SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 $(eval $(call instrumented_lib,san,$(CC),$(WARN),-O1 -g $(SAN)))
 SAN_OBJ  := $(san_OBJ)
-SAN_TESTS := $(B)/san/test_api $(B)/san/test_errors $(B)/san/test_kernels $(B)/san/test_merge $(B)/san/test_tables $(B)/san/test_model $(B)/san/test_concurrency $(B)/san/test_nonfinite $(B)/san/test_determinism $(B)/san/test_paged $(B)/san/test_tokens $(B)/san/test_shared $(B)/san/test_schedule $(B)/san/test_window $(B)/san/test_kpc_beams $(B)/san/test_msd
+SAN_TESTS := $(B)/san/test_api $(B)/san/test_errors $(B)/san/test_kernels $(B)/san/test_merge $(B)/san/test_tables $(B)/san/test_model $(B)/san/test_concurrency $(B)/san/test_nonfinite $(B)/san/test_determinism $(B)/san/test_paged $(B)/san/test_tokens $(B)/san/test_shared $(B)/san/test_schedule $(B)/san/test_window $(B)/san/test_kpc_beams $(B)/san/test_msd $(B)/san/test_fast
 sanitize: $(SAN_TESTS)
 $(B)/san/test_%: tests/test_%.c $(TEST_LIB) $(SAN_OBJ) $(TEST_HDR)
 	$(CC) $(WARN) -O1 -g $(SAN) $(INC) $(TEST_INC) $< $(TEST_LIB) $(SAN_OBJ) $(LIBS) -o $@

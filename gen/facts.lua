@@ -529,6 +529,11 @@ M.KEY_FIELDS = {
   -- scores), else 2 or 3; int8 K on a record with the vnni group only
   -- (gen/key.lua check_fields, gen/simd.lua scores_msd)
   { name = "planes",     pos = 19, width = 1, min = 0, max = 3 },
+  -- fast precision (fd_config.precision FD_PRECISION_FAST): P.V with the
+  -- softmax weights rounded to bf16, key pairs by vdpbf16ps; 0 = f32 weights;
+  -- bf16 V on a record with the bf16 group, row-major tiles only
+  -- (gen/key.lua precision_misfit, gen/simd.lua pv_dpbf16)
+  { name = "precision",  pos = 20, width = 1, min = 0, max = 1 },
 }
 -- Digits of a key: past the most significant field.
 M.KEY_DIGITS = 0

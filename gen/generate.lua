@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 10         -- bump when templates/abi.h.tpl changes
+M.ABI_VERSION = 11         -- bump when templates/abi.h.tpl changes (11: fd_kernel_desc.precision)
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes
@@ -140,7 +140,9 @@ local function add_simd(p)
   end
   p.simd_max = function() return simd.max(p.ISA, p) end
   p.simd_exp = function() return simd.exp(p.ISA, p) end
-  p.simd_pv = function(blk) return simd.pv(p.ISA, p, blk) end
+  -- fast precision (key digit precision): bf16 weights in place, then P.V by key pairs
+  p.simd_pv = function(blk) return (p.PRECISION == 1 and simd.pv_dpbf16 or simd.pv)(p.ISA, p, blk) end
+  p.simd_pround = function() return simd.pround(p.ISA, p) end
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end
   p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end

@@ -62,8 +62,27 @@ function M.planes_misfit(t)
   return nil
 end
 
+-- Why fast precision (the precision digit: bf16 weights in P.V by
+-- vdpbf16ps) cannot serve the key's other fields, or nil: bf16 V, an isa
+-- record with the bf16 group, a row-major tile (not the record's head-lane
+-- tile, whose key-major weights pair no keys).
+function M.precision_misfit(t)
+  if (t.precision or 0) == 0 then return nil end
+  if F.dtypes[t.kv_dtype].name ~= "bf16" then
+    return ("fast precision (bf16 weights) needs bf16 V, not kv_dtype %s"):format(F.dtypes[t.kv_dtype].name)
+  end
+  if not F.isas[t.isa].groups.bf16 then
+    return ("fast precision needs an isa with bf16 dot products (vdpbf16ps), not isa %s"):format(F.isas[t.isa].name)
+  end
+  if F.isas[t.isa].head_lane_tile == t.group_tile then
+    return ("fast precision is not served for the head-lane group tile %d (key-major weights)"):format(t.group_tile)
+  end
+  return nil
+end
+
 -- Check a key's fields beyond their ranges: the reserved flag bit,
--- per-channel K scales without int8/fp8 K, and MSD planes (planes_misfit).
+-- per-channel K scales without int8/fp8 K, MSD planes (planes_misfit) and
+-- fast precision (precision_misfit).
 local function check_fields(t)
   if M.has_flag(t.flags, F.FLAG_RESERVED) then
     error(("key: field flags: bit %d is reserved"):format(F.FLAG_RESERVED), 0)
@@ -74,6 +93,8 @@ local function check_fields(t)
   end
   local why = M.planes_misfit(t)
   if why then error("key: field planes: " .. why, 0) end
+  why = M.precision_misfit(t)
+  if why then error("key: field precision: " .. why, 0) end
 end
 
 -- Encode a table of fields (names or numbers) into a decimal key string; a
@@ -150,6 +171,7 @@ function M.describe(key)
   if M.has_flag(t.flags, F.FLAG_LSE) then flags[#flags + 1] = "lse" end
   local extra = ((t.k_per_channel or 0) == 1 and ", K scales per channel" or "") .. ((t.beams or 0) == 1 and ", beams" or "")
     .. ((t.planes or 0) > 0 and (", MSD scores in %d int8 planes"):format(t.planes) or "")
+    .. ((t.precision or 0) == 1 and ", fast precision (bf16 weights)" or "")
   return ("template %d, chunk %d, head_dim %d, group tile %d, %s, %s, %s, out %s, kv %s, q %s, %s%s"):format(
     t.template, t.chunk, t.head_dim, t.group_tile, F.isas[t.isa].text,
     #flags > 0 and table.concat(flags, " + ") or "no flags", F.mask_modes[t.mask_mode].text,

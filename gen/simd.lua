@@ -18,6 +18,8 @@
 --   scale_records the online-softmax rescale of the tile's accumulators
 --   exp           p = e^(s - in[t]) 2^-P_SHIFT in place, out[t] = sum of p
 --   pv            acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
+--   pround        fast precision: the weights rounded to bf16 in place
+--   pv_dpbf16     pv of fast precision: bf16 weight pairs by vdpbf16ps
 --   store_out     one head's normalized output row, rounded to the out dtype
 local x86 = require("x86")
 local facts = require("facts")
@@ -1314,6 +1316,100 @@ function M.pv(isa, p, block)
   return M.statement(b)
 end
 
+-- Fast precision (the key's precision digit): each head's padded row of
+-- softmax weights (n floats at ptr, rows CHUNKP floats apart) rounded to bf16
+-- in place (vcvtneps2bf16, round to nearest even): row t's bf16 weights fill
+-- the first 2 n bytes of its row, so the weights of keys s and s + 1 are one
+-- dword at byte 2 s of the row (pv_dpbf16 broadcasts it). Each 64-byte read
+-- precedes the 32-byte write that overlaps it.
+function M.pround(isa, p)
+  local b = new_block(isa, p)
+  prologue(b, { "ptr", "n" })
+  b.gp("shr $4, %rcx")
+  b.gp("jz 2f")
+  for t = 0, p.T - 1 do
+    b.gp(("lea %d(%%rdi), %%r9"):format(t * p.CHUNKP * 4))
+    b.gp("mov %r9, %r10")
+    b.gp("mov %rcx, %rdx")
+    b.gp(("%d:"):format(3 + t % 2))
+    b.v("vmovups", b.r(0), mem("r9", 0))
+    b.v("vcvtneps2bf16", b.r(0, "ymm"), b.r(0))
+    b.v("vmovups", mem("r10", 0), b.r(0, "ymm"))
+    b.gp("add $64, %r9")
+    b.gp("add $32, %r10")
+    b.gp("dec %rdx")
+    b.gp(("jnz %db"):format(3 + t % 2))
+  end
+  b.gp("2:")
+  return M.statement(b)
+end
+
+-- P.V of fast precision for one d-block: keys in pairs (s, s + 1), each
+-- 16-element piece of V rows s and s + 1 interleaved by word into one
+-- register (vpmovzxwd both, the second shifted up 16 and or-ed in: dword d
+-- holds V[s][d] | V[s+1][d] << 16), then per head one vdpbf16ps with the
+-- head's bf16 weight pair (pround) as an embedded {1to16} broadcast. An odd
+-- last key goes alone: its V row widened (upper words 0), its weight word
+-- with the next word cleared (vpandnd with hi16: past a piece lie a later
+-- piece's weight or, after a chunk of a multiple of 16 keys, stale f32 bits that
+-- may read as a NaN), so no V row past the n given is read and no word past
+-- the piece's weights counts. Row-major tiles only (gen/key.lua
+-- precision_misfit); the weights' f32 sums (the exp statement's) stay the
+-- softmax denominators.
+function M.pv_dpbf16(isa, p, block)
+  local b = new_block(isa, p)
+  local W, T, cb = b.g.W, p.T, block[2]
+  assert(b.g.groups.bf16 and not M.head_lanes(isa, p), "simd: pv_dpbf16 needs the bf16 group and a row-major tile")
+  local row = function(t) return t * p.CHUNKP * 4 end
+  prologue(b, { "src", "ptr", "sc", "n", "stride", "consts" })
+  if p.T >= M.PREFETCH_MIN_TILE then b.gp(("mov %d(%%rax), %%rax"):format(ARG.pf)) end
+  for t = 0, T - 1 do
+    for k = 0, cb - 1 do b.v("vmovups", b.r(t * cb + k), mem("rdi", (t * p.REC + k * W) * 4)) end
+  end
+  -- the weight pair of each head (tail: its first word alone, in register 26; 27 holds hi16)
+  local function heads(k, vr, tail)
+    for t = 0, T - 1 do
+      local w = mem("rdx", row(t), nil, nil, true)
+      if tail then b.v("vpandnd", b.r(26), b.r(27), w); w = b.r(26) end
+      b.v("vdpbf16ps", b.r(t * cb + k), vr, w)
+    end
+  end
+  local span0, span1 = kv_span(p, block[1] * W, (block[1] + cb) * W)
+  b.gp("cmp $2, %rcx")
+  b.gp("jb 3f")
+  b.gp("1:")
+  for k = 0, cb - 1 do
+    local a, c = b.r(28 + 2 * (k % 2)), b.r(29 + 2 * (k % 2))
+    b.v("vpmovzxwd", a, mem("rsi", k * W * 2))
+    b.v("vpmovzxwd", c, mem("rsi", k * W * 2, "r8", 1))
+    b.v("vpslld", c, c, 16)
+    b.v("vpord", a, a, c)
+    heads(k, a)
+  end
+  prefetch_row(b, p, "rax", span0, span1)
+  prefetch_row(b, p, "rax", span0, span1)
+  b.gp("lea (%rsi,%r8,2), %rsi")
+  b.gp("add $4, %rdx")
+  b.gp("sub $2, %rcx")
+  b.gp("cmp $2, %rcx")
+  b.gp("jae 1b")
+  b.gp("3:")
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 2f")
+  b.v("vmovups", b.r(27), mem("r11", C.hi16))
+  for k = 0, cb - 1 do
+    local a = b.r(28 + 2 * (k % 2))
+    b.v("vpmovzxwd", a, mem("rsi", k * W * 2))
+    heads(k, a, true)
+  end
+  prefetch_row(b, p, "rax", span0, span1)
+  b.gp("2:")
+  for t = 0, T - 1 do
+    for k = 0, cb - 1 do b.v("vmovups", mem("rdi", (t * p.REC + k * W) * 4), b.r(t * cb + k)) end
+  end
+  return M.statement(b)
+end
+
 local unpack = table.unpack or unpack   -- Lua 5.4 or LuaJIT
 
 -- A run of vector instructions' bytes (those between two general-purpose
@@ -1381,11 +1477,12 @@ end
 -- process that generates many kernels does not grow without bound.
 local MEMO_MAX = 256
 local memo, memo_n = {}, 0
-for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "qload", "store_out", "scale_records" } do
+for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_dpbf16", "pround", "qload", "store_out",
+                        "scale_records" } do
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
-                             tostring(p.NO_AHEAD), tostring(p.ANNOTATE), p.PLANES or 0,
+                             tostring(p.NO_AHEAD), tostring(p.ANNOTATE), p.PLANES or 0, p.PRECISION or 0,
                              blk and blk[1] or "", blk and blk[2] or "" }, ":")
     if not memo[k] then
       if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end

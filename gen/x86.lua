@@ -55,7 +55,8 @@ local unpack = table.unpack or unpack
 --         M = ModRM.rm (register or memory), I = imm8
 --   kinds one per operand (L = the instruction's vector length, taken from
 --         its first V/VM register operand, else 128):
---         V vector of length L; VM V or L-bit memory; HM vector of L/2 (at
+--         V vector of length L; VM V or L-bit memory; H vector of L/2 (at
+--         least xmm); HM vector of L/2 (at
 --         least xmm) or L/2-bit memory; QM xmm or L/4-bit memory; X xmm;
 --         XM xmm or m128; XM32 xmm or m32; M L-bit memory; M32 m32; K opmask;
 --         KM16 opmask or m16; M16 m16; R32 32-bit register; RM32 r32 or m32;
@@ -100,6 +101,7 @@ local OPS = {
   { "vfnmadd231ps", "VE", "0F38", "66", 0xBC, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   -- dot products of pairs into f32 / int32 lanes (AVX512-BF16, AVX512-VNNI)
   { "vdpbf16ps",    "E",  "0F38", "F3", 0x52, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  { "vcvtneps2bf16","E",  "0F38", "F3", 0x72, 0, "RM",   "H,V",         "xyz", "fv",  "" },
   { "vpdpbusd",     "E",  "0F38", "66", 0x50, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   -- scalar single arithmetic
   { "vaddss",       "VE", "0F",   "F3", 0x58, 0, "RVM",  "X,X,XM32",    "s",   "t1s", "" },
@@ -384,7 +386,7 @@ end
 -- Vector register size a kind accepts at vector length L (nil: none).
 local function kind_vec(kind, L)
   if kind == "V" or kind == "VM" then return L end
-  if kind == "HM" then return math.max(128, floor(L / 2)) end
+  if kind == "HM" or kind == "H" then return math.max(128, floor(L / 2)) end
   if kind == "QM" or kind == "X" or kind == "XM" or kind == "XM32" then return 128 end
 end
 

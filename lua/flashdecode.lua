@@ -319,9 +319,10 @@ end
 
 -- fd_config fields: how each is set from a Lua value (enum kind, "int" or "string").
 local CONFIG_FIELDS = { threads = "int", backend = "backend", table = "string", cache_dir = "string", isa_limit = "isa",
-                        deterministic = "int" }
+                        deterministic = "int", precision = "int" }
 -- fd_plan_opts fields, likewise.
-local OPTS_FIELDS = { chunk = "int", group_tile = "int", splits = "int", threads = "int", isa = "isa", planes = "int" }
+local OPTS_FIELDS = { chunk = "int", group_tile = "int", splits = "int", threads = "int", isa = "isa", planes = "int",
+                      precision = "int" }
 
 -- Fill struct cd from table t by the field kinds; nil and why on an unknown
 -- field or a bad value. Strings must outlive the struct's use (the caller keeps t).
@@ -342,7 +343,8 @@ end
 
 -- A context handle from a table of fd_config fields { threads, backend ("tcc"|"cc"),
 -- table, cache_dir, isa_limit ("auto"|"c"|"avx2"|"avx512" or the FD_ISA_* number),
--- deterministic (1: batch-invariant results, fd_config.deterministic) };
+-- deterministic (1: batch-invariant results, fd_config.deterministic), precision (1:
+-- FD_PRECISION_FAST, bf16 weights in P.V where a kernel serves it) };
 -- missing fields are zero. Destroyed at collection. Or nil and why.
 local function make_ctx(t)
   local lib = M.load()

@@ -82,6 +82,10 @@ fd_ctx *fd_create(const fd_config *cfg) {
     fd_fail(NULL, FD_EINVAL, "config.deterministic %d is not 0 (default) or 1 (batch-invariant results)", cfg->deterministic);
     return NULL;
   }
+  if (cfg->precision != FD_PRECISION_DEFAULT && cfg->precision != FD_PRECISION_FAST) {
+    fd_fail(NULL, FD_EINVAL, "config.precision %d is not FD_PRECISION_DEFAULT (0) or FD_PRECISION_FAST (1)", cfg->precision);
+    return NULL;
+  }
   if (cfg->max_kernels < 0) { fd_fail(NULL, FD_EINVAL, "config.max_kernels %d is negative (0 = no bound)", cfg->max_kernels); return NULL; }
   int isa = isa_allowed(cfg);
   if (isa < 0) { fd_fail(NULL, FD_EUNSUPPORTED, "config.isa_limit %d asks for an ISA this CPU lacks (%s)", cfg->isa_limit, fd_cpu_features()); return NULL; }
@@ -92,6 +96,7 @@ fd_ctx *fd_create(const fd_config *cfg) {
   ctx->max_isa = isa;
   ctx->check_inputs = cfg->check_inputs != 0;
   ctx->deterministic = cfg->deterministic;
+  ctx->precision = cfg->precision;
   pthread_mutex_init(&ctx->run_lock, NULL);
   ctx->pool = fd_pool_create(ctx->threads);
   ctx->kernels = fd_kcache_create(cfg->backend, cfg->cache_dir, cfg->max_kernels);

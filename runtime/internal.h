@@ -22,6 +22,7 @@ struct fd_ctx {
   int threads, max_isa;
   int check_inputs;                /* fd_config.check_inputs: fd_run refuses NaN and infinities (exec.c) */
   int deterministic;               /* fd_config.deterministic: plans split rows at fixed key counts (plan.c) */
+  int precision;                   /* fd_config.precision: FD_PRECISION_FAST lets kernels take bf16 weights (plan.c) */
   fd_backend backend;
   fd_pool *pool;                   /* NULL once destroyed */
   fd_kcache *kernels;              /* kept until the last reference: plans hold kernels in it */
@@ -56,6 +57,8 @@ struct fd_plan {
   int alibi;                       /* FD_ALIBI: kernels add slope x (key - position) to the scores */
   int k_per_channel;               /* FD_K_PER_CHANNEL: k_scale [B, Hkv, D], folded into q by the kernels */
   int beams;                       /* FD_BEAMS: key s of row b from cache row beam_src[b * kv_len + s] */
+  int fast;                        /* fast precision wanted (opts.precision, else config.precision): kernels that can
+                                      serve it take key digit precision 1 (plan.c compile_variants) */
   int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */
   int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];
@@ -96,6 +99,11 @@ size_t fd_kv_unit(int dtype);
 int fd_exec_items(const fd_plan *p, const fd_args *a, const fd_item **items);
 /* Encode the key of a kernel; -1 with err on a field out of range. */
 int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen);
+/* fd_kernel_key with the planes digit (MSD int8 scores) and the precision digit set. */
+int fd_kernel_key_ext(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, int precision, char *key,
+                      char *err, size_t errlen);
+/* Whether a kernel of shape s, isa and group tile can take fast precision (gen/key.lua precision_misfit). */
+int fd_precision_fits(const fd_shape *s, int isa, int tile);
 /* fd_kernel_key with the planes digit (MSD int8 scores) set. */
 int fd_kernel_key_planes(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, char *key, char *err,
                          size_t errlen);

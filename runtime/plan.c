@@ -149,8 +149,22 @@ int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, ch
 /* fd_kernel_key with the planes digit; see internal.h. */
 int fd_kernel_key_planes(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, char *key, char *err,
                          size_t errlen) {
+  return fd_kernel_key_ext(s, chunk, tile, isa, flags, planes, 0, key, err, errlen);
+}
+
+/* Whether fast precision serves shape s on isa with tile: bf16 V, a record
+   with the bf16 group, a row-major tile (not the head-lane tile); the rule of
+   gen/key.lua precision_misfit. */
+int fd_precision_fits(const fd_shape *s, int isa, int tile) {
+  return s->kv_dtype == FD_BF16 && fd_isa_table[isa].bf16 && fd_isa_table[isa].head_lane_tile != tile;
+}
+
+/* fd_kernel_key with the planes and precision digits; see internal.h. */
+int fd_kernel_key_ext(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, int precision, char *key,
+                      char *err, size_t errlen) {
   int v[FD_KF_COUNT] = { 0 };
   v[FD_KF_PLANES] = planes;
+  v[FD_KF_PRECISION] = precision;
   for (int i = 0; i < FD_FIT_SAME; i++) v[fd_fit_same[i].field] = *(const int *)((const char *)s + fd_fit_same[i].offset);
   for (int i = 0; i < FD_FEATURE_DIGITS; i++) v[fd_feature_digits[i].field] = (s->features & fd_feature_digits[i].bit) != 0;
   v[FD_KF_FLAGS] = flags; v[FD_KF_ISA] = isa; v[FD_KF_GROUP_TILE] = tile;
@@ -294,6 +308,27 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
   return FD_OK;
 }
 
+/* opts.precision: 0 (the context's config.precision), -1 (off), or 1 with
+   bf16 V, an isa with bf16 dot products and a group tile other than the
+   head-lane one where one is forced (gen/key.lua precision_misfit). */
+static int check_precision(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
+  if (o->precision == 0 || o->precision == -1) return FD_OK;
+  if (o->precision != 1)
+    return fd_fail(ctx, FD_EINVAL, "opts.precision %d is not 0 (the context's config.precision), -1 (off) or 1 (fast)",
+                   o->precision);
+  if (s->kv_dtype != FD_BF16)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 (bf16 weights) needs bf16 V, not kv_dtype %s",
+                   fd_dtype_names[s->kv_dtype]);
+  int isa = o->isa ? o->isa - 1 : ctx->max_isa;
+  if (!fd_isa_table[isa].bf16)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa %s",
+                   fd_isa_table[isa].name);
+  if (o->group_tile && o->group_tile == fd_isa_table[isa].head_lane_tile)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 is not served with opts.group_tile %d (the head-lane tile: "
+                   "key-major weights)", o->group_tile);
+  return FD_OK;
+}
+
 /* Check forced options against the shape and context. */
 static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
   int G = s->n_q_heads / s->n_kv_heads;
@@ -318,7 +353,8 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
     return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512, FD_ISA_AVX512_BF16 or 0)", o->isa);
   if (o->isa - 1 > ctx->max_isa)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.isa %d is not available in this context (isa digit %d at most)", o->isa, ctx->max_isa);
-  return check_planes(ctx, s, o);
+  int rc = check_planes(ctx, s, o);
+  return rc ? rc : check_precision(ctx, s, o);
 }
 
 /* The heuristic group tile: the isa's head-lane tile where its head-lane
@@ -418,8 +454,11 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
   const fd_kernel_desc **slot[] = { &b->plain, &b->with_lse, &b->split };
   _Static_assert(FD_VARIANTS == 3, "fd_bucket has one slot per variant of gen/facts.lua");
   fd_ctx_put_kernels(p->ctx, b, 1);            /* what an earlier attempt for this bucket took */
+  /* fast precision where wanted and the bucket's final isa and tile serve it
+     (a tuned row's key, precision 0, takes the digit like the features) */
+  int prec = p->fast && fd_precision_fits(&p->shape, b->isa, b->tile);
   for (int i = 0; i < FD_VARIANTS; i++) {
-    if (fd_kernel_key_planes(&p->shape, b->chunk, b->tile, b->isa, fd_variant_flags[i], b->planes, key, err, errlen))
+    if (fd_kernel_key_ext(&p->shape, b->chunk, b->tile, b->isa, fd_variant_flags[i], b->planes, prec, key, err, errlen))
       return FD_EINVAL;
     char why[3000];
     *slot[i] = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
@@ -429,7 +468,7 @@ static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) 
   fd_shape rows = p->shape;                     /* k_new/v_new [B, q_len, Hkv, D]: bshd strides */
   rows.layout = FD_BSHD;
   rows.features &= ~FD_BEAMS;                   /* the new keys are the row's own */
-  if (fd_kernel_key_planes(&rows, b->chunk, b->tile, b->isa, FD_FLAG_SPLIT, b->planes, key, err, errlen)) return FD_EINVAL;
+  if (fd_kernel_key_ext(&rows, b->chunk, b->tile, b->isa, FD_FLAG_SPLIT, b->planes, prec, key, err, errlen)) return FD_EINVAL;
   char why[3000];
   b->new_kv = fd_kcache_get(p->ctx->kernels, key, &p->compile_ms, &p->kernels_compiled, why, sizeof why);
   if (!b->new_kv) { snprintf(err, errlen, "kernel %s: %s", key, why); return FD_ECOMPILE; }
@@ -575,6 +614,7 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->k_per_channel = (p->shape.features & FD_K_PER_CHANNEL) != 0;
   p->beams = (p->shape.features & FD_BEAMS) != 0;
   p->forced_splits = opts->splits;
+  p->fast = opts->precision > 0 || (opts->precision == 0 && ctx->precision == FD_PRECISION_FAST);
   p->split_keys = ctx->deterministic ? det_split_keys(&p->shape) : 0;
   const char *merge = getenv("FD_MERGE");
   p->merge_in_pass = merge && !strcmp(merge, "pass");

@@ -372,6 +372,12 @@ $(simd_exp())
 @   for t = 0, T - 1 do
           st$(t)[$(D + 1)] += hs[$(t)];
 @   end
+@   if PRECISION == 1 then
+          /* fast precision: each head's weights rounded to bf16 in place (the
+             f32 sums above stay the denominators); P.V pairs keys by vdpbf16ps */
+          aa.ptr = sc;
+$(simd_pround())
+@   end
         }
 @   if QUANT and K_PER_CHANNEL == 1 then
         aa.scl_stride = $(PAGED and "4" or "w->scale_stride * 4");
@@ -381,7 +387,7 @@ $(simd_exp())
         for (po = 0; po < n; po += pm) {
           fd_i64 nk = c + po + $(CHUNK);
 $(beam_piece("          "))
-          aa.sc = sc + po$(HL and (" * " .. T) or "");
+          aa.sc = $(PRECISION == 1 and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
           aa.n = pm;
           aa.pf = nk < end ? $(row("kbase", "nk")) : vp;
 @     if QUANT then
@@ -399,7 +405,7 @@ $(simd_pv(blk))
           fd_i64 slot = (c + po) & pmask, pg = (fd_i64)pages[(c + po) >> w->page_shift], nk = c + po + $(CHUNK);
           const $(KVT) *vseg = vbase + pg * w->page_stride + slot * kvs;
           pm = n - po < pmask + 1 - slot ? n - po : pmask + 1 - slot;
-          aa.sc = sc + po$(HL and (" * " .. T) or "");
+          aa.sc = $(PRECISION == 1 and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
           aa.n = pm;
           aa.pf = nk < end ? $(row("kbase", "nk")) : vseg;
 @     if QUANT then

@@ -6,10 +6,10 @@ import sys
 
 # (file, anchor line, text inserted after it): the recipe's steps.
 EDITS = [
-    # 1. the key field (digit 20, a shape field the fit check compares), the fd_shape
+    # 1. the key field (digit 21, a shape field the fit check compares), the fd_shape
     #    field and the signature entry: one table each in gen/facts.lua
-    ("gen/facts.lua", '  { name = "planes",     pos = 19, width = 1, min = 0, max = 3 },',
-     '  { name = "dummy", pos = 20, width = 1, min = 0, max = 1, shape = true },'),
+    ("gen/facts.lua", '  { name = "precision",  pos = 20, width = 1, min = 0, max = 1 },',
+     '  { name = "dummy", pos = 21, width = 1, min = 0, max = 1, shape = true },'),
     ("gen/facts.lua", '  { "sink_tokens", "int" }, { "softcap", "float" }, { "features", "unsigned" },',
      '  { "dummy", "int" },'),
     ("gen/facts.lua", '  { "", "mask_mode", "mask_modes" }, { "", "layout", "layouts" },',
@@ -22,7 +22,7 @@ EDITS = [
      "@ if DUMMY == 1 then\n  /* dummy feature on */\n@ end"),
     # 4. the key table
     ("docs/DESIGN.md", "| 18 | beams | 0, or 1: key s of row b read from cache row beam_src[b * kv_len + s] (`FD_BEAMS`; the chunk is scored in runs of one source row, and paged, one page) |",
-     "| 20 | dummy | 0 or 1, fd_shape.dummy |"),
+     "| 21 | dummy | 0 or 1, fd_shape.dummy |"),
 ]
 
 

@@ -47,6 +47,8 @@ suite "sliding window, sink tokens, learned sink logits and ALiBi vs double refe
 suite "per-channel K scales (int8/fp8, channels 1000x apart) and beam indirection (every KV dtype, beam_src patterns) vs double reference per token (each ISA, mode, q_len 1/3, window, splits, paged); refusals" "$B/test_kpc_beams"
 suite "the per-key feature recipe: a dummy feature in a scratch tree reaches key, generator, planner, tuner, exporter" bash tests/test_recipe.sh
 suite "MSD int8 scores (q in 2/3 int8 planes, vpdpbusd) vs double reference: score error per plane count, every mode, bhsd/bshd/paged, odd groups, splits, q_len 3, per-row and per-channel K scales; refusals" "$B/test_msd"
+suite "fast precision (bf16 weights, vdpbf16ps P.V) vs double reference: every mode, bhsd/bshd/paged, odd groups and head_dims, splits, q_len 3, tcc and cc; the default and fast errors on the Llama group; FAST as a permission; refusals" "$B/test_fast"
+suite "fast precision through the exported header: a precision-1 row exported, compiled by gcc and tcc, vs double reference" env B="$B" bash tests/test_fast_export.sh
 suite "context-parallel decode over MPI, np 1-4" env B="$B" bash tests/test_mpi.sh
 suite "NaN/Inf in q, K, V, mask vs double reference (each ISA, splits 1/4/64, tcc and cc), check_inputs" "$B/test_nonfinite"
 suite "deterministic mode: same bits for threads 1-7, batches, repeats, tcc and cc; default within f32 rounding" "$B/test_determinism"
@@ -56,7 +58,7 @@ suite "Python module vs numpy float64 reference" env FD_LIB="$B/libflashdecode.s
 suite "install, pkg-config, exported symbols, uninstall" bash tests/test_install.sh
 suite "libFuzzer: table loader, key codec, fd_kernel_source (4 s each, ASan + UBSan)" bash tests/fuzz/run.sh "$B/fuzz" "${FUZZ_SHORT_S:-4}"
 export FD_TEST_CACHE_DIR="$B/san/cache"
-for t in test_kernels test_api test_errors test_merge test_tables test_model test_concurrency test_nonfinite test_determinism test_paged test_tokens test_shared test_schedule test_window test_kpc_beams test_msd; do
+for t in test_kernels test_api test_errors test_merge test_tables test_model test_concurrency test_nonfinite test_determinism test_paged test_tokens test_shared test_schedule test_window test_kpc_beams test_msd test_fast; do
   suite "$t under AddressSanitizer + UndefinedBehaviorSanitizer" "$B/san/$t"
 done
 

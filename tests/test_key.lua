@@ -6,7 +6,7 @@ local key = require("key")
 
 local base = { layout = 0, q_dtype = 0, kv_dtype = 3, out_dtype = 0, mask_mode = 0, flags = 0,
                isa = 0, group_tile = 4, head_dim = 128, chunk = 256, template = 1, k_per_channel = 0, beams = 0,
-               planes = 0 }
+               planes = 0, precision = 0 }
 
 -- A copy of base with one field changed.
 local function with(field, v)
@@ -30,6 +30,8 @@ for _, f in ipairs(key.fields) do
     -- MSD planes: 2 or 3 (1 is refused below), on the isa with int8 dot products
     local t = with(f.name, v)
     if f.name == "planes" and v > 0 then t.isa = 3 end
+    -- fast precision: bf16 V on the isa with bf16 dot products
+    if f.name == "precision" and v > 0 then t.isa, t.kv_dtype = 3, 2 end
     if not (f.name == "planes" and v == 1) then
       local ok, k = pcall(key.encode, t)
       if not ok then bad = bad + 1; T.ok(false, "encode " .. f.name .. "=" .. v, k)
@@ -57,8 +59,8 @@ T.ok(key.describe(ex):find("chunk 256, head_dim 128, group tile 4", 1, true) ~= 
 T.eq(key.decode("0" .. ex).key, ex, "leading zeros are accepted and dropped")
 if math.type then T.eq(key.decode(10256128040002220).key, ex, "Lua 5.4 integer key") end
 T.eq(key.encode(with("chunk", 9999)), "19999128040000300", "largest chunk")
-local top = with("planes", 3)
-top.isa = 3
+local top = with("precision", 1)
+top.isa, top.kv_dtype = 3, 2
 T.ok(#key.encode(top) == key.DIGITS, "keys with the top digit set have key.DIGITS digits")
 T.ok(#key.encode(base) == key.by_name.template.pos + 1, "keys without feature digits end at the template digit")
 
@@ -71,7 +73,7 @@ T.eq(kb, "1110064064010000300", "per-channel K and beams digits 17 and 18")
 T.ok(key.describe(kb):find("K scales per channel, beams", 1, true) ~= nil, "describe names both feature digits")
 T.raises("field planes: MSD planes with per.channel K scales and beams", "planes with per-channel K and beams refused",
          key.encode, { head_dim = 64, chunk = 64, kv_dtype = "i8", k_per_channel = 1, beams = 1, planes = 3, isa = 3 })
-T.ok(#key.encode { head_dim = 64, chunk = 64, kv_dtype = "i8", k_per_channel = 1, planes = 3, isa = 3 } == key.DIGITS,
+T.ok(#key.encode { head_dim = 64, chunk = 64, kv_dtype = "i8", k_per_channel = 1, planes = 3, isa = 3 } == key.DIGITS - 1,
      "planes with per-channel K alone encode")
 
 -- Each kind of bad key is refused with the field named.
@@ -88,6 +90,22 @@ T.raises("field planes: MSD planes need an isa with int8 dot products %(vpdpbusd
          key.encode, { head_dim = 64, chunk = 64, kv_dtype = "i8", isa = 2, planes = 2 })
 T.raises("field planes", "a key with planes and f16 K does not decode", key.decode, "30010064064013000100")
 T.ok(key.describe("30010064064013000300"):find("MSD scores in 3 int8 planes", 1, true) ~= nil, "describe names the planes")
+
+-- The precision digit (fast precision, bf16 weights in P.V): bf16 V, an isa
+-- with the bf16 group, not the head-lane tile; refused with the field named.
+T.eq(key.encode { head_dim = 128, chunk = 256, kv_dtype = "bf16", q_dtype = "bf16", isa = "avx512bf16", group_tile = 4,
+                  precision = 1 }, "100010256128043000220", "precision digit 20 (21-digit keys)")
+T.raises("field precision: fast precision %(bf16 weights%) needs bf16 V, not kv_dtype f16", "f16 V", key.encode,
+         { head_dim = 64, chunk = 64, kv_dtype = "f16", isa = 3, precision = 1 })
+T.raises("field precision: fast precision needs an isa with bf16 dot products %(vdpbf16ps%), not isa avx512", "isa avx512",
+         key.encode, { head_dim = 64, chunk = 64, kv_dtype = "bf16", isa = 2, precision = 1 })
+T.raises("field precision: fast precision is not served for the head.lane group tile 16", "tile 16", key.encode,
+         { head_dim = 64, chunk = 64, kv_dtype = "bf16", isa = 3, group_tile = 16, precision = 1 })
+T.raises("field precision", "a key with precision 1 and f16 V does not decode", key.decode, "100010064064043000100")
+T.raises("field precision: 2 is out of range", "precision 2", key.encode,
+         { head_dim = 64, chunk = 64, kv_dtype = "bf16", isa = 3, precision = 2 })
+T.ok(key.describe("100010256128043000200"):find("fast precision (bf16 weights)", 1, true) ~= nil,
+     "describe names fast precision")
 T.raises("not a decimal key", "letters", key.decode, "10256x28040002220")
 T.raises("not a decimal key", "empty", key.decode, "")
 T.raises("not a decimal key", "negative", key.decode, "-10256128040002220")

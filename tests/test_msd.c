@@ -29,6 +29,8 @@
 #define PAGE 16
 #define PER_ROW ((S_CAP + PAGE - 1) / PAGE)
 #define ISA3 3
+/* the planes digit's place in a key (gen/facts.lua) */
+#define PLANES_POS ((size_t)fd_key_fields[FD_KF_PLANES].pos)
 
 /* One case: K/V and positions from kp, q [NB, q_len, Hq, D] from qp; kch the
    per-channel K scales [NB, HKV, D] or NULL. */
@@ -134,15 +136,16 @@ static fd_args args_of(const mcase *c, const pool *pl, void *out, float *lse) {
   return a;
 }
 
-/* Plan s with o, check its key carries the planes digit (its most significant
-   digit, gen/facts.lua), run a once; FD_OK or the failing call's code. */
+/* Plan s with o, check its key carries the planes digit (digit PLANES_POS,
+   gen/facts.lua), run a once; FD_OK or the failing call's code. */
 static int run_planes(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a, const char *name) {
   fd_plan *plan = NULL;
   int rc = fd_plan_create_opts(ctx, s, o, &plan);
   if (rc) return rc;
   fd_plan_info info;
   rc = fd_plan_info_get(plan, s->kv_len, &info);
-  int digit = strlen(info.key) == FD_KEY_DIGITS ? info.key[0] - '0' : 0, want = o->planes > 0 ? o->planes : 0;
+  size_t len = strlen(info.key);
+  int digit = len > PLANES_POS ? info.key[len - 1 - PLANES_POS] - '0' : 0, want = o->planes > 0 ? o->planes : 0;
   t_check(!rc && digit == want, "%s: key %s has planes digit %d", name, info.key, want);
   rc = fd_run(plan, a);
   fd_plan_destroy(plan);
@@ -316,7 +319,8 @@ static int planned_planes(int isa_limit, int kd, int D, fd_plan_opts o) {
   t_check(rc == 0, "plan for the heuristic's planes: %s", fd_errmsg(ctx));
   fd_plan_destroy(plan);
   fd_destroy(ctx);
-  return strlen(info.key) == FD_KEY_DIGITS ? info.key[0] - '0' : 0;
+  size_t len = strlen(info.key);
+  return len > PLANES_POS ? info.key[len - 1 - PLANES_POS] - '0' : 0;
 }
 
 /* The heuristic: FD_H_PLANES for int8 K on isa 3 (where the planes fit), 0

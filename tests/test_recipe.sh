@@ -5,7 +5,7 @@
 # (at most 6), and the feature then reaches every consumer without another
 # edit: the key (fdgen key encode/decode), the generator (the template sees
 # DUMMY), the planner (a shape with dummy = 1 plans and runs a key with digit
-# 20 set), the bindings (LuaJIT and Python shapes take the field), the tuner
+# 21 set), the bindings (LuaJIT and Python shapes take the field), the tuner
 # (its table row), and the exporter (the header's rows, fit check and kernel).
 set -u
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ check "the dummy feature touches at most 6 files (it touched $changed)" test "$c
 check "the scratch tree builds" make -C "$src" -j2 B=build lib build/fdgen
 F=$src/build/fdgen
 key=$($F key encode dummy=1 head_dim=64 chunk=64 group_tile=4 2>&1)
-check "fdgen key encodes the dummy digit (digit 20: $key)" test "$key" = 100010064064040000000
+check "fdgen key encodes the dummy digit (digit 21: $key)" test "$key" = 1000010064064040000000
 out=$($F key decode "$key" 2>&1)
 check "fdgen key decodes it" has "$out" "dummy *1"
 check "the generator's template sees DUMMY" has "$($F source "$key" 2>&1)" "dummy feature on"
@@ -55,10 +55,10 @@ plan:run { q = q, k = k, v = v, cur_pos = 99, out = out }
 print(info.key)
 LUA
 out=$(FD_LIB=$src/build/libflashdecode.so $LUAJIT "$tmp/plan.lua" "$src" 2>&1)
-check "the planner puts the shape's dummy = 1 into its key and runs it ($out)" has "$out" "^10001"
+check "the planner puts the shape's dummy = 1 into its key and runs it ($out)" has "$out" "^100001"
 out=$(cd "$src" && FD_LIB=build/libflashdecode.so PYTHONPATH=python /usr/bin/python3 -c \
   "import flashdecode as fd; c = fd.Context(threads=1); p = c.plan(1, 4, 1, 64, 100, dummy=1); print(p.info()['key'])" 2>&1)
-check "the Python binding takes the field and plans its key ($out)" has "$out" "^10001"
+check "the Python binding takes the field and plans its key ($out)" has "$out" "^100001"
 
 # The tuner and the exporter: a tiny shape with dummy = 1, tuned, exported, compiled.
 cat >"$tmp/shapes.lua" <<'LUA'
@@ -68,7 +68,7 @@ LUA
 out=$(cd "$src" && TUNE_PROGRESS=0 FD_LIB=build/libflashdecode.so FDGEN=build/fdgen TUNE_TABLE="$tmp/t.tsv" \
   TUNE_BUDGET=2 $LUAJIT tuner/tune.lua "$tmp/shapes.lua" 2>&1)
 check "the tuner tunes it ($out)" has "$out" "(written)"
-check "its table row has the field in the shape and the key" grep -Eq $'\\.x1\t128\t10001' "$tmp/t.tsv"
+check "its table row has the field in the shape and the key" grep -Eq $'\\.x1\t128\t100001' "$tmp/t.tsv"
 check "the exported header carries the dummy kernel" grep -q "dummy feature on" "$tmp/t.h"
 cat >"$tmp/use.c" <<'C'
 #include HEADER

@@ -189,7 +189,7 @@ static const tcase CASES[] = {
   { "key: layout digit 3", 1, NULL, "1024", "10032064020000103", NULL, NULL, NULL, NULL, 0, "field layout (digits 0-0) is 3" },
   { "key: 14 digits (template 0)", 1, NULL, "1024", "32064020000100", NULL, NULL, NULL, NULL, 0, "field template (digits 16-16) is 0" },
   { "key: a leading zero", 1, NULL, "1024", "010032064020000100", NULL, NULL, NULL, NULL, 0, "has a leading zero" },
-  { "key: 21 digits", 1, NULL, "1024", "101003206402000010000", NULL, NULL, NULL, NULL, 0, "is not 1 to 20 decimal digits" },
+  { "key: 22 digits", 1, NULL, "1024", "1010032064020000100000", NULL, NULL, NULL, NULL, 0, "is not 1 to 21 decimal digits" },
   { "key: k_per_channel digit 2", 1, NULL, "1024", "210032064020000100", NULL, NULL, NULL, NULL, 0,
     "field k_per_channel (digits 17-17) is 2" },
   { "key: beams digit 5", 1, NULL, "1024", "5010032064020000100", NULL, NULL, NULL, NULL, 0,

@@ -54,7 +54,7 @@ local function reg_name(kind, L, n)
   if c == "r32" then return R32[n] end
   local bits = 128
   if kind == "V" or kind == "VM" then bits = L
-  elseif kind == "HM" then bits = math.max(128, L / 2) end
+  elseif kind == "HM" or kind == "H" then bits = math.max(128, L / 2) end
   return VEC[bits] .. n
 end
 

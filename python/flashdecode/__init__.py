@@ -103,6 +103,7 @@ _ERRORS = {cls.code: cls for cls in (InvalidArgumentError, OutOfMemoryError, Com
 
 # Names of the enum arguments and their C values.
 _BACKENDS = {"tcc": L.FD_BACKEND_TCC, "cc": L.FD_BACKEND_CC}
+_PRECISIONS = {"default": L.FD_PRECISION_DEFAULT, "fast": L.FD_PRECISION_FAST}
 # Names from the generated facts: an isa choice is its key digit plus one (0 = auto).
 _ISAS = {"auto": L.FD_ISA_AUTO, **{name: digit + 1 for digit, name in enumerate(L.ISA_NAMES)}}
 _ISA_DIGITS = L.ISA_NAMES
@@ -246,15 +247,17 @@ class Context(_Handle):
     """A library context: threads, compiler backend, kernel cache, tuned table.
 
     Context(threads=0, backend="tcc"|"cc", table=None, cache_dir=None, isa_limit="auto"|"c"|"avx2"|"avx512",
-    max_kernels=0, check_inputs=False, deterministic=False); threads=0 means all online cores, max_kernels=0 an
-    unbounded kernel cache, check_inputs=True refuses non-finite inputs in run(), deterministic=True gives
-    batch-invariant results (a row's bits independent of the threads and the other rows; fd_config.deterministic).
+    max_kernels=0, check_inputs=False, deterministic=False, precision="default"|"fast"); threads=0 means all online
+    cores, max_kernels=0 an unbounded kernel cache, check_inputs=True refuses non-finite inputs in run(),
+    deterministic=True gives batch-invariant results (a row's bits independent of the threads and the other rows;
+    fd_config.deterministic), precision="fast" bf16 softmax weights in P.V where a kernel serves it
+    (fd_config.precision FD_PRECISION_FAST: bf16 V on avx512bf16).
     close() (or the end of a with block, or garbage collection) ends it; plans made from it keep it referenced, and
     running one after close() raises DestroyedError.
     """
 
     def __init__(self, threads=0, backend="tcc", table=None, cache_dir=None, isa_limit="auto", max_kernels=0,
-                 check_inputs=False, deterministic=False):
+                 check_inputs=False, deterministic=False, precision="default"):
         self._ptr = None
         self._lib = _library()
         self._lock = threading.Lock()
@@ -263,7 +266,8 @@ class Context(_Handle):
                        table=self._strings[0], cache_dir=self._strings[1],
                        isa_limit=_choice("isa_limit", isa_limit, _ISAS),
                        max_kernels=_c_int("max_kernels", max_kernels), check_inputs=1 if check_inputs else 0,
-                       deterministic=1 if deterministic else 0)
+                       deterministic=1 if deterministic else 0,
+                       precision=_choice("precision", precision, _PRECISIONS))
         ptr = self._lib.fd_create(ctypes.byref(cfg))
         if not ptr:
             raw = self._lib.fd_errmsg(None)
@@ -298,8 +302,8 @@ class Context(_Handle):
     def plan(self, batch, n_q_heads, n_kv_heads, head_dim, kv_len, q_dtype="f32", kv_dtype="f32",
              out_dtype="f32", mask_mode="causal", layout="bhsd", page_size=0, opts=None, **options):
         """Validate a shape, plan it and compile its kernels; options chunk, group_tile, splits,
-        threads, isa ("c"|"avx2"|"avx512"|"avx512bf16") and planes (MSD int8 scores: 2 or 3, -1
-        off) force planner choices, as keywords or in opts; the
+        threads, isa ("c"|"avx2"|"avx512"|"avx512bf16"), planes (MSD int8 scores: 2 or 3, -1
+        off) and precision (fast precision: 1, -1 off) force planner choices, as keywords or in opts; the
         other fd_shape fields (pool_pages, q_len, window, ...) are keywords too; features takes
         the FD_* bits, a name or a list of names (features=["alibi", "sink_logits"], see FEATURES)."""
         extra = {name: options.pop(name) for name in list(options) if name in _EXTRA_SHAPE_FIELDS}

@@ -29,6 +29,7 @@ FD_ESYS = -7
 globals().update(_facts.ENUMS)
 FD_BACKEND_TCC, FD_BACKEND_CC = 0, 1
 FD_ISA_AUTO = 0
+FD_PRECISION_DEFAULT, FD_PRECISION_FAST = 0, 1   # fd_config.precision
 # Names by value: dtypes and their sizes in bytes, mask modes, layouts, isa digits.
 DTYPE_NAMES, DTYPE_SIZE = _facts.DTYPE_NAMES, _facts.DTYPE_SIZE
 DTYPE_BLOCK = _facts.DTYPE_BLOCK   # (elements per block, bytes per block) by fd_dtype
@@ -54,7 +55,7 @@ _int, _i64, _ptr, _str = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c
 class Config(ctypes.Structure):
     _fields_ = [("threads", _int), ("backend", _int), ("table", _str),
                 ("cache_dir", _str), ("isa_limit", _int), ("max_kernels", _int),
-                ("check_inputs", _int), ("deterministic", _int)]
+                ("check_inputs", _int), ("deterministic", _int), ("precision", _int)]
 
 
 # struct fd_shape: the problem a plan serves.
@@ -75,7 +76,7 @@ class Args(ctypes.Structure):
 # struct fd_plan_opts: forced planner choices (0 = planner's choice).
 class PlanOpts(ctypes.Structure):
     _fields_ = [("chunk", _int), ("group_tile", _int), ("splits", _int), ("threads", _int),
-                ("isa", _int), ("planes", _int)]
+                ("isa", _int), ("planes", _int), ("precision", _int)]
 
 
 # struct fd_plan_info: what a plan runs for a given length.

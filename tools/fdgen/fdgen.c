@@ -36,6 +36,7 @@ typedef struct run_opts {
   const char *shape, *shapes, *report, *arg, *table;   /* arg: the positional argument */
   int64_t kv_len;
   int splits, chunk, tile, threads, backend, reps, seed;
+  int precision;                /* fd_config.precision: 0 default, 1 FD_PRECISION_FAST */
 } run_opts;
 
 struct command;
@@ -81,6 +82,8 @@ static const option OPTIONS[] = {
   { "--threads", "N", "worker threads (default: one per core)", C_RUN | C_BENCH | C_PREDICT, 0, 'i', OFF(threads), 0, INT_MAX },
   { "--backend", "tcc|cc", "compile kernels with libtcc (default) or the system C compiler", C_RUN, 0, 'b',
     OFF(backend), 0, 0 },
+  { "--precision", "0|1", "fd_config.precision: 0 default (f32 weights), 1 fast (bf16 weights in P.V where served)",
+    C_RUN | C_BENCH, 0, 'i', OFF(precision), 0, 1 },
   { "--seed", "N", "seed of the random inputs (default 1)", C_RUN, 0, 'i', OFF(seed), 0, INT_MAX },
   { "--reps", "N", "timed runs per length; the median is reported (default 7)", C_BENCH, 0, 'i', OFF(reps), 1, 32 },
 };
@@ -313,7 +316,8 @@ static int cmd_run(const command *c, const run_opts *o) {
   if (o->kv_len) s.kv_len = o->kv_len;
   print_shape(stdout, sh[0].name, &s);
   free(sh);
-  fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads, .backend = (fd_backend)o->backend });
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads, .backend = (fd_backend)o->backend,
+                                         .precision = o->precision });
   if (!ctx) { fprintf(stderr, "fdgen run: %s\n", fd_errmsg(NULL)); return 1; }
   fd_plan *plan = NULL;
   fd_plan_opts po = { o->chunk, o->tile, o->splits, o->threads, 0 };
@@ -359,7 +363,7 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   s.kv_len = len;
   size_t nkv = (size_t)s.batch * s.n_kv_heads * (size_t)len * s.head_dim;
   int32_t *table = paged_identity(&s, len, &nkv);
-  fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads });
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads, .precision = o->precision });
   fd_plan *plan;
   double t0 = now_ms();
   fd_plan_opts po = { o->chunk, o->tile, o->splits, o->threads, 0 };

@@ -1,0 +1,406 @@
+/* Fast precision (fd_config.precision FD_PRECISION_FAST, key digit precision:
+   the softmax weights rounded to bf16 and two keys per vdpbf16ps in P.V)
+   through the public API, against the double-precision reference
+   (tools/fdgen/ref.c):
+   - the outputs of every mask mode (causal with q_len 1 and 3, a window with
+     sinks, mask, full), the layouts (bhsd, bshd, paged; windows start
+     chunks and pages at odd keys), odd groups (tiles 1, 3, 5, 7, and 4 and 8),
+     head_dims 48, 64, 80, 96, 128, unsplit and 3 splits, f32/f16/bf16 q and
+     out, a third of them through beam_src (runs of 1..40 keys from random
+     rows: P.V pieces start at odd keys), within FAST_TOL of the largest |output| (the default kernels' own
+     tolerance is t_tolerance); each plan's key must carry precision 1;
+   - the largest error of each mode on Llama-3.1-8B's group (4 heads, D 128)
+     at 4096 keys, printed (README "Fast precision");
+   - FAST on a shape it cannot serve (f16 V; group tile 16) plans the default
+     key (precision 0) and runs it; opts.precision -1 turns it off;
+   - the refusals: config.precision 2 / -1 (no context), opts.precision 2, and
+     opts.precision 1 where it cannot apply, each naming the field.
+   Needs AVX512-BF16 (isa digit 3); without it only the refusals run. */
+#include "compare.h"
+#include "internal.h"
+#include "cpu.h"
+#include "tcheck.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NB 3
+#define HKV 2
+#define S_CAP 200
+#define PAGE 16
+#define PER_ROW ((S_CAP + PAGE - 1) / PAGE)
+#define ISA3 3
+/* bf16 weights: each weight within 2^-9 relative, the output within 2^-9 of
+   the largest |V| (here below 4x the largest |output|), plus out rounding */
+#define FAST_TOL 8e-3
+
+/* The largest error of a sweep's cases (printed: the margin below FAST_TOL). */
+static double sweep_worst;
+
+/* One case: K/V and positions from kp, q [NB, q_len, Hq, D] from qp; src
+   the beam_src [NB, S_CAP] (FD_BEAMS) or NULL. */
+typedef struct fcase {
+  kproblem kp, qp;
+  int q_len, mode, window, sinks, layout;
+  int32_t *src;
+} fcase;
+
+/* beam_src of runs of 1..40 keys (odd ones too: P.V pieces start at odd keys) from random rows. */
+static void beam_runs(fcase *c, uint64_t seed) {
+  uint64_t st = seed * 31 + 7;
+  c->src = malloc(sizeof(int32_t) * NB * S_CAP);
+  for (int b = 0; b < NB; b++) {
+    int32_t cur = b;
+    for (int64_t i = 0, left = 0; i < S_CAP; i++, left--) {
+      if (left <= 0) {
+        left = 1 + (int64_t)t_rand(&st, 0, 40);
+        cur = (int32_t)t_rand(&st, 0, NB);
+      }
+      c->src[b * S_CAP + i] = cur;
+    }
+  }
+}
+
+/* Build a case of bf16 K/V (layout FD_BHSD or FD_BSHD; paged cases are built dense and pooled). */
+static void make(fcase *c, int layout, int Hq, int D, int qd, int od, int mode, int q_len, int window, int sinks,
+                 uint64_t seed) {
+  memset(c, 0, sizeof *c);
+  c->q_len = q_len; c->mode = mode; c->window = window; c->sinks = sinks; c->layout = layout;
+  kp_init(&c->kp, NB, Hq, HKV, D, S_CAP, qd, FD_BF16, od, mode, layout, seed);
+  kp_init(&c->qp, NB * q_len, Hq, HKV, D, 1, qd, FD_BF16, od, FD_FULL, FD_BHSD, seed + 1);
+  c->kp.cur_pos[0] = S_CAP - 1;
+  c->kp.cur_pos[1] = q_len - 1;
+  c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
+}
+
+static void unmake(fcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->src); }
+
+/* Whether token position p sees key k (causal, with the case's window). */
+static int visible(const fcase *c, int64_t p, int64_t k) {
+  return k <= p && (c->window == 0 || k > p - c->window || k < c->sinks);
+}
+
+/* The reference of token t: causal as mask mode with 0 on the visible keys
+   and -inf elsewhere; mask and full modes (q_len 1) as they are. */
+static void reference(const fcase *c, int t, double *rout, double *rlse) {
+  ref_problem rt = c->kp.ref;
+  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * S_CAP;
+  float *q = malloc(sizeof(float) * NB * qrow), *mask = NULL;
+  for (int b = 0; b < NB; b++) memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
+  if (c->mode == FD_CAUSAL) {
+    mask = malloc(sizeof(float) * NB * mrow);
+    for (int b = 0; b < NB; b++) {
+      int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
+      for (int h = 0; h < rt.Hq; h++)
+        for (int64_t k = 0; k < S_CAP; k++) mask[b * mrow + (size_t)h * S_CAP + k] = visible(c, p, k) ? 0.0f : -INFINITY;
+    }
+    rt.mask = mask;
+    rt.mask_mode = FD_MASK;
+  }
+  rt.q = q;
+  rt.beam_src = c->src;
+  ref_attention(&rt, rout, rlse);
+  free(q); free(mask);
+}
+
+/* The K/V of a bhsd case as a pool: row b's page i at pool page i * NB + (b + i) % NB, and its block table. */
+typedef struct pool { void *k, *v; int32_t *table; } pool;
+
+static void make_pool(const fcase *c, pool *pl) {
+  const ref_problem *r = &c->kp.ref;
+  size_t rowb = (size_t)r->D * 2, n = (size_t)NB * PER_ROW * HKV * PAGE;
+  pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
+  pl->table = malloc(sizeof(int32_t) * NB * PER_ROW);
+  for (int b = 0; b < NB; b++)
+    for (int64_t i = 0; i < PER_ROW; i++) {
+      int64_t pg = i * NB + (b + i) % NB;
+      pl->table[b * PER_ROW + i] = (int32_t)pg;
+      for (int j = 0; j < HKV; j++)
+        for (int64_t s = 0; s < PAGE && i * PAGE + s < S_CAP; s++) {
+          size_t from = (size_t)(b * HKV + j) * S_CAP + (size_t)(i * PAGE + s), to = ((size_t)pg * HKV + j) * PAGE + s;
+          memcpy((char *)pl->k + to * rowb, (const char *)c->kp.k + from * rowb, rowb);
+          memcpy((char *)pl->v + to * rowb, (const char *)c->kp.v + from * rowb, rowb);
+        }
+    }
+}
+
+static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->table); }
+
+/* The case's shape (paged: from the pool). */
+static fd_shape shape_of(const fcase *c, int paged) {
+  const ref_problem *r = &c->kp.ref;
+  fd_shape s = { NB, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, FD_BF16, c->kp.out_dtype, c->mode,
+                 paged ? FD_PAGED : c->layout, paged ? PAGE : 0 };
+  s.q_len = c->q_len;
+  s.window = c->window;
+  s.sink_tokens = c->sinks;
+  s.pool_pages = paged ? NB * PER_ROW : 0;
+  s.features = c->src ? FD_BEAMS : 0;
+  return s;
+}
+
+/* The case's arguments (dense, or paged from pl) writing out and lse. */
+static fd_args args_of(const fcase *c, const pool *pl, void *out, float *lse) {
+  fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, c->kp.mask,
+                NULL, NULL, pl ? pl->table : NULL, 0, out, lse };
+  a.beam_src = c->src;
+  return a;
+}
+
+/* The precision digit of a key (its place from gen/facts.lua, counted from the right). */
+static int precision_digit(const char *key) {
+  size_t len = strlen(key), pos = (size_t)fd_key_fields[FD_KF_PRECISION].pos;
+  return len > pos ? key[len - 1 - pos] - '0' : 0;
+}
+
+/* Plan s with o, check its key's precision digit is want, run a once; FD_OK or the failing call's code. */
+static int run_fast(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a, int want, const char *name) {
+  fd_plan *plan = NULL;
+  int rc = fd_plan_create_opts(ctx, s, o, &plan);
+  if (rc) return rc;
+  fd_plan_info info;
+  rc = fd_plan_info_get(plan, s->kv_len, &info);
+  t_check(!rc && precision_digit(info.key) == want, "%s: key %s has precision digit %d", name, info.key, want);
+  rc = fd_run(plan, a);
+  fd_plan_destroy(plan);
+  return rc;
+}
+
+/* The largest output error of out [B, q_len, Hq, D] over the tokens against
+   reference(c, t), relative to the largest |output| (kp_errors); NaN: inf. */
+static double token_error(const fcase *c, const void *out, const float *lse, double *lse_err) {
+  const kproblem *p = &c->kp;
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D, qrow = (size_t)r->Hq * r->D;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc(sizeof(double) * r->B * r->Hq), worst = 0;
+  float *got = malloc(n * sizeof(float)), *glse = malloc(sizeof(float) * r->B * r->Hq);
+  *lse_err = 0;
+  for (int t = 0; t < c->q_len; t++) {
+    reference(c, t, rout, rlse);
+    for (int b = 0; b < r->B; b++) {
+      size_t at = (size_t)(b * c->q_len + t);
+      for (size_t i = 0; i < qrow; i++) got[b * qrow + i] = t_load(p->out_dtype, out, at * qrow + i);
+      memcpy(glse + (size_t)b * r->Hq, lse + at * r->Hq, sizeof(float) * r->Hq);
+    }
+    kp_error e = kp_errors(p, got, glse, rout, rlse);
+    worst = fmax(worst, e.nan ? INFINITY : e.out);
+    *lse_err = fmax(*lse_err, e.lse_inf ? INFINITY : e.lse);
+  }
+  free(rout); free(rlse); free(got); free(glse);
+  return worst;
+}
+
+/* One case against the reference on isa 3 with fast precision, each layout it takes
+   (bhsd cases also paged; bshd cases as they are). */
+static void run_case(fd_ctx *ctx, int layout, int D, int tile, int mode, int q_len, int splits, int beams, int idx) {
+  int chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
+  int window = q_len > 1 && idx % 4 == 1 ? 21 : 0, sinks = window ? 3 : 0;
+  fcase c;
+  make(&c, layout, HKV * tile, D, qd, od, mode, q_len, window, sinks, 700 + (uint64_t)idx);
+  if (beams) beam_runs(&c, 800 + (uint64_t)idx);
+  size_t n = (size_t)NB * q_len * HKV * tile * D;
+  void *out = malloc(n * t_dtype_size(od));
+  float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
+  fd_plan_opts o = { chunk, tile, splits, 2, ISA3 + 1, 0, getenv("FAST_OFF") ? -1 : 0 };
+  for (int paged = 0; paged <= (layout == FD_BHSD); paged++) {
+    char name[256];
+    snprintf(name, sizeof name, "fast q%s out%s %s %s q_len %d window %d%s splits %d chunk %d D %d tile %d",
+             fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], paged ? "paged" : fd_layout_names[layout],
+             q_len, window, beams ? " beams" : "", splits, chunk, D, tile);
+    pool pl = { 0 };
+    if (paged) make_pool(&c, &pl);
+    fd_shape s = shape_of(&c, paged);
+    fd_args a = args_of(&c, paged ? &pl : NULL, out, lse);
+    int rc = run_fast(ctx, &s, &o, &a, o.precision >= 0, name);
+    if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
+      double le, e = token_error(&c, out, lse, &le), tol = FAST_TOL + t_tolerance(&c.kp);
+      t_check(e <= tol, "%s: max error %.3g (tolerance %.3g)", name, e, tol);
+      sweep_worst = fmax(sweep_worst, e);
+      t_check(le <= KP_LSE_TOL, "%s: lse error %.3g > %.3g", name, le, KP_LSE_TOL);
+    }
+    if (paged) free_pool(&pl);
+  }
+  free(out); free(lse);
+  unmake(&c);
+}
+
+/* The mode and q_len of variant m: causal q_len 1, causal q_len 3, mask, full. */
+static void mode_of(int m, int *mode, int *q_len) {
+  static const int MODES[4] = { FD_CAUSAL, FD_CAUSAL, FD_MASK, FD_FULL };
+  *mode = MODES[m];
+  *q_len = m == 1 ? 3 : 1;
+}
+
+/* Every mode variant x layout, the tiles, head_dims and splits in turn; every
+   every-th case (the cc backend: 4, its compiles are slow). */
+static void sweep(fd_ctx *ctx, int every) {
+  static const int TILES[6] = { 1, 3, 5, 7, 4, 8 }, DS[5] = { 64, 96, 128, 48, 80 };
+  int idx = 0, mode, q_len;
+  sweep_worst = 0;
+  for (int m = 0; m < 4; m++)
+    for (int layout = FD_BHSD; layout <= FD_BSHD; layout++)
+      for (int v = 0; v < 6; v++) {
+        mode_of(m, &mode, &q_len);
+        int tile = TILES[(v + m) % 6], D = DS[(v + 2 * m) % 5];
+        if (idx % every == 0) run_case(ctx, layout, D, tile, mode, q_len, v % 2 ? 3 : 1, v % 3 == 2, idx);
+        idx++;
+      }
+  printf("fast precision sweep (every %d-th case): largest error %.3g of the largest |output| (f16/bf16 out rounding "
+         "included; tolerance %.3g plus the out dtype's)\n", every, sweep_worst, FAST_TOL);
+}
+
+/* The largest output error of Llama-3.1-8B's group (4 query heads per kv
+   head, D 128, bf16 q/K/V, f32 out) at 4096 keys, causal, with precision
+   opts.precision (-1 default, 1 fast), relative to the largest |output|. */
+static double llama_error(fd_ctx *ctx, int precision) {
+  const int G = 4, D = 128, S = 4096, B = 1, H = 2;
+  kproblem kp;
+  kp_init(&kp, B, H * G, H, D, S, FD_BF16, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 31337);
+  kp.cur_pos[0] = S - 1;
+  float *out = malloc(sizeof(float) * B * H * G * D), lse[8];
+  double *rout = malloc(sizeof(double) * B * H * G * D), rlse[8];
+  fd_shape s = { B, H * G, H, D, S, FD_BF16, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, NULL, NULL, NULL, NULL, 0, out, lse };
+  fd_plan_opts o = { 0 };
+  o.precision = precision;
+  int rc = run_fast(ctx, &s, &o, &a, precision > 0, precision > 0 ? "llama fast" : "llama default");
+  t_check(rc == 0, "llama run: %s", fd_errmsg(ctx));
+  ref_attention(&kp.ref, rout, rlse);
+  kp_error e = kp_errors(&kp, out, lse, rout, rlse);
+  free(out); free(rout);
+  kp_free(&kp);
+  return e.nan ? INFINITY : e.out;
+}
+
+/* The error of each mode, printed (README "Fast precision"). */
+static void mode_errors(fd_ctx *ctx, const char *backend) {
+  double e0 = llama_error(ctx, -1), e1 = llama_error(ctx, 1);
+  printf("%s: Llama-3.1-8B group (4 heads, D 128, bf16, causal, 4096 keys) max error vs the double reference, "
+         "relative to the largest |output|: default %.3g, fast %.3g\n", backend, e0, e1);
+  t_check(e0 <= 1e-5, "default precision within 1e-5 (%.3g)", e0);
+  t_check(e1 <= FAST_TOL && e1 >= e0, "fast precision within %.3g and not below the default (%.3g vs %.3g)", FAST_TOL,
+          e1, e0);
+}
+
+/* The precision digit of the key planned for kv dtype kd with group tile
+   G (n_q_heads / n_kv_heads) and opts o on a context with precision prec. */
+static int planned(int prec, int kd, int G, fd_plan_opts o) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = prec });
+  fd_shape s = { 1, 2 * G, 2, 128, 4096, FD_BF16, kd, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_plan *plan = NULL;
+  fd_plan_info info = { 0 };
+  int rc = fd_plan_create_opts(ctx, &s, &o, &plan);
+  if (!rc) rc = fd_plan_info_get(plan, 4096, &info);
+  t_check(rc == 0, "plan: %s", fd_errmsg(ctx));
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+  return precision_digit(info.key);
+}
+
+/* FAST is a permission: bf16 V on isa 3 takes it; f16 V, the head-lane tile
+   (16 heads), a context at the default or opts.precision -1 do not. */
+static void permission(void) {
+  int want = fd_cpu_max_isa() >= ISA3, p;
+  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ 0 });
+  t_check(p == want, "FAST, bf16 V, 4 heads: precision %d (want %d)", p, want);
+  p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ 0 });
+  t_check(p == 0, "default context: precision %d", p);
+  p = planned(FD_PRECISION_FAST, FD_F16, 4, (fd_plan_opts){ 0 });
+  t_check(p == 0, "FAST, f16 V: precision %d (the default kernel)", p);
+  p = planned(FD_PRECISION_FAST, FD_BF16, 16, (fd_plan_opts){ 0 });
+  t_check(p == 0, "FAST, 16 heads (head-lane tile): precision %d", p);
+  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .precision = -1 });
+  t_check(p == 0, "FAST, opts.precision -1: precision %d", p);
+  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .isa = FD_ISA_AVX512 });
+  t_check(p == 0, "FAST, forced isa avx512: precision %d", p);
+  if (want) {
+    p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ .precision = 1 });
+    t_check(p == 1, "default context, opts.precision 1: precision %d", p);
+  }
+}
+
+/* A FAST context on an f16 V shape runs the default kernel: its output
+   within the default tolerance of the reference. */
+static void f16_runs_default(void) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = FD_PRECISION_FAST });
+  kproblem kp;
+  kp_init(&kp, NB, 8, HKV, 64, S_CAP, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 555);
+  float out[NB * 8 * 64], lse[NB * 8];
+  double rout[NB * 8 * 64], rlse[NB * 8];
+  fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, NULL, NULL, NULL, NULL, 0, out, lse };
+  fd_plan_opts o = { 0 };
+  int rc = run_fast(ctx, &s, &o, &a, 0, "FAST context, f16 V");
+  t_check(rc == 0, "f16 V run: %s", fd_errmsg(ctx));
+  ref_attention(&kp.ref, rout, rlse);
+  kp_error e = kp_errors(&kp, out, lse, rout, rlse);
+  t_check(!e.nan && e.out <= t_tolerance(&kp), "FAST context, f16 V: the default kernel's error %.3g", e.out);
+  kp_free(&kp);
+  fd_destroy(ctx);
+}
+
+/* A plan that must be refused with code rc and a message holding want. */
+static void refused(fd_ctx *ctx, fd_shape s, fd_plan_opts o, int rc, const char *want, const char *name) {
+  fd_plan *plan = NULL;
+  int got = fd_plan_create_opts(ctx, &s, &o, &plan);
+  t_check(got == rc && strstr(fd_errmsg(ctx), want) != NULL && !plan, "refusal %s: rc %d (want %d), message '%s' (want '%s')",
+          name, got, rc, fd_errmsg(ctx), want);
+  fd_plan_destroy(plan);
+}
+
+/* config.precision and opts.precision refusals; a refused run leaves out untouched. */
+static void refusals(void) {
+  for (int bad = -1; bad <= 2; bad += 3) {
+    fd_ctx *none = fd_create(&(fd_config){ .threads = 2, .precision = bad });
+    t_check(!none && strstr(fd_errmsg(NULL), "config.precision") != NULL,
+            "config.precision %d refused naming config.precision: '%s'", bad, fd_errmsg(NULL));
+    fd_destroy(none);
+  }
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  refused(ctx, s, (fd_plan_opts){ .precision = 2 }, FD_EINVAL, "opts.precision 2 is not 0", "precision 2");
+  refused(ctx, s, (fd_plan_opts){ .precision = -2 }, FD_EINVAL, "opts.precision -2 is not 0", "precision -2");
+  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED,
+          "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa avx512", "isa avx512");
+  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
+  s.n_q_heads = 2 * 16;
+  if (fd_cpu_max_isa() >= ISA3)
+    refused(ctx, s, (fd_plan_opts){ .precision = 1, .group_tile = 16 }, FD_EUNSUPPORTED,
+            "opts.precision 1 is not served with opts.group_tile 16", "tile 16");
+  s.n_q_heads = 8;
+  s.kv_dtype = FD_F16;
+  refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 (bf16 weights) needs bf16 V, not "
+          "kv_dtype f16", "f16 V");
+  fd_destroy(ctx);
+}
+
+int main(void) {
+  refusals();
+  permission();
+  if (fd_cpu_max_isa() < ISA3) {
+    printf("skipped the fast-precision kernels: this CPU has no AVX512-BF16 (isa digit %d at most)\n", fd_cpu_max_isa());
+    return t_done();
+  }
+  f16_runs_default();
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = FD_PRECISION_FAST });
+  mode_errors(ctx, "tcc");
+  sweep(ctx, 1);
+  fd_destroy(ctx);
+  char tmp[] = "/tmp/fd_fast_XXXXXX";
+  const char *dir = getenv("FD_TEST_CACHE_DIR");
+  if (!dir) dir = mkdtemp(tmp);
+  if (t_check(dir != NULL, "temporary cache_dir")) {
+    ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir, .precision = FD_PRECISION_FAST });
+    t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
+    mode_errors(ctx, "cc");
+    sweep(ctx, 4);
+    fd_destroy(ctx);
+  }
+  if (dir == tmp) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
+  }
+  return t_done();
+}
