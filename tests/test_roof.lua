@@ -110,6 +110,8 @@ if isa3 then
   local k = roof.kernel_arith("30010256128043002320")
   T.ok(k.scores == "int8" and k.planes == 3, "int8 K, planes 3: int8 dot")
   near(roof.ceiling(llama("bf16", { isa = isa3, scores = "fma" }), rates).gbs, 50, "the kernel's FMA scores on isa 3: 50")
+  T.eq(roof.kernel_arith("10256128043002220").pv, nil, "default precision: P.V by f32 FMA")
+  T.eq(roof.kernel_arith("100010256128043002220").pv, "bf16", "precision digit 1: P.V by bf16 dot")
 end
 T.eq(roof.kernel_arith("not a key"), nil, "a bad key: nil")
 T.eq(roof.kernel_arith(nil), nil, "no key: nil")
