@@ -42,6 +42,11 @@ void fd_k$(KEY)(const fd_work *w) {
   float sc_raw[$(T * SCW + 16)], stage_raw[$(W * D + 16)];
   float *sc = (float *)(((unsigned long long)sc_raw + 63) & ~63ull);
   float *stage = (float *)(((unsigned long long)stage_raw + 63) & ~63ull);
+@   if MSD_PV then
+  /* the MSD P.V's transposed V and weight planes (gen/simd.lua pv_msd_layout) */
+  unsigned char pvm_raw[$(PV_MSD_BYTES + 64)];
+  unsigned char *pvm = (unsigned char *)(((unsigned long long)pvm_raw + 63) & ~63ull);
+@   end
   /* the logit softcap's 1 / softcap and softcap, once per call */
   float cap[2];
   cap[0] = w->softcap > 0 ? 1.0f / w->softcap : 0.0f;
@@ -387,6 +392,7 @@ $(beam_piece("          "))
 @     if QUANT then
           aa.scl = vsp;
 @     end
+$(simd_pv_prep("          ", "vp"))
 @     for _, blk in ipairs(PV_BLOCKS) do
           aa.src = (const char *)vp + $(kv_off(blk[1] * W));
           aa.ptr = st0 + $(blk[1] * W);
@@ -405,6 +411,7 @@ $(simd_pv(blk))
 @     if QUANT then
           aa.scl = w->v_scale + pg * w->scale_page_stride + slot;
 @     end
+$(simd_pv_prep("          ", "vseg"))
 @     for _, blk in ipairs(PV_BLOCKS) do
           aa.src = (const char *)vseg + $(kv_off(blk[1] * W));
           aa.ptr = st0 + $(blk[1] * W);
@@ -418,6 +425,7 @@ $(simd_pv(blk))
 @     if QUANT then
         aa.scl = w->v_scale + c * w->scale_stride;
 @     end
+$(simd_pv_prep("        ", "vbase + c * kvs"))
 @     for _, blk in ipairs(PV_BLOCKS) do
         aa.src = (const char *)(vbase + c * kvs) + $(kv_off(blk[1] * W));
         aa.ptr = st0 + $(blk[1] * W);
