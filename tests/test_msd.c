@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define NB 3
 #define HKV 2
@@ -267,6 +269,50 @@ static void output_errors(fd_ctx *ctx, const char *backend) {
           e[1]);
 }
 
+/* A copy of n bytes of src that ends where an inaccessible page begins (*map,
+   *maplen: the mapping to unmap), so that a read past its end faults. */
+static void *guarded(const void *src, size_t n, void **map, size_t *maplen) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), body = (n + pg - 1) / pg * pg;
+  *maplen = body + pg;
+  *map = mmap(NULL, *maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (*map == MAP_FAILED) return NULL;
+  mprotect((char *)*map + body, pg, PROT_NONE);
+  char *dst = (char *)*map + body - n;
+  memcpy(dst, src, n);
+  return dst;
+}
+
+/* The MSD P.V's last quad of keys (203 keys: the last chunk holds 11, a
+   quad of 3) with V and v_scale ending at an inaccessible page: its missing
+   keys weigh 0 and no byte past the last row is read; against the reference. */
+static void guard_tail(fd_ctx *ctx, int planes) {
+  const int D = 80, S = 203, G = 4;
+  kproblem kp;
+  kp_init(&kp, 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 777);
+  kp.cur_pos[0] = S - 1;
+  void *vmap, *smap;
+  size_t vlen, slen;
+  void *v = guarded(kp.v, (size_t)S * D, &vmap, &vlen);
+  float *vs = guarded(kp.v_scale, sizeof(float) * S, &smap, &slen);
+  if (!t_check(v && vs, "guarded V copies")) { kp_free(&kp); return; }
+  float out[G * 80], lse[G];
+  double rout[G * 80], rlse[G];
+  fd_shape s = { 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_args a = { kp.q, kp.k, v, kp.cur_pos, NULL, kp.k_scale, vs, NULL, 0, out, lse };
+  fd_plan_opts o = { 64, G, 1, 1, ISA3 + 1, planes };
+  char name[64];
+  snprintf(name, sizeof name, "guarded V tail, planes %d", planes);
+  int rc = run_planes(ctx, &s, &o, &a, name);
+  if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
+    ref_attention(&kp.ref, rout, rlse);
+    kp_error e = kp_errors(&kp, out, lse, rout, rlse);
+    t_check(!e.nan && e.out <= out_tol(&kp, planes), "%s: max error %.3g", name, e.out);
+  }
+  munmap(vmap, vlen);
+  munmap(smap, slen);
+  kp_free(&kp);
+}
+
 /* Largest |lse - score| over the heads relative to the largest |score|:
    planes (0 = the f32 kernel) on one key per head (mask mode: key
    (h * 37 + b * 11 + shift) % S visible only). kpc: per-channel K scales. */
@@ -407,6 +453,8 @@ int main(void) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
     score_errors(ctx, "tcc");
     output_errors(ctx, "tcc");
+    guard_tail(ctx, 3);
+    guard_tail(ctx, 2);
     sweep(ctx, 1);
     fd_destroy(ctx);
     char tmp[] = "/tmp/fd_msd_XXXXXX";
