@@ -1371,7 +1371,8 @@ local function quad_rows(b)
 end
 
 -- Transpose len (16, 32 or 64) bytes at offset o of the quad's 4 rows into
--- dwords of 4 keys at rdi + 4 o (register 30: 0x80 bytes), in d order.
+-- dwords of 4 keys at rdi + 4 o (register 30: 0x80 bytes), lanes in the
+-- order of vt_lanes.
 local function quad_transpose(b, o, len)
   local kind = len == 64 and "zmm" or len == 32 and "ymm" or "xmm"
   local r = function(n) return b.r(n, kind) end
@@ -1384,22 +1385,23 @@ local function quad_transpose(b, o, len)
   b.v("vpunpckhwd", r(1), r(4), r(6))     --         d 16L + 4..7
   b.v("vpunpcklwd", r(2), r(5), r(7))     --         d 16L + 8..11
   b.v("vpunpckhwd", r(3), r(5), r(7))     --         d 16L + 12..15
-  if len == 64 then                       -- 4x4 transpose of the 128-bit lanes
-    b.v("vshuff64x2", r(4), r(0), r(1), 0x44)
-    b.v("vshuff64x2", r(5), r(0), r(1), 0xEE)
-    b.v("vshuff64x2", r(6), r(2), r(3), 0x44)
-    b.v("vshuff64x2", r(7), r(2), r(3), 0xEE)
-    b.v("vshuff64x2", r(0), r(4), r(6), 0x88)
-    b.v("vshuff64x2", r(1), r(4), r(6), 0xDD)
-    b.v("vshuff64x2", r(2), r(5), r(7), 0x88)
-    b.v("vshuff64x2", r(3), r(5), r(7), 0xDD)
-    for m = 0, 3 do b.v("vmovups", mem("rdi", 4 * o + 64 * m), r(m)) end
-  else
+  for k = 0, 3 do b.v("vmovups", mem("rdi", 4 * o + k * len), r(k)) end
+end
+
+-- The first d of each 16-byte lane of a quad's transposed V (index: byte
+-- offset / 16), as quad_transpose leaves them: the pieces of len d at o, in
+-- each piece register k's lane L (stored at 4 o + k len + 16 L) holds d
+-- o + 16 L + 4 k .. + 3, so no lane shuffle is spent on the d order.
+local function vt_lanes(D)
+  local t, o = {}, 0
+  while o < D do
+    local len = D - o >= 64 and 64 or D - o >= 32 and 32 or 16
     for k = 0, 3 do
-      b.v("vmovups", mem("rdi", 4 * (o + 4 * k)), b.r(k, "xmm"))
-      if len == 32 then b.v("vextractf32x4", mem("rdi", 4 * (o + 16 + 4 * k)), r(k), 1) end
+      for L = 0, len / 16 - 1 do t[(4 * o + k * len + 16 * L) / 16] = o + 16 * L + 4 * k end
     end
+    o = o + len
   end
+  return t
 end
 
 -- Load k1 with the lanes of the next 16 keys below the rax keys left (rcx clobbered).
@@ -1487,8 +1489,10 @@ function M.pv_msd_prep(isa, p)
   b.gp("mov %rcx, %r14")
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
+  local pf = p.T >= M.PREFETCH_MIN_TILE
+  if pf then b.gp(("mov %d(%%rax), %%rcx"):format(ARG.pf)) end
   b.gp(("lea %d(%%rbx), %%rax"):format(l.vs))
-  b.gp("mov %rcx, %r12")
+  b.gp("mov %r14, %r12")
   b.gp("5:")
   b.gp("mov (%r9), %r13d")
   b.gp("mov %r13d, (%rax)")
@@ -1508,6 +1512,11 @@ function M.pv_msd_prep(isa, p)
     local len = p.D - o >= 64 and 64 or p.D - o >= 32 and 32 or 16
     quad_transpose(b, o, len)
     o = o + len
+  end
+  -- the next chunk's K rows into L2 meanwhile (as M.pv), a quad of them
+  for r = 0, pf and 3 or -1 do
+    for line = 0, math.ceil(p.D / 64) - 1 do b.gp(("prefetcht1 %d(%%rcx)"):format(line * 64)) end
+    b.gp("add %r8, %rcx")
   end
   b.gp("lea (%r13,%r8), %rsi")
   b.gp(("add $%d, %%rdi"):format(4 * p.D))
@@ -1562,17 +1571,23 @@ local function pv_msd_heads(b, p, l, block, h0, h1)
   b.gp("add $4, %r12")
   b.gp("dec %r13")
   b.gp("jnz 7b")
+  local lanes = vt_lanes(p.D)
   for t = h0, h1 - 1 do
     for k = 0, cb - 1 do
-      local f, at = acc(t, 0, k), mem("rdi", (t * p.REC + k * 16) * 4)
+      local f = acc(t, 0, k)
       b.v("vcvtdq2ps", f, f)
       b.v("vmulps", f, f, mem("rbx", l.wb + t * P * 8 + 4, nil, nil, true))
       for j = 1, P - 1 do
         b.v("vcvtdq2ps", acc(t, j, k), acc(t, j, k))
         b.v("vfmadd231ps", f, acc(t, j, k), mem("rbx", l.wb + (t * P + j) * 8 + 4, nil, nil, true))
       end
-      b.v("vaddps", f, f, at)
-      b.v("vmovups", at, f)
+      for L = 3, 0, -1 do  -- each lane to its d (rdi: acc[0][16 block[1]]); lane 0 last, in place
+        local at = mem("rdi", (t * p.REC + lanes[4 * (block[1] + k) + L] - 16 * block[1]) * 4)
+        local x = L == 0 and b.r(f:match("%d+"), "xmm") or "xmm31"
+        if L > 0 then b.v("vextractf32x4", x, f, L) end
+        b.v("vaddps", x, x, at)
+        b.v("vmovups", at, x)
+      end
     end
   end
 end
