@@ -1241,7 +1241,7 @@ local function avx2_pv_plan(T, quant)
   return math.max(1, math.floor((budget - 1) / T)), false
 end
 
-local pv_msd_blocks, pv_msd   -- the MSD P.V (below)
+local pv_msd_blocks, pv_msd, msd_pf_blocks   -- the MSD P.V (below)
 
 -- The d-blocks of the P.V pass: {first chunk, chunks} pairs sized to the registers.
 function M.pv_blocks(isa, p)
@@ -1489,7 +1489,7 @@ function M.pv_msd_prep(isa, p)
   b.gp("mov %rcx, %r14")
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
-  local pf = p.T >= M.PREFETCH_MIN_TILE
+  local pf = p.T >= M.PREFETCH_MIN_TILE and not msd_pf_blocks(isa, p, pv_msd_blocks(isa, p)[1])
   if pf then b.gp(("mov %d(%%rax), %%rcx"):format(ARG.pf)) end
   b.gp(("lea %d(%%rbx), %%rax"):format(l.vs))
   b.gp("mov %r14, %r12")
@@ -1537,9 +1537,25 @@ end
 pv_msd_blocks = function(isa, p)
   local NCH, TP = math.floor(p.D / GEOM[isa].W), p.T * p.PLANES
   local cb = math.max(1, math.min(NCH, math.floor(M.PV_MSD_ACCS / TP)))
+  -- fewer chunks per block where that makes the block count divide 4 (the
+  -- blocks then share the prefetches, msd_pf_blocks)
+  for c = cb, 1, -1 do
+    if 4 % math.ceil(NCH / c) == 0 then cb = c break end
+  end
   local blocks = {}
   for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
   return blocks
+end
+
+-- Whether the MSD P.V's d-blocks prefetch the next chunk's K rows (tiles of
+-- PREFETCH_MIN_TILE heads, a block count dividing 4: each block a share of
+-- every quad's rows, spread over the pass like M.pv's): the block count and
+-- this block's index, else nil (then the preparation prefetches them).
+msd_pf_blocks = function(isa, p, block)
+  if p.T < M.PREFETCH_MIN_TILE then return nil end
+  local blocks = pv_msd_blocks(isa, p)
+  if 4 % #blocks ~= 0 then return nil end
+  for i, blk in ipairs(blocks) do if blk[1] == block[1] then return #blocks, i - 1 end end
 end
 
 -- One head sub-tile [h0, h1) of an MSD P.V d-block: int32 sums over the
@@ -1558,6 +1574,12 @@ local function pv_msd_heads(b, p, l, block, h0, h1)
   b.gp("add $3, %r13")
   b.gp("shr $2, %r13")
   b.gp("7:")
+  if b.pf_rows and h0 == 0 then
+    for _ = 1, b.pf_rows.rows do
+      for line = 0, math.ceil(p.D / 64) - 1 do b.gp(("prefetcht1 %d(%%r9)"):format(line * 64)) end
+      b.gp(("lea (%%r9,%%r8,%d), %%r9"):format(b.pf_rows.nb))
+    end
+  end
   for k = 0, cb - 1 do
     local vz = b.r(28 + k % 4)
     b.v("vmovups", vz, mem("rax", k * 64))
@@ -1596,9 +1618,15 @@ end
 -- sub-tiles of PV_MSD_ACCS / (planes x chunks).
 pv_msd = function(isa, p, block)
   local b, l = new_block(isa, p), M.pv_msd_layout(p)
-  prologue(b, { "ptr", "n", "stage" }, true)
+  local nb, bi = msd_pf_blocks(isa, p, block)
+  prologue(b, nb and { "ptr", "n", "stride", "stage", "pf" } or { "ptr", "n", "stage" }, true)
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
+  if nb then   -- block bi of nb prefetches rows 4q + bi, 4q + bi + nb, ... of the next chunk's K
+    b.gp("mov %r14, %r9")
+    for _ = 1, bi do b.gp("add %r8, %r9") end
+    b.pf_rows = { nb = nb, rows = 4 / nb }
+  end
   local HT = math.max(1, math.floor(M.PV_MSD_ACCS / (p.PLANES * block[2])))
   for h0 = 0, p.T - 1, HT do pv_msd_heads(b, p, l, block, h0, math.min(p.T, h0 + HT)) end
   b.gp("9:")
