@@ -1,6 +1,12 @@
-/* MSD int8 scores (the key's planes digit, fd_plan_opts.planes: q split into
-   2 or 3 int8 planes, scores by vpdpbusd) through the public API, against the
-   double-precision reference (tools/fdgen/ref.c):
+/* MSD int8 scores and P.V (the key's planes digit, fd_plan_opts.planes: q
+   split into 2 or 3 int8 planes, scores by vpdpbusd; the softmax weights
+   times v_scale split alike over int8 V, gen/simd.lua msd_pv) through the
+   public API, against the double-precision reference (tools/fdgen/ref.c):
+   - the output error per plane count (f32 q and out, -1 = the f32 kernel,
+     printed; the f32 kernel and 3 planes within 1e-5), and every sweep case
+     held to 1e-5 (3 planes) or 1e-3 (2 planes) beside its out dtype's rounding;
+   - the last partial quad of keys with V and v_scale ending at an
+     inaccessible page (no read past the last row), and chunk 4096 (f32 P.V);
    - the score error per plane count: each query head sees exactly one key
      (an additive mask), so its lse is that key's score; the largest error of
      the lse against the reference's, relative to the largest |score|, for
@@ -284,8 +290,9 @@ static void *guarded(const void *src, size_t n, void **map, size_t *maplen) {
 
 /* The MSD P.V's last quad of keys (203 keys: the last chunk holds 11, a
    quad of 3) with V and v_scale ending at an inaccessible page: its missing
-   keys weigh 0 and no byte past the last row is read; against the reference. */
-static void guard_tail(fd_ctx *ctx, int planes) {
+   keys weigh 0 and no byte past the last row is read; against the reference.
+   chunk 4096 takes the f32 P.V beside MSD scores (gen/simd.lua msd_pv). */
+static void guard_tail(fd_ctx *ctx, int planes, int chunk) {
   const int D = 80, S = 203, G = 4;
   kproblem kp;
   kp_init(&kp, 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 777);
@@ -299,9 +306,9 @@ static void guard_tail(fd_ctx *ctx, int planes) {
   double rout[G * 80], rlse[G];
   fd_shape s = { 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
   fd_args a = { kp.q, kp.k, v, kp.cur_pos, NULL, kp.k_scale, vs, NULL, 0, out, lse };
-  fd_plan_opts o = { 64, G, 1, 1, ISA3 + 1, planes };
+  fd_plan_opts o = { chunk, G, 1, 1, ISA3 + 1, planes };
   char name[64];
-  snprintf(name, sizeof name, "guarded V tail, planes %d", planes);
+  snprintf(name, sizeof name, "guarded V tail, planes %d, chunk %d", planes, chunk);
   int rc = run_planes(ctx, &s, &o, &a, name);
   if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
     ref_attention(&kp.ref, rout, rlse);
@@ -453,8 +460,9 @@ int main(void) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
     score_errors(ctx, "tcc");
     output_errors(ctx, "tcc");
-    guard_tail(ctx, 3);
-    guard_tail(ctx, 2);
+    guard_tail(ctx, 3, 64);
+    guard_tail(ctx, 2, 64);
+    guard_tail(ctx, 3, 4096);
     sweep(ctx, 1);
     fd_destroy(ctx);
     char tmp[] = "/tmp/fd_msd_XXXXXX";
