@@ -1346,20 +1346,34 @@ end
 
 -- Byte offsets in the pvm buffer: vt (transposed V, CHUNKP / 4 quads of 4 D),
 -- vs (CHUNKP staged v scales), wp (per head and plane CHUNKP weight bytes),
--- wb (per head and plane: int32 bias, f32 scale), bytes (the total).
+-- wb (per head and plane: int32 bias, f32 scale), rp (CHUNKP V row pointers,
+-- gathered by paged and beam kernels), bytes (the total).
 function M.pv_msd_layout(p)
   local NK, TP = p.CHUNKP, p.T * p.PLANES
   local l = { vt = 0, vs = NK * p.D }
   l.wp = l.vs + NK * 4
   l.wb = l.wp + TP * NK
-  l.bytes = l.wb + math.ceil(TP * 8 / 64) * 64
+  l.rp = l.wb + math.ceil(TP * 8 / 64) * 64
+  l.bytes = l.rp + NK * 8
   l.NK = NK
   return l
 end
 
 -- Stage row pointers of the quad at rsi (keys left in rax): r9, r10, r13 =
--- rows 1..3 of the quad, each the row before it where the quad runs past n.
-local function quad_rows(b)
+-- rows 1..3 of the quad, each the row before it where the quad runs past n;
+-- gather: all four from the row pointers at r12 (rsi = row 0).
+local function quad_rows(b, gather)
+  if gather then   -- from the row pointers at r12 (read in bounds: rp holds CHUNKP)
+    b.gp("mov (%r12), %rsi")
+    local prev = "rsi"
+    for i, reg in ipairs({ "r9", "r10", "r13" }) do
+      b.gp(("mov %%%s, %%%s"):format(prev, reg))
+      b.gp(("cmp $%d, %%rax"):format(i + 1))
+      b.gp(("cmovae %d(%%r12), %%%s"):format(8 * i, reg))
+      prev = reg
+    end
+    return
+  end
   local prev = "rsi"
   for i, reg in ipairs({ "r9", "r10", "r13" }) do
     b.gp(("lea (%%%s,%%r8), %%r12"):format(prev))
@@ -1482,8 +1496,10 @@ local function head_planes(b, p, l, t)
 end
 
 -- The MSD P.V preparation statement of one call (see above): v scales, the
--- transposed V, then each head's weight planes.
-function M.pv_msd_prep(isa, p)
+-- transposed V, then each head's weight planes. gather (paged and beam
+-- kernels): src is the chunk's V row pointers and the v scales are staged
+-- (templates/decode.c.tpl), so one call serves the chunk as dense.
+local function pv_msd_prep(isa, p, gather)
   local b, l = new_block(isa, p), M.pv_msd_layout(p)
   prologue(b, { "src", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage" }, true)
   b.gp("mov %rcx, %r14")
@@ -1491,22 +1507,26 @@ function M.pv_msd_prep(isa, p)
   b.gp("jz 9f")
   local pf = p.T >= M.PREFETCH_MIN_TILE and not msd_pf_blocks(isa, p, pv_msd_blocks(isa, p)[1])
   if pf then b.gp(("mov %d(%%rax), %%rcx"):format(ARG.pf)) end
-  b.gp(("lea %d(%%rbx), %%rax"):format(l.vs))
-  b.gp("mov %r14, %r12")
-  b.gp("5:")
-  b.gp("mov (%r9), %r13d")
-  b.gp("mov %r13d, (%rax)")
-  b.gp("add $4, %rax")
-  b.gp("add %r10, %r9")
-  b.gp("dec %r12")
-  b.gp("jnz 5b")
-  b.v("vpxord", "zmm0", "zmm0", "zmm0")
-  b.v("vmovups", mem("rax", 0), "zmm0")
+  if not gather then
+    b.gp(("lea %d(%%rbx), %%rax"):format(l.vs))
+    b.gp("mov %r14, %r12")
+    b.gp("5:")
+    b.gp("mov (%r9), %r13d")
+    b.gp("mov %r13d, (%rax)")
+    b.gp("add $4, %rax")
+    b.gp("add %r10, %r9")
+    b.gp("dec %r12")
+    b.gp("jnz 5b")
+    b.v("vpxord", "zmm0", "zmm0", "zmm0")
+    b.v("vmovups", mem("rax", 0), "zmm0")
+  else
+    b.gp("mov %rsi, %r12")
+  end
   b.v("vmovups", "zmm30", mem("r11", C.x80))
   b.gp("mov %r14, %rax")
   b.gp(("lea %d(%%rbx), %%rdi"):format(l.vt))
   b.gp("3:")
-  quad_rows(b)
+  quad_rows(b, gather)
   local o = 0
   while o < p.D do
     local len = p.D - o >= 64 and 64 or p.D - o >= 32 and 32 or 16
@@ -1518,7 +1538,7 @@ function M.pv_msd_prep(isa, p)
     for line = 0, math.ceil(p.D / 64) - 1 do b.gp(("prefetcht1 %d(%%rcx)"):format(line * 64)) end
     b.gp("add %r8, %rcx")
   end
-  b.gp("lea (%r13,%r8), %rsi")
+  b.gp(gather and "add $32, %r12" or "lea (%r13,%r8), %rsi")
   b.gp(("add $%d, %%rdi"):format(4 * p.D))
   b.gp("sub $4, %rax")
   b.gp("jg 3b")
@@ -1530,6 +1550,8 @@ function M.pv_msd_prep(isa, p)
   restore_regs(b)
   return M.statement(b)
 end
+function M.pv_msd_prep(isa, p) return pv_msd_prep(isa, p, false) end
+function M.pv_msd_gather(isa, p) return pv_msd_prep(isa, p, true) end
 
 -- The d-blocks of the MSD P.V: {first chunk, chunks}, chunks = 16 d each, so
 -- that heads x planes x chunks int32 accumulators fit PV_MSD_ACCS (one chunk
@@ -1701,7 +1723,7 @@ end
 -- process that generates many kernels does not grow without bound.
 local MEMO_MAX = 256
 local memo, memo_n = {}, 0
-for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_msd_prep", "qload", "store_out", "scale_records" } do
+for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_msd_prep", "pv_msd_gather", "qload", "store_out", "scale_records" } do
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
