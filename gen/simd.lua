@@ -18,6 +18,8 @@
 --   scale_records the online-softmax rescale of the tile's accumulators
 --   exp           p = e^(s - in[t]) 2^-P_SHIFT in place, out[t] = sum of p
 --   pv            acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
+--                 (MSD P.V, M.msd_pv: after pv_msd_prep / pv_msd_gather, which
+--                 stage V transposed by key quads and the weights' int8 planes)
 --   store_out     one head's normalized output row, rounded to the out dtype
 local x86 = require("x86")
 local facts = require("facts")
@@ -1318,8 +1320,8 @@ function M.pv(isa, p, block)
   return M.statement(b)
 end
 
--- MSD P.V (the key's planes digit over int8 V; M.msd_pv decides): per call
--- (one chunk, or one piece of a paged/beam chunk) M.pv_msd_prep stages into
+-- MSD P.V (the key's planes digit over int8 V; M.msd_pv decides): per chunk
+-- (paged and beam kernels gather its row pointers first) M.pv_msd_prep stages into
 -- the kernel's pvm buffer (M.pv_msd_layout): the V rows as u8 (v + 128),
 -- transposed by key quads (dword d of quad q: bytes V[4q..4q+3][d], rows past
 -- n repeat row n-1, never read past it); per head t the weights w = p_t v_scale
