@@ -137,6 +137,11 @@ local OPS = {
   { "vpsllw",       "V",  "0F",   "66", 0x71, 0, "VMI",  "V,V,I",       "xy",  "-",   "/6" },
   { "vpsllw",       "E",  "0F",   "66", 0x71, 0, "VMI",  "V,VM,I",      "xyz", "fv",  "/6" },
   { "vpackusdw",    "VE", "0F38", "66", 0x2B, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  -- byte/word interleaves within 128-bit lanes (the MSD P.V's V transpose)
+  { "vpunpcklbw",   "VE", "0F",   "66", 0x60, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "" },
+  { "vpunpckhbw",   "VE", "0F",   "66", 0x68, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "" },
+  { "vpunpcklwd",   "VE", "0F",   "66", 0x61, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "" },
+  { "vpunpckhwd",   "VE", "0F",   "66", 0x69, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "" },
   -- conversions and rounding
   { "vcvtps2dq",    "VE", "0F",   "66", 0x5B, 0, "RM",   "V,VM",        "xyz", "fv",  "b" },
   { "vcvttps2dq",   "VE", "0F",   "F3", 0x5B, 0, "RM",   "V,VM",        "xyz", "fv",  "b" },
@@ -150,6 +155,7 @@ local OPS = {
   { "vpmovzxbw",    "VE", "0F38", "66", 0x30, 0, "RM",   "V,HM",        "xyz", "hvm", "" },
   { "vpmovsxbd",    "VE", "0F38", "66", 0x21, 0, "RM",   "V,QM",        "xyz", "qvm", "" },
   { "vpmovdw",      "E",  "0F38", "F3", 0x33, 0, "MR",   "HM,V",        "xyz", "hvm", "" },
+  { "vpmovdb",      "E",  "0F38", "F3", 0x31, 0, "MR",   "QM,V",        "xyz", "qvm", "" },
   -- lane moves and shuffles
   { "vextractf128", "V",  "0F3A", "66", 0x19, 0, "MRI",  "XM,V,I",      "y",   "-",   "" },
   { "vinsertf128",  "V",  "0F3A", "66", 0x18, 0, "RVMI", "V,V,XM,I",    "y",   "-",   "" },

@@ -1,6 +1,12 @@
-/* MSD int8 scores (the key's planes digit, fd_plan_opts.planes: q split into
-   2 or 3 int8 planes, scores by vpdpbusd) through the public API, against the
-   double-precision reference (tools/fdgen/ref.c):
+/* MSD int8 scores and P.V (the key's planes digit, fd_plan_opts.planes: q
+   split into 2 or 3 int8 planes, scores by vpdpbusd; the softmax weights
+   times v_scale split alike over int8 V, gen/simd.lua msd_pv) through the
+   public API, against the double-precision reference (tools/fdgen/ref.c):
+   - the output error per plane count (f32 q and out, -1 = the f32 kernel,
+     printed; the f32 kernel and 3 planes within 1e-5), and every sweep case
+     held to 1e-5 (3 planes) or 1e-3 (2 planes) beside its out dtype's rounding;
+   - the last partial quad of keys with V and v_scale ending at an
+     inaccessible page (no read past the last row), and chunk 4096 (f32 P.V);
    - the score error per plane count: each query head sees exactly one key
      (an additive mask), so its lse is that key's score; the largest error of
      the lse against the reference's, relative to the largest |score|, for
@@ -22,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define NB 3
 #define HKV 2
@@ -155,7 +163,17 @@ static int run_planes(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, con
 /* The lse tolerance of a plane count (relative to max(1, |lse|)): the
    suite's KP_LSE_TOL for 3 planes; 2 planes carry q to about 2^-15 of its
    largest element, scores to a few 1e-5 (score_errors prints the figure). */
-static double lse_tol(int planes) { return planes == 3 ? KP_LSE_TOL : 1e-3; }
+static double lse_tol(int planes) { return planes == 2 ? 1e-3 : KP_LSE_TOL; }
+
+/* The output tolerance of a plane count: the out dtype's rounding (as
+   t_tolerance) plus 1e-5 for 3 planes and the f32 kernel (scores and the MSD
+   P.V's weight planes within a few 1e-7), 1e-3 for 2 planes (weights to about
+   2^-15 of the chunk's largest; output_errors prints the figures). */
+static double out_tol(const kproblem *p, int planes) { return t_tolerance(p) - 2e-3 + (planes == 2 ? 1e-3 : 1e-5); }
+
+/* The largest output error (relative to the largest |reference output|) of
+   the f32-output tokens compared since it was last cleared. */
+static double g_out_err;
 
 /* t_compare_tokens with the lse held to lse_tol(planes): out [B, q_len, Hq, D]
    and lse [B, q_len, Hq] token by token against reference(c, t, ...). */
@@ -173,8 +191,9 @@ static void compare_tokens(const mcase *c, int planes, const void *out, const fl
       memcpy(glse + (size_t)b * r->Hq, lse + at * r->Hq, sizeof(float) * r->Hq);
     }
     kp_error e = kp_errors(p, got, glse, rout, rlse);
-    t_check(!e.nan && e.out <= t_tolerance(p), "%s token %d: max error %.3g (tolerance %.3g)%s", name, t, e.out,
-            t_tolerance(p), e.nan ? ", NaN" : "");
+    t_check(!e.nan && e.out <= out_tol(p, planes), "%s token %d: max error %.3g (tolerance %.3g)%s", name, t, e.out,
+            out_tol(p, planes), e.nan ? ", NaN" : "");
+    if (p->out_dtype == FD_F32) g_out_err = fmax(g_out_err, e.nan ? INFINITY : e.out);
     t_check(!e.lse_inf && e.lse <= lse_tol(planes), "%s token %d: lse error %.3g > %.3g%s", name, t, e.lse,
             lse_tol(planes), e.lse_inf ? " (-inf mismatch)" : "");
   }
@@ -235,6 +254,73 @@ static void sweep(fd_ctx *ctx, int every) {
   /* a group of 16 (the heads in two sub-tiles of 10 / 15 accumulators) */
   run_case(ctx, 3, FD_BHSD, 128, 16, FD_CAUSAL, 1, 0, 1, idx++);
   run_case(ctx, 2, FD_BHSD, 64, 16, FD_MASK, 1, 1, 3, idx++);
+}
+
+/* The output error per plane count (-1: the f32 scores and P.V over the
+   dequantized V; 3 and 2: MSD scores and P.V) over the same cases (f32 q and
+   out, both K scale modes, bhsd/paged/bshd, head_dims 128/80/48, windows,
+   splits 1 and 3), printed; the f32 kernel and 3 planes within 1e-5. */
+static void output_errors(fd_ctx *ctx, const char *backend) {
+  static const int PL[3] = { -1, 3, 2 };
+  double e[3];
+  for (int i = 0; i < 3; i++) {
+    g_out_err = 0;
+    run_case(ctx, PL[i], FD_BHSD, 128, 4, FD_CAUSAL, 1, 0, 1, 0);
+    run_case(ctx, PL[i], FD_BHSD, 80, 3, FD_MASK, 1, 1, 3, 9);
+    run_case(ctx, PL[i], FD_BSHD, 48, 5, FD_CAUSAL, 3, 0, 1, 45);
+    run_case(ctx, PL[i], FD_BHSD, 64, 16, FD_FULL, 1, 0, 3, 63);
+    e[i] = g_out_err;
+  }
+  printf("%s: MSD output error vs the double reference (relative to the largest |output|): f32 scores and P.V %.3g, "
+         "3 planes %.3g, 2 planes %.3g\n", backend, e[0], e[1], e[2]);
+  t_check(e[0] <= 1e-5 && e[1] <= 1e-5, "f32 and 3-plane outputs within 1e-5 (%.3g, %.3g)", e[0], e[1]);
+  t_check(e[2] <= 1e-3 && e[2] > e[1], "2-plane outputs within 1e-3 and coarser than 3 planes (%.3g vs %.3g)", e[2],
+          e[1]);
+}
+
+/* A copy of n bytes of src that ends where an inaccessible page begins (*map,
+   *maplen: the mapping to unmap), so that a read past its end faults. */
+static void *guarded(const void *src, size_t n, void **map, size_t *maplen) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), body = (n + pg - 1) / pg * pg;
+  *maplen = body + pg;
+  *map = mmap(NULL, *maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (*map == MAP_FAILED) return NULL;
+  mprotect((char *)*map + body, pg, PROT_NONE);
+  char *dst = (char *)*map + body - n;
+  memcpy(dst, src, n);
+  return dst;
+}
+
+/* The MSD P.V's last quad of keys (203 keys: the last chunk holds 11, a
+   quad of 3) with V and v_scale ending at an inaccessible page: its missing
+   keys weigh 0 and no byte past the last row is read; against the reference.
+   chunk 4096 takes the f32 P.V beside MSD scores (gen/simd.lua msd_pv). */
+static void guard_tail(fd_ctx *ctx, int planes, int chunk) {
+  const int D = 80, S = 203, G = 4;
+  kproblem kp;
+  kp_init(&kp, 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 777);
+  kp.cur_pos[0] = S - 1;
+  void *vmap, *smap;
+  size_t vlen, slen;
+  void *v = guarded(kp.v, (size_t)S * D, &vmap, &vlen);
+  float *vs = guarded(kp.v_scale, sizeof(float) * S, &smap, &slen);
+  if (!t_check(v && vs, "guarded V copies")) { kp_free(&kp); return; }
+  float out[G * 80], lse[G];
+  double rout[G * 80], rlse[G];
+  fd_shape s = { 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_args a = { kp.q, kp.k, v, kp.cur_pos, NULL, kp.k_scale, vs, NULL, 0, out, lse };
+  fd_plan_opts o = { chunk, G, 1, 1, ISA3 + 1, planes };
+  char name[64];
+  snprintf(name, sizeof name, "guarded V tail, planes %d, chunk %d", planes, chunk);
+  int rc = run_planes(ctx, &s, &o, &a, name);
+  if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
+    ref_attention(&kp.ref, rout, rlse);
+    kp_error e = kp_errors(&kp, out, lse, rout, rlse);
+    t_check(!e.nan && e.out <= out_tol(&kp, planes), "%s: max error %.3g", name, e.out);
+  }
+  munmap(vmap, vlen);
+  munmap(smap, slen);
+  kp_free(&kp);
 }
 
 /* Largest |lse - score| over the heads relative to the largest |score|:
@@ -377,6 +463,10 @@ int main(void) {
   } else {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
     score_errors(ctx, "tcc");
+    output_errors(ctx, "tcc");
+    guard_tail(ctx, 3, 64);
+    guard_tail(ctx, 2, 64);
+    guard_tail(ctx, 3, 4096);
     sweep(ctx, 1);
     fd_destroy(ctx);
     char tmp[] = "/tmp/fd_msd_XXXXXX";
@@ -386,6 +476,7 @@ int main(void) {
       ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir });
       t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
       score_errors(ctx, "cc");
+      output_errors(ctx, "cc");
       sweep(ctx, 4);
       fd_destroy(ctx);
     }
