@@ -188,8 +188,11 @@ M.MODEL_FEATURES = {
 -- for a shape or length outside it (the products with the shape's terms
 -- would extrapolate).
 M.MODEL_SHAPE_VARS = { "G", "D", "kvb", "rows", "q" }
+-- kv_dtypes: the sum of 2^kv_dtype over the KV dtypes measured; a shape of
+-- another KV dtype keeps the heuristic (its kernels' arithmetic, e.g. MSD or
+-- block dequantization, is no term of the fit).
 M.MODEL_LIMITS = { "chunk_min", "chunk_max", "splits_max", "threads_max", "items_max", "len_max", "splits_up",
-                   "splits_up_len", "margin_kernel", "margin_splits", "margin_threads" }
+                   "splits_up_len", "margin_kernel", "margin_splits", "margin_threads", "kv_dtypes" }
 for _, v in ipairs(M.MODEL_SHAPE_VARS) do
   M.MODEL_LIMITS[#M.MODEL_LIMITS + 1] = v .. "_min"
   M.MODEL_LIMITS[#M.MODEL_LIMITS + 1] = v .. "_max"

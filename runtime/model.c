@@ -39,13 +39,13 @@ static void keep_best(fd_model_pick *out, int *n, int k, const fd_model_pick *c)
 }
 
 /* The margin a move from h to c must beat (tuner/model.lua margin): the
-   largest of margin_kernel, margin_splits, margin_threads over the classes
-   it moves (kernel: chunk, tile or isa); 0 for h itself. */
+   sum of margin_kernel, margin_splits, margin_threads over the classes it
+   moves (kernel: chunk, tile or isa); 0 for h itself. */
 static double move_margin(const fd_model *m, const fd_model_pick *c, const fd_model_pick *h) {
   double g = 0;
-  if (c->chunk != h->chunk || c->tile != h->tile || c->isa != h->isa) g = fmax(g, m->limit[FD_MODEL_MARGIN_KERNEL]);
-  if (c->splits != h->splits) g = fmax(g, m->limit[FD_MODEL_MARGIN_SPLITS]);
-  if (c->threads != h->threads) g = fmax(g, m->limit[FD_MODEL_MARGIN_THREADS]);
+  if (c->chunk != h->chunk || c->tile != h->tile || c->isa != h->isa) g += m->limit[FD_MODEL_MARGIN_KERNEL];
+  if (c->splits != h->splits) g += m->limit[FD_MODEL_MARGIN_SPLITS];
+  if (c->threads != h->threads) g += m->limit[FD_MODEL_MARGIN_THREADS];
   return g;
 }
 
@@ -127,6 +127,7 @@ static int covers(const fd_model *m, const fd_shape *s, int64_t len) {
   fd_model_pick any = { 1, 1, 0, 1, 1, 0 };
   fd_model_vars v = vars_of(s, len, &any);
   const double *L = m->limit;
+  if (!(((int64_t)L[FD_MODEL_KV_DTYPES] >> s->kv_dtype) & 1)) return 0;   /* a KV dtype the fit never measured */
   return len <= L[FD_MODEL_LEN_MAX] && v.G >= L[FD_MODEL_G_MIN] && v.G <= L[FD_MODEL_G_MAX] && v.D >= L[FD_MODEL_D_MIN] &&
          v.D <= L[FD_MODEL_D_MAX] && v.kvb >= L[FD_MODEL_KVB_MIN] && v.kvb <= L[FD_MODEL_KVB_MAX] &&
          v.rows >= L[FD_MODEL_ROWS_MIN] && v.rows <= L[FD_MODEL_ROWS_MAX] && v.q >= L[FD_MODEL_Q_MIN] && v.q <= L[FD_MODEL_Q_MAX];

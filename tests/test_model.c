@@ -30,6 +30,7 @@ static double value_of(const char *name) {
     { "short", -1.2345678901234567e-05 }, { "chunk_min", 32 }, { "chunk_max", 64 }, { "splits_max", 8 },
     { "threads_max", 2 }, { "items_max", 4 }, { "splits_up", 8 }, { "splits_up_len", 1e6 }, { "len_max", 1e6 }, { "G_min", 1 }, { "G_max", 16 }, { "D_min", 32 },
     { "D_max", 256 }, { "kvb_min", 1 }, { "kvb_max", 4 }, { "rows_min", 1 }, { "rows_max", 64 }, { "q_min", 1 }, { "q_max", 8 },
+    { "kv_dtypes", 255 },
   };
   for (size_t i = 0; i < sizeof V / sizeof *V; i++) if (!strcmp(V[i].name, name)) return V[i].v;
   return 0;
@@ -218,6 +219,7 @@ static void planner(void) {
                           j < FD_MODEL_NFEATURES || (j >= FD_MODEL_NFEATURES + FD_MODEL_MARGIN_KERNEL &&
                                                      j <= FD_MODEL_NFEATURES + FD_MODEL_MARGIN_THREADS) ? "0"
                           : j == FD_MODEL_NFEATURES + FD_MODEL_CHUNK_MIN ? "32"
+                          : j == FD_MODEL_NFEATURES + FD_MODEL_KV_DTYPES ? "255"
                           : j >= FD_MODEL_NFEATURES + FD_MODEL_G_MIN && strstr(fd_model_limit_names[j - FD_MODEL_NFEATURES], "_min") ? "1"
                           : "4096");
   snprintf(text + k, sizeof text - k, "end\t1\n");
@@ -240,6 +242,19 @@ static void planner(void) {
   rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
   t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key) && i.splits == h.splits && i.threads == h.threads,
           "kv bytes outside the measured range keep the heuristic's configuration: %s/%d vs %s/%d", i.key, i.splits,
+          h.key, h.splits);
+  fd_destroy(c);
+  fd_destroy(plain);
+  unlink(path);
+  /* a model whose fit measured every KV dtype but the shape's keeps the heuristic's configuration */
+  override_name = "kv_dtypes", override_value = 255 - (1 << other.kv_dtype);
+  path = temp_file(table_text(text, sizeof text, &SHAPE, 1, 1, -1, ""));
+  override_name = NULL;
+  c = fd_create(&(fd_config){ .threads = 2, .table = path });
+  plain = fd_create(&(fd_config){ .threads = 2 });
+  rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
+  t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key) && i.splits == h.splits && i.threads == h.threads,
+          "a KV dtype the fit never measured keeps the heuristic's configuration: %s/%d vs %s/%d", i.key, i.splits,
           h.key, h.splits);
   fd_destroy(c);
   fd_destroy(plain);

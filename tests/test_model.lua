@@ -119,16 +119,16 @@ end
 T.ok(top[1].score == best, "the first is the best of every candidate")
 local h = { chunk = 256, tile = 4, isa = 2, splits = 1, threads = 4 }
 -- decide's rule by brute force: the lowest score plus the move's margin (the
--- largest margin_* of the classes moved) among candidates within splits_up x
+-- sum of the margin_* of the classes moved) among candidates within splits_up x
 -- h's splits, taken when more than MODEL_MARGIN below h's score.
 local function brute(mm, hh)
   local best, bp = nil, math.huge
   for _, c in ipairs(model.candidates(mm, s, 4096, 2, 4)) do
     if c.splits <= hh.splits * (4096 <= mm.limits.splits_up_len and mm.limits.splits_up or 1) then
       local g = 0
-      if c.chunk ~= hh.chunk or c.tile ~= hh.tile or c.isa ~= hh.isa then g = math.max(g, mm.limits.margin_kernel) end
-      if c.splits ~= hh.splits then g = math.max(g, mm.limits.margin_splits) end
-      if c.threads ~= hh.threads then g = math.max(g, mm.limits.margin_threads) end
+      if c.chunk ~= hh.chunk or c.tile ~= hh.tile or c.isa ~= hh.isa then g = g + mm.limits.margin_kernel end
+      if c.splits ~= hh.splits then g = g + mm.limits.margin_splits end
+      if c.threads ~= hh.threads then g = g + mm.limits.margin_threads end
       local p = model.score(mm, model.features(s, 4096, c)) + g
       if p < bp then best, bp = c, p end
     end
@@ -174,6 +174,17 @@ T.ok(m.limits.G_min == 1 and m.limits.G_max == 16 and m.limits.D_min == 32 and m
   "the shape variables' measured ranges")
 mm.limits.len_max = 1e9
 T.ok(model.covers(mm, s, 4096), "a shape inside the ranges is covered")
+-- kv_dtypes: the sum of 2^kv_dtype over the fit's shapes; another KV dtype is not covered
+local seen = {}
+for _, o in ipairs(obs) do seen[o.shape.kv_dtype] = true end
+local want = 0
+for dt in pairs(seen) do want = want + 2 ^ dt end
+T.ok(m.limits.kv_dtypes == want and want > 0, ("kv_dtypes: the measured KV dtypes (%g)"):format(m.limits.kv_dtypes))
+local kd = mm.limits.kv_dtypes
+mm.limits.kv_dtypes = kd - 2 ^ s.kv_dtype
+local p7, fm7 = model.decide(mm, s, 4096, 2, 4, h)
+T.ok(not model.covers(mm, s, 4096) and not fm7 and p7 == h, "a KV dtype the fit never measured keeps the heuristic's configuration")
+mm.limits.kv_dtypes = kd
 for _, n in ipairs(facts.MODEL_SHAPE_VARS) do
   local lo, hi = mm.limits[n .. "_min"], mm.limits[n .. "_max"]
   mm.limits[n .. "_min"] = model.vars(s, 4096, h)[n] + 0.5

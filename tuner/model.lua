@@ -172,7 +172,8 @@ function M.fit(obs, lambda)
   for i = 1, nf do A[i] = {}; b[i] = 0; for j = 1, nf do A[i][j] = 0 end end
   local jobs, sst = {}, 0
   local lim = { chunk_min = math.huge, chunk_max = 0, splits_max = 0, threads_max = 0, items_max = 0,
-                margin_kernel = 0, margin_splits = 0, margin_threads = 0, splits_up = 1, splits_up_len = 0, len_max = 0 }   -- margins: M.calibrate
+                margin_kernel = 0, margin_splits = 0, margin_threads = 0, splits_up = 1, splits_up_len = 0, len_max = 0,
+                kv_dtypes = 0 }   -- margins: M.calibrate
   for _, o in ipairs(obs) do
     local x = o.dx
     for i = 1, nf do
@@ -188,6 +189,7 @@ function M.fit(obs, lambda)
     lim.chunk_min, lim.chunk_max = math.min(lim.chunk_min, o.c.chunk), math.max(lim.chunk_max, o.c.chunk)
     lim.splits_max, lim.threads_max = math.max(lim.splits_max, o.c.splits), math.max(lim.threads_max, o.c.threads)
     lim.len_max = math.max(lim.len_max, o.len)
+    if not M.has_kv_dtype(lim, o.shape.kv_dtype) then lim.kv_dtypes = lim.kv_dtypes + 2 ^ o.shape.kv_dtype end
     local v = M.vars(o.shape, o.len, o.c)
     for _, n in ipairs(facts.MODEL_SHAPE_VARS) do
       lim[n .. "_min"], lim[n .. "_max"] = math.min(lim[n .. "_min"] or math.huge, v[n]), math.max(lim[n .. "_max"] or 0, v[n])
@@ -271,15 +273,17 @@ function M.moves(c, h)
   return c.chunk ~= h.chunk or c.tile ~= h.tile or c.isa ~= h.isa, c.splits ~= h.splits, c.threads ~= h.threads
 end
 
--- The margin (log time) a move from h to c must beat: the largest of the
+-- The margin (log time) a move from h to c must beat: the sum of the
 -- model's margin_kernel, margin_splits and margin_threads over the classes it
--- moves (runtime/model.c takes the same maximum); 0 for h itself.
+-- moves (runtime/model.c takes the same sum): the model's error on each
+-- class is a term of its own in the predicted change, so a move of several
+-- classes can be overrated by each; 0 for h itself.
 function M.margin(model, c, h)
   local L, m = model.limits, 0
   local k, sp, th = M.moves(c, h)
-  if k then m = math.max(m, L.margin_kernel) end
-  if sp then m = math.max(m, L.margin_splits) end
-  if th then m = math.max(m, L.margin_threads) end
+  if k then m = m + L.margin_kernel end
+  if sp then m = m + L.margin_splits end
+  if th then m = m + L.margin_threads end
   return m
 end
 
@@ -289,10 +293,14 @@ end
 -- the enumeration order), taken when that is more than MODEL_MARGIN below h's
 -- score, else h (h too outside the measured range: M.covers); returns the
 -- configuration (with .score) and whether it is the model's.
--- Whether shape s at len lies inside the model's measured range (len_max, the shape variables' min and max).
+-- Whether limits L's kv_dtypes holds KV dtype digit dt.
+function M.has_kv_dtype(L, dt) return math.floor((L.kv_dtypes or 0) / 2 ^ dt) % 2 == 1 end
+
+-- Whether shape s at len lies inside the model's measured range (len_max, a
+-- measured KV dtype, the shape variables' min and max).
 function M.covers(model, s, len)
   local L, v = model.limits, M.vars(s, len, { chunk = 1, tile = 1, isa = 0, splits = 1, threads = 1 })
-  if len > L.len_max then return false end
+  if len > L.len_max or not M.has_kv_dtype(L, s.kv_dtype) then return false end
   for _, n in ipairs(facts.MODEL_SHAPE_VARS) do
     if v[n] < L[n .. "_min"] or v[n] > L[n .. "_max"] then return false end
   end
