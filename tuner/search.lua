@@ -10,7 +10,7 @@
 --      that cannot run or repeat another's work are pruned, each logged
 --      ("#pruned" lines, tuner/log.lua) with why;
 --   3. quick pass over splits (up to 16) x threads for the best two kernels;
---   4. refine the best few (the fastest, the fastest at another splits x
+--   4. refine up to MAX_FINALISTS (the fastest, the fastest at another splits x
 --      threads, then the next fastest) interleaved (several rounds, each timing every
 --      finalist once in a rotating order): the lowest median per-round ratio
 --      to the quick best wins, so a bandwidth level switch cannot pick it;
@@ -41,6 +41,7 @@ M.FLUSH_S = 0.01         -- the virtual cost of a cache flush (and a plan), seco
 M.MAX_SPLITS = 16        -- the most splits tried
 M.ITEMS_PER_THREAD = 16  -- the most work items (kv rows x splits) per thread tried
 M.FINE_BEST = 3          -- the fine pass measures the neighbours of this many best kernels
+M.MAX_FINALISTS = 5      -- the most finalists refined (fewer when the budget's 30% holds fewer rounds of them)
 M.isas_of = nil          -- isa digits with a kernel for (head_dim, tile): gen/space.lua's unless set (tests)
 
 -- Integer clamp.
@@ -315,7 +316,7 @@ end
 local function refine(st, cost)
   local reps = clamp(math.ceil(M.REFINE_S / cost), 3, 9)
   local all = ranked(st.quick)
-  local n = math.min(clamp(math.floor(0.3 * math.max(left(st), 0) / (cost * (reps + 1))), 1, 3), #all)
+  local n = math.min(clamp(math.floor(0.3 * math.max(left(st), 0) / (cost * (reps + 1))), 1, M.MAX_FINALISTS), #all)
   local best = M.finalists(all, n)
   st.planned = st.planned + n * reps
   local recs = {}
