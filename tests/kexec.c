@@ -155,3 +155,30 @@ void kx_per_channel(kproblem *p, int nbj, int64_t S, float *kch) {
       }
     }
 }
+
+/* Whether position p sees key k (causal, window, sinks). */
+int kx_visible(int64_t p, int64_t k, int window, int sinks) {
+  return k <= p && (window == 0 || k > p - window || k < sinks);
+}
+
+/* The reference of token t (see kexec.h). */
+void kx_token_reference(ref_problem rt, const float *qf, const int32_t *cur_pos, int q_len, int t, int window,
+                        int sinks, double *rout, double *rlse) {
+  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * (size_t)rt.S;
+  float *q = malloc(sizeof(float) * (size_t)rt.B * qrow), *mask = NULL;
+  for (int b = 0; b < rt.B; b++) memcpy(q + b * qrow, qf + (size_t)(b * q_len + t) * qrow, sizeof(float) * qrow);
+  if (rt.mask_mode == FD_CAUSAL) {
+    mask = malloc(sizeof(float) * (size_t)rt.B * mrow);
+    for (int b = 0; b < rt.B; b++) {
+      int64_t p = cur_pos[b] - q_len + 1 + t;
+      for (int h = 0; h < rt.Hq; h++)
+        for (int64_t k = 0; k < rt.S; k++)
+          mask[b * mrow + (size_t)h * (size_t)rt.S + (size_t)k] = kx_visible(p, k, window, sinks) ? 0.0f : -INFINITY;
+    }
+    rt.mask = mask;
+    rt.mask_mode = FD_MASK;
+  }
+  rt.q = q;
+  ref_attention(&rt, rout, rlse);
+  free(q); free(mask);
+}

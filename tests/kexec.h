@@ -39,4 +39,14 @@ float kx_channel_factor(int d, int D);
    kx_channel_factor, its largest |x| mapped to the dtype's largest code;
    kch [nbj, D] gets the scales, kf the stored values times them. */
 void kx_per_channel(kproblem *p, int nbj, int64_t S, float *kch);
+
+/* Whether position p sees key k: causal, within the last `window` keys (0:
+   all) or one of the first `sinks`. */
+int kx_visible(int64_t p, int64_t k, int window, int sinks);
+/* The reference of token t of a case of q_len tokens: rt (K/V, S, beams, new
+   keys as the case has them) with token t's q rows from qf [B, q_len, Hq, D];
+   a causal rt as mask mode, 0 on the keys that position cur_pos[b] - q_len +
+   1 + t sees (kx_visible) and -inf elsewhere; mask and full modes as they are. */
+void kx_token_reference(ref_problem rt, const float *qf, const int32_t *cur_pos, int q_len, int t, int window,
+                        int sinks, double *rout, double *rlse);
 #endif

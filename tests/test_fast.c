@@ -76,32 +76,11 @@ static void make(fcase *c, int layout, int Hq, int D, int qd, int od, int mode, 
 
 static void unmake(fcase *c) { kp_free(&c->kp); kp_free(&c->qp); free(c->src); }
 
-/* Whether token position p sees key k (causal, with the case's window). */
-static int visible(const fcase *c, int64_t p, int64_t k) {
-  return k <= p && (c->window == 0 || k > p - c->window || k < c->sinks);
-}
-
-/* The reference of token t: causal as mask mode with 0 on the visible keys
-   and -inf elsewhere; mask and full modes (q_len 1) as they are. */
+/* The reference of token t through the case's beam_src (tests/kexec.c kx_token_reference). */
 static void reference(const fcase *c, int t, double *rout, double *rlse) {
   ref_problem rt = c->kp.ref;
-  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * S_CAP;
-  float *q = malloc(sizeof(float) * NB * qrow), *mask = NULL;
-  for (int b = 0; b < NB; b++) memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
-  if (c->mode == FD_CAUSAL) {
-    mask = malloc(sizeof(float) * NB * mrow);
-    for (int b = 0; b < NB; b++) {
-      int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
-      for (int h = 0; h < rt.Hq; h++)
-        for (int64_t k = 0; k < S_CAP; k++) mask[b * mrow + (size_t)h * S_CAP + k] = visible(c, p, k) ? 0.0f : -INFINITY;
-    }
-    rt.mask = mask;
-    rt.mask_mode = FD_MASK;
-  }
-  rt.q = q;
   rt.beam_src = c->src;
-  ref_attention(&rt, rout, rlse);
-  free(q); free(mask);
+  kx_token_reference(rt, c->qp.qf, c->kp.cur_pos, c->q_len, t, c->window, c->sinks, rout, rlse);
 }
 
 /* The K/V of a bhsd case as a pool: row b's page i at pool page i * NB + (b + i) % NB, and its block table. */

@@ -149,36 +149,16 @@ static void unmake(bcase *c) {
   free(c->kc); free(c->vc); free(c->knc); free(c->vnc); free(c->src_cat); free(c->new_from);
 }
 
-/* Whether token position p sees key k (causal, with the case's window). */
-static int visible(const bcase *c, int64_t p, int64_t k) {
-  return k <= p && (c->window == 0 || k > p - c->window || k < c->sinks);
-}
-
-/* The reference of token t: causal as mask mode with 0 on the visible keys
-   and -inf elsewhere; mask and full modes (q_len 1) as they are. */
+/* The reference of token t (tests/kexec.c kx_token_reference): the cache,
+   then with FD_NEW_KV the new keys (the concatenation), through beam_src. */
 static void reference(const void *cv, int t, double *rout, double *rlse) {
   const bcase *c = cv;
   ref_problem rt = c->kp.ref;
   if (c->new_kv) {                             /* the concatenation: the cache, then the new keys */
     rt.S = c->cat; rt.k = c->kc; rt.v = c->vc; rt.k_new = c->knc; rt.v_new = c->vnc; rt.new_from = c->new_from;
   }
-  size_t qrow = (size_t)rt.Hq * rt.D, mrow = (size_t)rt.Hq * rt.S;
-  float *q = malloc(sizeof(float) * NB * qrow), *mask = NULL;
-  for (int b = 0; b < NB; b++) memcpy(q + b * qrow, c->qp.qf + (size_t)(b * c->q_len + t) * qrow, sizeof(float) * qrow);
-  if (c->mode == FD_CAUSAL) {
-    mask = malloc(sizeof(float) * NB * mrow);
-    for (int b = 0; b < NB; b++) {
-      int64_t p = c->kp.cur_pos[b] - c->q_len + 1 + t;
-      for (int h = 0; h < rt.Hq; h++)
-        for (int64_t k = 0; k < rt.S; k++) mask[b * mrow + (size_t)h * rt.S + k] = visible(c, p, k) ? 0.0f : -INFINITY;
-    }
-    rt.mask = mask;
-    rt.mask_mode = FD_MASK;
-  }
-  rt.q = q;
   rt.beam_src = c->new_kv ? (c->src ? c->src_cat : NULL) : c->src;
-  ref_attention(&rt, rout, rlse);
-  free(q); free(mask);
+  kx_token_reference(rt, c->qp.qf, c->kp.cur_pos, c->q_len, t, c->window, c->sinks, rout, rlse);
 }
 
 /* The K/V (and V scales, and per-row K scales without kpc) of c as a pool
