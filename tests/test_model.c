@@ -131,6 +131,26 @@ static int info_of(fd_ctx *c, fd_shape s, int64_t len, fd_plan_opts o, fd_plan_i
   return rc;
 }
 
+
+/* A table whose model has limit or margin `name` set to value plans shape
+   other like a context without a table: the heuristic's configuration (its
+   kernel only when kernel_only), from_table 2. */
+static void keeps_heuristic(const fd_shape *other, const char *name, double value, int kernel_only, const char *what) {
+  char text[16384];
+  fd_plan_info i, h;
+  override_name = name, override_value = value;
+  const char *path = temp_file(table_text(text, sizeof text, &SHAPE, 1, 1, -1, ""));
+  override_name = NULL;
+  fd_ctx *c = fd_create(&(fd_config){ .threads = 2, .table = path });
+  fd_ctx *plain = fd_create(&(fd_config){ .threads = 2 });
+  int rc = !c || !plain || info_of(c, *other, 3000, (fd_plan_opts){ 0 }, &i) ||
+           info_of(plain, *other, 3000, (fd_plan_opts){ 0 }, &h);
+  t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key) && (kernel_only || (i.splits == h.splits && i.threads == h.threads)),
+          "%s: %s/%d vs %s/%d", what, i.key, i.splits, h.key, h.splits);
+  fd_destroy(c);
+  fd_destroy(plain);
+  unlink(path);
+}
 /* A windowed softcap shape's own row (signature .w2000.softcap, bucket 2048):
    the planner takes it at kv_len 30000 (the window leaves 2000 keys), and
    neither the plain shape nor the window alone reads it. */
@@ -234,43 +254,12 @@ static void planner(void) {
   fd_destroy(plain);
   unlink(path);
   /* a shape outside the model's measured range (its kv bytes above kvb_max) keeps the heuristic's configuration */
-  override_name = "kvb_max", override_value = 1;
-  path = temp_file(table_text(text, sizeof text, &SHAPE, 1, 1, -1, ""));
-  override_name = NULL;
-  c = fd_create(&(fd_config){ .threads = 2, .table = path });
-  plain = fd_create(&(fd_config){ .threads = 2 });
-  rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
-  t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key) && i.splits == h.splits && i.threads == h.threads,
-          "kv bytes outside the measured range keep the heuristic's configuration: %s/%d vs %s/%d", i.key, i.splits,
-          h.key, h.splits);
-  fd_destroy(c);
-  fd_destroy(plain);
-  unlink(path);
+  keeps_heuristic(&other, "kvb_max", 1, 0, "kv bytes outside the measured range keep the heuristic's configuration");
   /* a model whose fit measured every KV dtype but the shape's keeps the heuristic's configuration */
-  override_name = "kv_dtypes", override_value = 255 - (1 << other.kv_dtype);
-  path = temp_file(table_text(text, sizeof text, &SHAPE, 1, 1, -1, ""));
-  override_name = NULL;
-  c = fd_create(&(fd_config){ .threads = 2, .table = path });
-  plain = fd_create(&(fd_config){ .threads = 2 });
-  rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
-  t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key) && i.splits == h.splits && i.threads == h.threads,
-          "a KV dtype the fit never measured keeps the heuristic's configuration: %s/%d vs %s/%d", i.key, i.splits,
-          h.key, h.splits);
-  fd_destroy(c);
-  fd_destroy(plain);
-  unlink(path);
+  keeps_heuristic(&other, "kv_dtypes", 255 - (1 << other.kv_dtype), 0,
+                  "a KV dtype the fit never measured keeps the heuristic's configuration");
   /* a kernel margin no prediction beats keeps the heuristic's kernel */
-  override_name = "margin_kernel", override_value = 1e3;
-  path = temp_file(table_text(text, sizeof text, &SHAPE, 1, 1, -1, ""));
-  override_name = NULL;
-  c = fd_create(&(fd_config){ .threads = 2, .table = path });
-  plain = fd_create(&(fd_config){ .threads = 2 });
-  rc = !c || !plain || info_of(c, other, 3000, (fd_plan_opts){ 0 }, &i) || info_of(plain, other, 3000, (fd_plan_opts){ 0 }, &h);
-  t_check(!rc && i.from_table == 2 && !strcmp(i.key, h.key),
-          "a kernel margin of 1e3 keeps the heuristic's kernel: %s vs %s", i.key, h.key);
-  fd_destroy(c);
-  fd_destroy(plain);
-  unlink(path);
+  keeps_heuristic(&other, "margin_kernel", 1e3, 1, "a kernel margin of 1e3 keeps the heuristic's kernel");
 }
 
 /* The model's pick runs and matches the double-precision reference. */
