@@ -77,29 +77,19 @@ static void reference(const void *cv, int t, double *rout, double *rlse) {
 
 /* The K/V and scales of a bhsd case as a pool: row b's page i at pool page
    i * NB + (b + i) % NB (rows interleaved), and its block table. */
-typedef struct pool { void *k, *v; float *ks, *vs; int32_t *table; } pool;
+typedef kx_pool pool;   /* tests/kexec.h */
 
 static void make_pool(const mcase *c, pool *pl) {
-  const ref_problem *r = &c->kp.ref;
-  size_t rowb = (size_t)r->D, n = (size_t)NB * PER_ROW * HKV * PAGE;
-  pl->k = calloc(n, rowb); pl->v = calloc(n, rowb);
-  pl->ks = calloc(n, sizeof(float)); pl->vs = calloc(n, sizeof(float));
-  pl->table = malloc(sizeof(int32_t) * NB * PER_ROW);
+  kx_pool_alloc(pl, &c->kp, NB * PER_ROW, PAGE, NB * PER_ROW);
   for (int b = 0; b < NB; b++)
     for (int64_t i = 0; i < PER_ROW; i++) {
       int64_t pg = i * NB + (b + i) % NB;
       pl->table[b * PER_ROW + i] = (int32_t)pg;
-      for (int j = 0; j < HKV; j++)
-        for (int64_t s = 0; s < PAGE && i * PAGE + s < S_CAP; s++) {
-          size_t from = (size_t)(b * HKV + j) * S_CAP + (size_t)(i * PAGE + s), to = ((size_t)pg * HKV + j) * PAGE + s;
-          memcpy((char *)pl->k + to * rowb, (const char *)c->kp.k + from * rowb, rowb);
-          memcpy((char *)pl->v + to * rowb, (const char *)c->kp.v + from * rowb, rowb);
-          pl->ks[to] = c->kp.k_scale[from]; pl->vs[to] = c->kp.v_scale[from];
-        }
+      kx_pool_copy(pl, &c->kp, b, i, pg, PAGE);
     }
 }
 
-static void free_pool(pool *pl) { free(pl->k); free(pl->v); free(pl->ks); free(pl->vs); free(pl->table); }
+static void free_pool(pool *pl) { kx_pool_free(pl); }
 
 /* The case's shape (paged: from the pool). */
 static fd_shape shape_of(const mcase *c, int paged) {
