@@ -159,9 +159,20 @@ mm.limits.splits_up_len = 4096
 local withd = model.observations(path)
 withd.decisions = { { sig = shapes[1], shape = s, len = 3000, c = { splits = 4 }, h = { splits = 1 }, kept = true },
                     { sig = shapes[1], shape = s, len = 9000, c = { splits = 16 }, h = { splits = 1 }, kept = false },
-                    { sig = shapes[1], shape = s, len = 5000, c = { splits = 1 }, h = { splits = 2 }, kept = true } }
+                    { sig = shapes[1], shape = s, len = 5000, c = { splits = 1 }, h = { splits = 2 }, kept = true },
+                    -- kept once at 7000 but rejected twice there (other builds): a fluke, not counted
+                    { sig = shapes[1], shape = s, len = 7000, c = { splits = 8 }, h = { splits = 1 }, kept = true },
+                    { sig = shapes[1], shape = s, len = 7000, c = { splits = 8 }, h = { splits = 1 }, kept = false },
+                    { sig = shapes[1], shape = s, len = 7000, c = { splits = 2 }, h = { splits = 1 }, kept = false },
+                    -- kept once, rejected once at 8000 on another shape: no majority, not counted
+                    { sig = shapes[2], shape = s, len = 8000, c = { splits = 8 }, h = { splits = 1 }, kept = true },
+                    { sig = shapes[2], shape = s, len = 8000, c = { splits = 4 }, h = { splits = 1 }, kept = false } }
 local md2 = model.fit(withd, 1e-12)
-T.ok(md2.limits.splits_up == 4 and md2.limits.splits_up_len == 3000, ("splits_up %g, splits_up_len %g: from the kept winner that raised the splits"):format(md2.limits.splits_up, md2.limits.splits_up_len))
+T.ok(md2.limits.splits_up == 4 and md2.limits.splits_up_len == 3000, ("splits_up %g, splits_up_len %g: from the kept winner that raised the splits where most such verifications kept theirs"):format(md2.limits.splits_up, md2.limits.splits_up_len))
+table.insert(withd.decisions, { sig = shapes[1], shape = s, len = 7000, c = { splits = 4 }, h = { splits = 1 }, kept = true })
+table.insert(withd.decisions, { sig = shapes[1], shape = s, len = 7000, c = { splits = 2 }, h = { splits = 1 }, kept = true })
+local md3 = model.fit(withd, 1e-12)
+T.ok(md3.limits.splits_up == 8 and md3.limits.splits_up_len == 7000, ("splits_up %g, splits_up_len %g: kept in 3 of 5 verifications at 7000 counts"):format(md3.limits.splits_up, md3.limits.splits_up_len))
 mm.limits.margin_kernel, mm.limits.margin_splits, mm.limits.margin_threads = 1e3, 1e3, 1e3
 local p4, fm4 = model.decide(mm, s, 4096, 2, 4, h)
 T.ok(not fm4 and p4 == h, "margins no prediction beats keep the heuristic's configuration")
