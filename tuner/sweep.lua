@@ -29,9 +29,7 @@
 --                      missing or refused: the heuristic stands in, and the report says so
 --   SWEEP_REPORT=path  the report (default results/tuned/sweep-<machine>[-<set>].md); its log: .log
 --   SWEEP_TOP=n        configurations of the sweep re-measured (default 5)
---   SWEEP_ROUNDS=n     paired rounds (default 127: 64 choose the best, 63 judge it; at least 12;
---                      at 63 a tuned pick level with the best within the noise, Phi-3-mini
---                      1.056 [0.954, 1.213], read as a miss)
+--   SWEEP_ROUNDS=n     paired rounds (default 63: 32 choose the best, 31 judge it; at least 12)
 --   SWEEP_PRUNE=x      prune kernels slower than x times the fastest in step 1 (default 2; 0: none)
 --   SWEEP_PROCS=n      processes the paired rounds are spread over (default 3; 1: this one only)
 --   FD_TUNE_STOP_AFTER=N, TUNE_PROGRESS=0|1   as for tuner/tune.lua
@@ -68,7 +66,7 @@ local function settings(a)
   local tp = sys.env("TUNE_PROGRESS", nil)
   return { shapes = shapes, machine = machine, report = report, log = report:gsub("%.md$", "") .. ".log",
            table = sys.env("SWEEP_TABLE", ("%sresults/tuned/%s-%s.tsv"):format(home, machine, set)),
-           top = num("SWEEP_TOP", "5"), rounds = math.max(12, num("SWEEP_ROUNDS", "127")), prune = num("SWEEP_PRUNE", "2"),
+           top = num("SWEEP_TOP", "5"), rounds = math.max(12, num("SWEEP_ROUNDS", "63")), prune = num("SWEEP_PRUNE", "2"),
            stop_after = num("FD_TUNE_STOP_AFTER", "0"), progress = tp and tp ~= "0" or nil,
            procs = math.max(1, math.floor(num("SWEEP_PROCS", "3"))), upto = tonumber(os.getenv("SWEEP_ROUNDS_UPTO") or "") }
 end
