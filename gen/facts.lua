@@ -173,9 +173,7 @@ M.MODEL_FEATURES = {
 -- more splits than one must stay within it (the log holds no evidence beyond).
 -- splits_up, splits_up_len: the largest factor by which a winner the log's
 -- paired verification kept multiplied the heuristic's splits (1 when none
--- did), and the longest length such a winner had (0 when none), counting a
--- winner only where most verifications that raised the splits at its shape
--- and length kept theirs (tuner/model.lua split_winners); the
+-- did), and the longest length such a winner had (0 when none); the
 -- planner's decision takes no more splits than the heuristic's times
 -- splits_up, and no more than the heuristic's beyond splits_up_len.
 -- margin_kernel, margin_splits, margin_threads: what a move off the

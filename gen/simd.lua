@@ -502,20 +502,18 @@ end
 
 -- Whether the scores kernel takes bf16 pair dot products (vdpbf16ps, a record
 -- with the bf16 group): q and K bf16, whole 32-element d-blocks; head-lane
--- tiles, or direct tiles of 4 to 12 heads (q in registers 16..27, the scale
--- in 29). Direct tiles of 2-3 heads keep the split loads. Llama-3.1-8B bf16
--- (4 heads) once measured 0.90x at 64k in `make bench` (25.5 against 28.3
--- GB/s), memory bound at the VM's low bandwidth level, where the two are
--- level; compute bound (warm cache, 2048 keys, 1 thread, 8 processes
--- interleaved) vdpbf16ps runs it at 23.8 GB/s against 19.7 (1.21x), and the
--- MQA batch (8 heads) gained 1.19x. The products of two
+-- tiles, or direct tiles of 8 to 12 heads (q in registers 16..27, the scale
+-- in 29). Direct tiles of 2-4 heads keep the split loads: with vdpbf16ps,
+-- Llama-3.1-8B bf16 (4 heads) measured 0.90x at 64k in `make bench` (25.5
+-- against 28.3 GB/s, both backends alike), where the MQA batch (8 heads)
+-- gained 1.19x in an A/B run. The products of two
 -- bf16 values are exact in f32; q is read unscaled as bf16 (each head's row of
 -- the q buffer holds its raw bf16 values, templates/decode.c.tpl) and each
 -- group's scores are multiplied by the scale after the reduction.
 function M.dpbf16(isa, p)
   local g = GEOM[isa]
   return g.groups.bf16 == true and facts.dtypes[p.KV_DTYPE].name == "bf16" and facts.dtypes[p.Q_DTYPE].name == "bf16"
-    and p.D % 32 == 0 and (M.head_lanes(isa, p) or M.direct_rows(isa, p) ~= nil and p.T >= 4 and p.T <= 12)
+    and p.D % 32 == 0 and (M.head_lanes(isa, p) or M.direct_rows(isa, p) ~= nil and p.T >= 8 and p.T <= 12)
 end
 
 -- One 32-element d-block c of the dpbf16 scores: K rows into registers, then
