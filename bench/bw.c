@@ -254,6 +254,25 @@ double fdb_read_bw_gbs(size_t bytes, int threads, int reps) {
   return (double)(n * sizeof(float)) / best * 1e-9;
 }
 
+/* One timed read pass over a buffer of fdb_flush_bytes() with `threads`
+   threads, in GB/s: the bandwidth sample taken next to each cold call. The
+   buffer is allocated and first-touched on the first call (`threads` reading
+   it thereafter) and kept until exit; 0 when it cannot be allocated. */
+double fdb_call_bw_gbs(int threads) {
+  static float *buf;
+  static size_t n;
+  if (threads <= 0) threads = omp_get_max_threads();
+  if (!buf) {
+    n = fdb_flush_bytes() / sizeof(float) / 1024 * 1024;
+    buf = fdb_alloc(n * sizeof(float));
+    if (!buf) return 0;
+    first_touch(buf, n, threads);
+  }
+  size_t m = n / (64u * (size_t)threads) * (64u * (size_t)threads);
+  double dt = timed_sum(buf, m, threads, 1);
+  return dt > 0 ? (double)(m * sizeof(float)) / dt * 1e-9 : 0;
+}
+
 /* Size in bytes of the highest cache level in sysfs ("32768K"), or 0. */
 static size_t sysfs_llc(void) {
   size_t best = 0;

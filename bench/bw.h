@@ -38,6 +38,12 @@ double fdb_int8_gdots(int threads, int reps);
    4x the last-level cache (allocated once, kept until exit). */
 void fdb_flush_caches(void);
 
+/* One timed read pass, in GB/s, over a buffer of fdb_flush_bytes() (allocated
+   and first-touched once, kept until exit) with `threads` threads (0 = all):
+   the bandwidth sample the benchmark takes next to each cold call; 0 when
+   the buffer cannot be allocated. */
+double fdb_call_bw_gbs(int threads);
+
 /* Size of the last-level cache in bytes (sysfs, else sysconf, else 32 MiB). */
 size_t fdb_llc_bytes(void);
 

@@ -51,24 +51,41 @@ local function reps_for(first_s, cfg)
   return math.max(rmin, math.min(cfg.rmax, r))
 end
 
+-- Median of a list of numbers (nil when empty).
+local function median(xs)
+  if #xs == 0 then return nil end
+  local t = {}
+  for i, x in ipairs(xs) do t[i] = x end
+  table.sort(t)
+  return quantile(t, 0.5)
+end
+M.median = median
+
 -- Time the rows' runners interleaved, round-robin (so load from elsewhere hits
 -- every variant alike): cold (caches flushed before each call), then warm (one
 -- untimed call each, then back to back; all variants read the same K and V).
+-- With bw_threads, each cold call is preceded by a read-bandwidth sample of
+-- that many threads (fdb_call_bw_gbs), kept in row.call_bw beside the call's
+-- seconds in row.call_s: the bandwidth the machine had at that moment.
 -- Sets row.cold, row.warm (stats in ms) and row.reps; a failure sets row.status.
-function M.time_interleaved(rows, cfg, cold_only)
+function M.time_interleaved(rows, cfg, cold_only, bw_threads)
   local live, maxr = {}, 0
   for _, r in ipairs(rows) do
     if r.fn then
       r.reps, r.t_cold, r.t_warm = reps_for(r.first_s, cfg), {}, {}
+      if bw_threads then r.call_bw, r.call_s = {}, {} end
       live[#live + 1], maxr = r, math.max(maxr, reps_for(r.first_s, cfg))
     end
   end
   local function call(r, list, flush)
     if r.status ~= "ok" then return end
+    local bw = flush and bw_threads and fdb.fdb_call_bw_gbs(bw_threads)
     if flush then fdb.fdb_flush_caches() end
     local t0 = now()
     local ok, err = pcall(r.fn)
-    if ok then list[#list + 1] = now() - t0 else r.status = tostring(err) end
+    if not ok then r.status = tostring(err) return end
+    list[#list + 1] = now() - t0
+    if bw and bw > 0 then r.call_bw[#r.call_bw + 1], r.call_s[#r.call_s + 1] = bw, list[#list] end
   end
   for i = 1, maxr do
     for _, r in ipairs(live) do if i <= r.reps then call(r, r.t_cold, true) end end
@@ -250,7 +267,7 @@ function M.bench_shape(s, lens, vs, info, cfg, progress)
       rows[#rows + 1], res.runs[#res.runs + 1] = row, row
     end
     progress:step(("%s %d: timing %d variants"):format(s.name, n, #rows))
-    M.time_interleaved(rows, cfg)
+    M.time_interleaved(rows, cfg, false, info.threads)
     for _, row in ipairs(res.runs) do
       if row.len == n and ref and ref.cold and row.cold then
         row.speedup_cold = ref.cold.median / row.cold.median

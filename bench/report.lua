@@ -56,7 +56,8 @@ M.klen = klen
 local COLS = { "kind", "shape", "kv_len", "capacity", "variant", "backend", "isa", "cache", "threads", "reps",
   "median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "kv_bytes", "gbs", "pct_bw", "speedup_vs_vanilla",
   "plan_ms", "first_run_ms", "compile_ms", "key", "split_key", "chunk", "group_tile", "splits",
-  "from_table", "max_abs_diff_vs_vanilla", "status", "when", "gmacs", "ceiling_gbs", "roof_gbs", "pct_roof", "bound" }
+  "from_table", "max_abs_diff_vs_vanilla", "status", "when", "gmacs", "ceiling_gbs", "roof_gbs", "pct_roof", "bound",
+  "call_bw_gbs", "pct_call_bw", "pct_call_roof" }
 
 -- One TSV line from a table keyed by column name ("-" for missing).
 local function tsv_line(t)
@@ -71,8 +72,9 @@ local function tsv_line(t)
 end
 
 -- TSV columns of a measurement row for one cache state.
-local function run_cols(kind, r, cache, bw_all)
+local function run_cols(kind, r, cache, bw_all, info)
   local st = r[cache] or {}
+  local cs = (cache == "cold" and info) and M.call_shares(r, info) or {}
   local g, pct = M.gbs(r, cache, bw_all)
   return { kind = kind, shape = r.shape, kv_len = r.len, capacity = r.cap or r.len, variant = r.variant,
     backend = r.backend, isa = r.isa, cache = cache, threads = r.threads, reps = r.reps,
@@ -82,7 +84,8 @@ local function run_cols(kind, r, cache, bw_all)
     chunk = r.chunk, group_tile = r.group_tile, splits = r.splits, from_table = r.from_table,
     max_abs_diff_vs_vanilla = r.diff, status = r.status,
     ceiling_gbs = r.roof and r.roof.ceiling and r.roof.ceiling.gbs, roof_gbs = r.roof and r.roof.roof,
-    pct_roof = g and r.roof and g / r.roof.roof * 100, bound = r.roof and r.roof.bound }
+    pct_roof = g and r.roof and g / r.roof.roof * 100, bound = r.roof and r.roof.bound,
+    call_bw_gbs = cs.bw, pct_call_bw = cs.pct_bw, pct_call_roof = cs.pct_roof }
 end
 
 -- The measured rates for a thread count ({ fma, bf16, int8, lanes }; the
@@ -139,7 +142,7 @@ function M.tsv(res)
     end
   end
   for _, r in ipairs(res.runs) do
-    for _, c in ipairs { "cold", "warm" } do L[#L + 1] = tsv_line(run_cols("run", r, c, i.bw_all)) end
+    for _, c in ipairs { "cold", "warm" } do L[#L + 1] = tsv_line(run_cols("run", r, c, i.bw_all, i)) end
   end
   for _, r in ipairs(res.threads) do L[#L + 1] = tsv_line(run_cols("threads", r, "cold", i.bw_all)) end
   return table.concat(L, "\n") .. "\n"
@@ -199,15 +202,62 @@ local function roofline(res)
       if r.len == n and r.roof then
         local g = M.gbs(r, "cold", i.bw_all)
         local c = r.roof.ceiling
+        local cb = M.call_shares(r, i)
         rows[#rows + 1] = { s.name, klen(n), c and f(c.G, 0) or "-", r.variant, isa_name(r), f(r.threads, 0),
           c and f(c.gbs, 1) or "-", c and c.scores_label or "-", c and c.pv_label or "-", f(r.roof.roof, 1),
           r.roof.bound, g and f(g, 1) or "failed", g and f(g / i.bw_all * 100, 0) or "-",
-          g and i.bw_all_median and f(g / i.bw_all_median * 100, 0) or "-", g and f(g / r.roof.roof * 100, 0) or "-" }
+          g and i.bw_all_median and f(g / i.bw_all_median * 100, 0) or "-", g and f(g / r.roof.roof * 100, 0) or "-",
+          f(cb.bw, 1), f(cb.pct_bw, 0), f(cb.pct_roof, 0) }
       end
     end
   end
   return md_table({ "shape", "kv_len", "G", "variant", "isa", "threads", "ceiling GB/s", "scores by", "P·V by", "roof GB/s",
-    "bound", "GB/s", "% best bw", "% median bw", "% roof" }, rows)
+    "bound", "GB/s", "% best bw", "% median bw", "% roof", "bw at its calls GB/s", "% call bw", "% call roof" }, rows)
+end
+
+-- A row against the bandwidth sampled just before each of its cold calls
+-- (bench/roof.lua call_fraction): { bw = median sample GB/s, pct_bw, pct_roof
+-- (over min(ceiling, sample)), n }; empty for rows without samples or run at
+-- another thread count than the samples'.
+function M.call_shares(r, i)
+  if not r.call_bw or #r.call_bw == 0 or r.threads ~= i.threads then return {} end
+  local c = r.roof and r.roof.ceiling
+  local fb, n = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw)
+  local fr = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw, c and c.gbs)
+  local bws = {}
+  for k, x in ipairs(r.call_bw) do bws[k] = x end
+  table.sort(bws)
+  local m = #bws % 2 == 1 and bws[(#bws + 1) / 2] or (bws[#bws / 2] + bws[#bws / 2 + 1]) / 2
+  return { bw = m, pct_bw = fb and fb * 100, pct_roof = fr and fr * 100, n = n }
+end
+
+-- Issue 18's bounds (the shape set's `target` fields): the planner's kernel
+-- (variant "tcc"), cold, at each target length, against the bandwidth
+-- sampled next to each call; met when at least pct % of it, or at least 85 %
+-- of min(ceiling, sample) where a measured compute ceiling is what bounds it.
+local function targets(res)
+  local i, rows = res.info, {}
+  for _, sh in ipairs(res.shapes) do
+    local t = sh.shape.target
+    for _, n in ipairs(t and t.at or {}) do
+      for _, r in ipairs(sh.runs) do
+        if r.len == n and r.variant == "tcc" then
+          local g = M.gbs(r, "cold", i.bw_all)
+          local cb = M.call_shares(r, i)
+          local c = r.roof and r.roof.ceiling
+          local capped = c and cb.bw and c.gbs < cb.bw
+          local met = cb.pct_bw and (cb.pct_bw >= t.pct or (capped and cb.pct_roof >= 85))
+          rows[#rows + 1] = { sh.shape.name, klen(n), ("%d%%"):format(t.pct), g and f(g, 1) or "failed",
+            g and f(g / i.bw_all * 100, 0) or "-", g and i.bw_all_median and f(g / i.bw_all_median * 100, 0) or "-",
+            f(cb.bw, 1), f(cb.pct_bw, 0), c and f(c.gbs, 1) or "-", f(cb.pct_roof, 0),
+            cb.pct_bw and (met and "met" or "not met") or "-", cb.n and tostring(cb.n) or "-" }
+        end
+      end
+    end
+  end
+  if #rows == 0 then return nil end
+  return md_table({ "shape", "kv_len", "target", "GB/s", "% best bw", "% median bw", "bw at its calls GB/s",
+    "% call bw", "ceiling GB/s", "% call roof", "verdict", "calls" }, rows)
 end
 
 -- "X G/s with N threads, Y with 1" for one rate, or why it is absent.
@@ -327,13 +377,23 @@ function M.md(res, charts)
   add("")
   add(headline(res))
   add("")
+  local tg = targets(res)
+  if tg then
+    add("## Against the bandwidth of the moment: the bounds of issue 18")
+    add("")
+    add(("The read bandwidth of a shared machine moves between levels during a run (the samples below: best %s, median %s GB/s), so before every cold call the benchmark reads a %d MiB buffer once with all threads and keeps that sample beside the call's time. %% call bw = median over the calls of (the call's GB/s / the sample just before it); %% call roof = the same over min(compute ceiling, that sample) (bench/roof.lua). The kernel is the planner's (variant tcc: tuned table, else heuristic). A bound is met at pct %% of the call bandwidth, or at 85 %% of the call roof where the compute ceiling measured in this run is below the sampled bandwidth.")
+      :format(f(i.bw_all, 1), f(i.bw_all_median, 1), i.flush / MiB))
+    add("")
+    add(tg)
+    add("")
+  end
   local roof = roofline(res)
   if roof then
     add("## Roofline: memory or multiply-adds")
     add("")
     local rt2 = {}
     for _, k in ipairs(RATES) do rt2[#rt2 + 1] = rate_text(i, k) end
-    add(("Peak rates measured in this run (12 independent chains per thread): %s. Every K element feeds G = Hq/Hkv·q_len score multiply-adds and every V element G P·V multiply-adds, so one (K, V) element pair takes at least G/r_scores + G/r_pv and the kernels cannot read the cache faster than the compute ceiling 2·element_bytes / (G/r_scores + G/r_pv) (int8 and fp8 KV in their real byte). r_scores is the bf16 dot rate when the kernel's ISA record has the bf16 group and q and K are bf16, the int8 dot rate over the plane count for a key with MSD planes (int8 K), else the f32 FMA rate (\"scores by\"); r_pv is the f32 FMA rate unless the kernel's key says otherwise (\"P·V by\"). A kernel of an ISA with fewer f32 lanes than the probe (%d) is credited the rate times its lanes over the probe's (portable C under tcc: one lane; under cc gcc vectorizes it: the probe's width); vanilla is counted at the probe's width. Above 100%% of the roof means a rate was measured low (load from elsewhere during the probes) or the kernel does fewer multiply-adds than counted. The roof is min(ceiling, best read bandwidth of the run) at the run's thread count (1-thread plans: the 1-thread rates and bandwidth); \"bound\" names what sets it. On a shared machine the read bandwidth can move between levels during a run (see the samples below): each kernel is compared with the best sample and with the median one.")
+    add(("Peak rates measured in this run (12 independent chains per thread): %s. Every K element feeds G = Hq/Hkv·q_len score multiply-adds and every V element G P·V multiply-adds, so one (K, V) element pair takes at least G/r_scores + G/r_pv and the kernels cannot read the cache faster than the compute ceiling 2·element_bytes / (G/r_scores + G/r_pv) (int8 and fp8 KV in their real byte). r_scores is the bf16 dot rate when the kernel's ISA record has the bf16 group and q and K are bf16, the int8 dot rate over the plane count for a key with MSD planes (int8 K), else the f32 FMA rate (\"scores by\"); r_pv is the f32 FMA rate unless the kernel's key says otherwise (\"P·V by\"). A kernel of an ISA with fewer f32 lanes than the probe (%d) is credited the rate times its lanes over the probe's (portable C under tcc: one lane; under cc gcc vectorizes it: the probe's width); vanilla is counted at the probe's width. Above 100%% of the roof means a rate was measured low (load from elsewhere during the probes) or the kernel does fewer multiply-adds than counted. The roof is min(ceiling, best read bandwidth of the run) at the run's thread count (1-thread plans: the 1-thread rates and bandwidth); \"bound\" names what sets it. On a shared machine the read bandwidth can move between levels during a run (see the samples below): each kernel is compared with the best sample, with the median one and (%% call bw, %% call roof) with the sample taken just before each of its calls.")
       :format(table.concat(rt2, "; "), i.rates and i.rates[i.threads] and i.rates[i.threads].lanes or 16))
     add("")
     add(roof)
@@ -388,7 +448,7 @@ function M.md(res, charts)
   add(([[- One process, one machine: the bandwidth, every flashdecode variant and the vanilla baseline are measured in the same run.
 - Bandwidth: a vectorized sum (%s) over a %d MiB buffer split between threads (OpenMP, not pinned), best of %d repetitions at the start and the end of the run and 3 after each shape (the best of all is the reference); the same over an LLC-resident buffer.
 - KV bytes = B·Hkv·n_valid·D·2·sizeof(kv), the valid part of K and V read once (q8_0 and q4_0: their real block bytes, 34 and 18 per 32 values; int8: D codes and a 4-byte scale per row); GB/s = KV bytes / median time; %% bw = that over the all-threads read bandwidth (above 100%% means the data came from cache).
-- Cold: a %d MiB buffer (4× the LLC) is written by all threads before each repetition; warm: no flush, after one untimed call. Repetitions of all variants of a point are interleaved round-robin (all read the same K and V), so load from other processes hits every variant alike.
+- Cold: a %d MiB buffer (4× the LLC) is written by all threads before each repetition, after one read pass of all threads over a buffer of the same size timed as the bandwidth sample of that call (%% call bw); warm: no flush, after one untimed call. Repetitions of all variants of a point are interleaved round-robin (all read the same K and V), so load from other processes hits every variant alike.
 - Each fd_run uses a plan created once per shape (capacity = the longest length; plan and first-run times listed separately). Repetitions: adaptive, %d to %d, about %.2f s of timing per point and cache state; median and min–max/IQR reported.
 - Vanilla: plain C, gcc -O3 -march=native -fopenmp, f32 accumulation, dtypes converted in C; its output is the reference for "max abs diff".
 - Threads are not pinned; OMP_WAIT_POLICY=passive so idle OpenMP threads do not compete with flashdecode's pool. The benchmark never asserts a time.]])

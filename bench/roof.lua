@@ -128,4 +128,25 @@ function M.roof(run, rates, bw)
   return { roof = c.gbs, bound = c.label, ceiling = c }
 end
 
+-- The median over a run's cold calls of the GB/s of each call over the read
+-- bandwidth sampled just before it (with a ceiling: over min(ceiling, that
+-- sample)), so each call is held to the bandwidth the machine had at that
+-- moment. bytes: KV bytes one call reads; secs[i], bws[i]: call i's seconds
+-- and its sample in GB/s. Returns the fraction (1 = at that bandwidth) and the
+-- number of calls, or nil when no call has a positive time and sample.
+function M.call_fraction(bytes, secs, bws, ceiling)
+  local fr = {}
+  for i = 1, math.min(#secs, #bws) do
+    local t, bw = secs[i], bws[i]
+    if t and bw and t > 0 and bw > 0 then
+      local cap = (ceiling and ceiling > 0) and math.min(ceiling, bw) or bw
+      fr[#fr + 1] = bytes / t * 1e-9 / cap
+    end
+  end
+  if #fr == 0 then return nil end
+  table.sort(fr)
+  local m = #fr % 2 == 1 and fr[(#fr + 1) / 2] or (fr[#fr / 2] + fr[#fr / 2 + 1]) / 2
+  return m, #fr
+end
+
 return M
