@@ -34,8 +34,12 @@ double fdb_bf16_gdots(int threads, int reps);
    (absent) without AVX512-VNNI. */
 double fdb_int8_gdots(int threads, int reps);
 
-/* Evict the caches of every core: all threads read and write a buffer of
-   4x the last-level cache (allocated once, kept until exit). */
+/* Evict the caches of every core: all threads read one word of every line
+   of a buffer of 4x the last-level cache (allocated and written once, kept
+   until exit), so the caches hold its clean lines, as the tuner's flush
+   (tuner/sys.lua) leaves them. With $FDB_FLUSH=write (read at the first
+   call) they write one word per line instead: dirty lines, which a measured
+   call then also pays to write back. */
 void fdb_flush_caches(void);
 
 /* One timed read pass, in GB/s, over a buffer of fdb_flush_bytes() (allocated
