@@ -186,7 +186,7 @@ local function markdown(res, chart)
       :format(side.plans_from(root, i)),
     ("- Read bandwidth (%s sum, %d MiB, all threads), sampled at the start, after the variants and at the end: best **%.1f GB/s**, median %.1f GB/s (%s)")
       :format(i.bw_kernel, CFG.bw_bytes / 2 ^ 20, res.bw_best, res.bw_median, side.bw_line(res)),
-    ("- Cold cache: before every timed call all threads read and write a %d MiB buffer; the variants are timed round-robin (plain, window, ..., plain, ...), %d rounds, so load from elsewhere hits them alike; buffers of 4 MiB and more ask for huge pages: %s")
+    ("- Cold cache: before every timed call all threads read one word of each line of a %d MiB buffer (clean lines, as the tuner's flush leaves them); the variants are timed round-robin (plain, window, ..., plain, ...), %d rounds, so load from elsewhere hits them alike; buffers of 4 MiB and more ask for huge pages: %s")
       :format(i.flush / 2 ^ 20, CFG.rmax, i.hugepages and "yes" or "no"),
     "- Columns: keys read = the keys a run visits (a window: its 4096 keys plus the sinks outside it), KV MiB = their K and V bytes; median and quartiles of the cold fd_run times; GB/s of those bytes read once; that as a share of the best and of the median bandwidth sample; ratio to plain = median / plain's median; paired ratio = median over rounds of variant/plain of the same round, with its 95% sign-test interval (the summary's speedup is its inverse); finite out = no NaN or infinity in out after the first call; n = rounds",
     side.load_line(i), "", summary(res.variants),

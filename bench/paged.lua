@@ -256,7 +256,7 @@ local function markdown(res, chart)
       :format(side.plans_from(root, i)),
     ("- Read bandwidth (%s sum, %d MiB, all threads), sampled at the start, after each row and at the end: best **%.1f GB/s**, median %.1f GB/s (%s)")
       :format(i.bw_kernel, CFG.bw_bytes / 2 ^ 20, res.bw_best, res.bw_median, bw_line(res)),
-    ("- Cold cache: before every timed call all threads read and write a %d MiB buffer; the variants of a row are timed round-robin (dense, 16, 64, 256, 1024, dense, ...), %d to %d rounds, so load from elsewhere hits them alike; buffers of 4 MiB and more ask for huge pages: %s")
+    ("- Cold cache: before every timed call all threads read one word of each line of a %d MiB buffer (clean lines, as the tuner's flush leaves them); the variants of a row are timed round-robin (dense, 16, 64, 256, 1024, dense, ...), %d to %d rounds, so load from elsewhere hits them alike; buffers of 4 MiB and more ask for huge pages: %s")
       :format(i.flush / 2 ^ 20, CFG.rmin, CFG.rmax, i.hugepages and "yes" or "no"),
     "- Pages scattered: sequence page i of batch row b sits at pool page (b·per_row + i)·stride mod pool_pages, the stride coprime to the pool size and neither 1 nor pool_pages − 1, so no two neighbouring pages are adjacent",
     "- Columns: median and quartiles of the cold fd_run times; GB/s of the K and V bytes read once; that as a share of the best and of the median bandwidth sample; ratio to dense = paged median / dense median; paired ratio = median over rounds of paged/dense of the same round, with its 95% sign-test interval; bits equal = paged out memcmp dense out after the first call; n = rounds",
