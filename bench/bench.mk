@@ -1,5 +1,5 @@
 # The benchmark (`make bench`), included by the main Makefile. Uses B and CC.
-# `make bench`: every shape of tuner/shapes/bench.lua (about 2.5 min on 2 cores: 149 s in the last report);
+# `make bench`: every shape of tuner/shapes/bench.lua (about 6.5 min on 2 cores: 342 s in the last report, then the paged, uneven and features runs);
 # `QUICK=1 make bench`: a short run (about 40 s) writing results/bench/<machine>-quick.md;
 # `make bench-check`: the vanilla baseline against a double-precision loop.
 # `make bench-paged`: paged KV against dense with the same plan (bench/paged.lua, about 30 s);
