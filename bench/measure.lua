@@ -51,16 +51,6 @@ local function reps_for(first_s, cfg)
   return math.max(rmin, math.min(cfg.rmax, r))
 end
 
--- Median of a list of numbers (nil when empty).
-local function median(xs)
-  if #xs == 0 then return nil end
-  local t = {}
-  for i, x in ipairs(xs) do t[i] = x end
-  table.sort(t)
-  return quantile(t, 0.5)
-end
-M.median = median
-
 -- Time the rows' runners interleaved, round-robin (so load from elsewhere hits
 -- every variant alike): cold (caches flushed before each call), then warm (one
 -- untimed call each, then back to back; all variants read the same K and V).

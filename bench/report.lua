@@ -224,11 +224,7 @@ function M.call_shares(r, i)
   local c = r.roof and r.roof.ceiling
   local fb, n = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw)
   local fr = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw, c and c.gbs)
-  local bws = {}
-  for k, x in ipairs(r.call_bw) do bws[k] = x end
-  table.sort(bws)
-  local m = #bws % 2 == 1 and bws[(#bws + 1) / 2] or (bws[#bws / 2] + bws[#bws / 2 + 1]) / 2
-  return { bw = m, pct_bw = fb and fb * 100, pct_roof = fr and fr * 100, n = n }
+  return { bw = roofline_rule.median(r.call_bw), pct_bw = fb and fb * 100, pct_roof = fr and fr * 100, n = n }
 end
 
 -- Issue 18's bounds (the shape set's `target` fields): the planner's kernel
