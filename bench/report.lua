@@ -2,6 +2,7 @@
 -- measurement) and results/bench/<name>.md (tables, method, charts).
 local roofline_rule = require("bench.roof")
 local facts = require("facts")
+local stats = require("tuner.stats")
 
 local M = {}
 
@@ -224,7 +225,7 @@ function M.call_shares(r, i)
   local c = r.roof and r.roof.ceiling
   local fb, n = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw)
   local fr = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw, c and c.gbs)
-  return { bw = roofline_rule.median(r.call_bw), pct_bw = fb and fb * 100, pct_roof = fr and fr * 100, n = n }
+  return { bw = stats.median(r.call_bw), pct_bw = fb and fb * 100, pct_roof = fr and fr * 100, n = n }
 end
 
 -- Issue 18's bounds (the shape set's `target` fields): the planner's kernel

@@ -18,6 +18,7 @@
 -- rate * W / lanes (same instruction rate, fewer lanes: portable C W = 1 under
 -- tcc; the cc backend's gcc vectorizes portable C, so there it gets the full width).
 local facts = require("facts")
+local stats = require("tuner.stats")
 
 local M = {}
 
@@ -128,17 +129,6 @@ function M.roof(run, rates, bw)
   return { roof = c.gbs, bound = c.label, ceiling = c }
 end
 
--- The median of a list of numbers (the mean of the middle two for an even
--- count), or nil when it is empty; the list is not changed.
-function M.median(xs)
-  if #xs == 0 then return nil end
-  local t = {}
-  for i, x in ipairs(xs) do t[i] = x end
-  table.sort(t)
-  local n = #t
-  return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
-end
-
 -- The median over a run's cold calls of the GB/s of each call over the read
 -- bandwidth sampled just before it (with a ceiling: over min(ceiling, that
 -- sample)), so each call is held to the bandwidth the machine had at that
@@ -155,7 +145,7 @@ function M.call_fraction(bytes, secs, bws, ceiling)
     end
   end
   if #fr == 0 then return nil end
-  return M.median(fr), #fr
+  return stats.median(fr), #fr
 end
 
 return M

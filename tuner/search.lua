@@ -29,6 +29,7 @@
 local space = require("space")
 local measure = require("tuner.measure")
 local facts = require("facts")
+local stats = require("tuner.stats")
 
 local M = {}
 M.REFINE_S = 0.25        -- timed seconds aimed at per refined configuration
@@ -263,15 +264,6 @@ local function decomposition_pass(st, h, cost, warm)
   end
 end
 
--- The median of a list of numbers (tuner/sys.lua's, which needs the library: the tests stub measure.lua only).
-local function median(t)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) / 2] or (s[n / 2] + s[n / 2 + 1]) / 2
-end
-
 -- The refined record of finalist c from its per-round records (nil when one failed).
 local function refined_record(c, recs)
   local times = {}
@@ -279,14 +271,14 @@ local function refined_record(c, recs)
     if not rec.ok then return { ok = false, c = c, config = rec.config, err = rec.err } end
     times[r] = rec.median_us
   end
-  return { ok = true, c = c, config = recs[1].config, key = recs[1].key, median_us = median(times), times = times }
+  return { ok = true, c = c, config = recs[1].config, key = recs[1].key, median_us = stats.median(times), times = times }
 end
 
 -- The median per-round ratio of times a over times b.
 local function median_ratio(a, b)
   local q = {}
   for r = 1, #a do q[r] = a[r] / b[r] end
-  return median(q)
+  return stats.median(q)
 end
 
 -- The n finalists of the refinement from the quick records, fastest first:
