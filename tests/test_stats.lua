@@ -161,4 +161,12 @@ T.eq(stats.ci_text({ lo = 1.25, hi = 12.5 }), "1.250..12.500", "ci text above 1"
 T.eq(stats.ci_text(stats.decide({ 0.9 })), "-", "ci text of no interval")
 T.ok(stats.describe(sw):find("level switch 1.30x", 1, true), "describe names the level switch", stats.describe(sw))
 
+-- The median (bench/roof.lua, bench/report.lua and tuner/search.lua call it):
+-- odd and even counts, the caller's list left unsorted, nil for nothing.
+local xs = { 3, 1, 2 }
+T.eq(stats.median(xs), 2, "median of 3, 1, 2")
+T.eq(xs[1], 3, "median leaves its list unsorted")
+T.eq(stats.median({ 4, 1, 3, 2 }), 2.5, "median of an even count: mean of the middle two")
+T.eq(stats.median({}), nil, "median of nothing: nil")
+
 T.done()
