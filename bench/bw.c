@@ -236,9 +236,15 @@ static void first_touch(float *buf, size_t n, int threads) {
   for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7) * 0.125f;
 }
 
+/* n floats cut to a whole number of 64-float blocks per thread. */
+static size_t whole_blocks(size_t n, int threads) {
+  size_t per = 64u * (size_t)threads;
+  return n / per * per;
+}
+
 double fdb_read_bw_gbs(size_t bytes, int threads, int reps) {
   if (threads <= 0) threads = omp_get_max_threads();
-  size_t n = bytes / sizeof(float) / (64u * (size_t)threads) * (64u * (size_t)threads);
+  size_t n = whole_blocks(bytes / sizeof(float), threads);
   if (n == 0 || reps < 1) return 0;
   float *buf = fdb_alloc(n * sizeof(float));
   if (!buf) return 0;
@@ -263,12 +269,12 @@ double fdb_call_bw_gbs(int threads) {
   static size_t n;
   if (threads <= 0) threads = omp_get_max_threads();
   if (!buf) {
-    n = fdb_flush_bytes() / sizeof(float) / 1024 * 1024;
+    n = fdb_flush_bytes() / sizeof(float);
     buf = fdb_alloc(n * sizeof(float));
     if (!buf) return 0;
     first_touch(buf, n, threads);
   }
-  size_t m = n / (64u * (size_t)threads) * (64u * (size_t)threads);
+  size_t m = whole_blocks(n, threads);
   double dt = timed_sum(buf, m, threads, 1);
   return dt > 0 ? (double)(m * sizeof(float)) / dt * 1e-9 : 0;
 }
