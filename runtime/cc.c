@@ -1,6 +1,7 @@
 /* cc backend: `cc -O3 -march=native -shared -fPIC` into a cache directory
    named by key + source hash + compiler hash, reused across runs; dlopen. */
 #include "cc.h"
+#include "hash.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -40,11 +41,7 @@ const char *fd_cc_version(void) {
 }
 
 /* FNV-1a of a string. */
-static uint64_t hash64(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
+static uint64_t hash64(const char *s) { return fd_fnv1a(FD_FNV_START, s, strlen(s)); }
 
 /* $FD_CACHE_DIR, $XDG_CACHE_HOME/flashdecode, ~/.cache/flashdecode or /tmp/flashdecode-cache. */
 const char *fd_cc_default_dir(void) {

@@ -14,6 +14,7 @@
    process skips the Lua generator for keys an earlier one generated. */
 #include "kcache.h"
 #include "cc.h"
+#include "hash.h"
 #include "jit.h"
 #include "luagen.h"
 #include <pthread.h>
@@ -68,11 +69,7 @@ struct fd_kcache {
 };
 
 /* FNV-1a of a string. */
-static size_t key_hash(const char *s) {
-  size_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
+static size_t key_hash(const char *s) { return (size_t)fd_fnv1a(FD_FNV_START, s, strlen(s)); }
 
 /* Monotonic milliseconds. */
 static double now_ms(void) {

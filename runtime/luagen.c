@@ -2,6 +2,7 @@
    an installed library needs neither the source tree nor LUA_PATH. */
 #include "luagen.h"
 #include "embedded.h"
+#include "hash.h"
 #include "key.h"
 #include <lauxlib.h>
 #include <lua.h>
@@ -101,9 +102,8 @@ int fd_gen_source(fd_gen *g, const char *key, char **src, char *err, size_t errl
 const char *fd_gen_template_hash(void) {
   static char hex[17];
   if (!hex[0]) {
-    uint64_t h = 1469598103934665603ull;
-    for (const fd_embedded_file *f = fd_embedded_files; f->name; f++)
-      for (size_t i = 0; i < f->len; i++) h = (h ^ (unsigned char)f->text[i]) * 1099511628211ull;
+    uint64_t h = FD_FNV_START;
+    for (const fd_embedded_file *f = fd_embedded_files; f->name; f++) h = fd_fnv1a(h, f->text, f->len);
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
   }
   return hex;
