@@ -163,29 +163,49 @@ static void src_path(char *buf, size_t len, const char *dir, const char *key) {
   snprintf(buf, len, "%s/src-%s-%s.c", dir, fd_gen_template_hash(), key);
 }
 
-/* Key's source kept in dir (malloc'd), or NULL when there is none. */
+/* The line that ends a kept source: FNV-1a of every byte before it, so that
+   a file edited, cut short or mixed up since it was written is not compiled
+   (it is generated and written again). A check against accidents, not an
+   attacker: one who can write the directory can write this line too. */
+#define KEPT_CHECK "\n/* flashdecode kept source: FNV-1a of the text above %016llx */\n"
+#define KEPT_CHECK_LEN (sizeof KEPT_CHECK - 1 + 16 - 7)   /* %016llx: 16 digits for its 7 characters */
+
+/* The check line of the n bytes at src into line (KEPT_CHECK_LEN + 1 bytes). */
+static void kept_check(char *line, const char *src, size_t n) {
+  snprintf(line, KEPT_CHECK_LEN + 1, KEPT_CHECK, (unsigned long long)fd_fnv1a(FD_FNV_START, src, n));
+}
+
+/* Key's source kept in dir (malloc'd, without its check line), or NULL when
+   there is none or its check line does not match it. */
 static char *src_read(const char *dir, const char *key) {
-  char path[1200];
+  char path[1200], line[KEPT_CHECK_LEN + 1];
   src_path(path, sizeof path, dir, key);
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   char *src = NULL;
   long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (src = malloc((size_t)n + 1)) && fread(src, 1, (size_t)n, f) == (size_t)n)
-    src[n] = 0;
-  else { free(src); src = NULL; }
+  if (n > (long)KEPT_CHECK_LEN && fseek(f, 0, SEEK_SET) == 0 && (src = malloc((size_t)n + 1)) &&
+      fread(src, 1, (size_t)n, f) == (size_t)n) {
+    size_t body = (size_t)n - KEPT_CHECK_LEN;
+    kept_check(line, src, body);
+    if (memcmp(src + body, line, KEPT_CHECK_LEN) == 0) src[body] = 0;
+    else { free(src); src = NULL; }
+  } else { free(src); src = NULL; }
   fclose(f);
   return src;
 }
 
-/* Keep key's source in dir (written aside, then renamed: readers never see half a file). */
+/* Keep key's source in dir with its check line (written aside, then renamed:
+   readers never see half a file). */
 static void src_write(const char *dir, const char *key, const char *src) {
   char path[1200], tmp[1300];
   src_path(path, sizeof path, dir, key);
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) return;
-  int ok = fputs(src, f) >= 0;
+  char line[KEPT_CHECK_LEN + 1];
+  kept_check(line, src, strlen(src));
+  int ok = fputs(src, f) >= 0 && fputs(line, f) >= 0;
   ok = fclose(f) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) unlink(tmp);
 }
