@@ -73,15 +73,51 @@ int fd_cpu_max_isa(void) {
 static pthread_once_t name_once = PTHREAD_ONCE_INIT;
 static char machine[96];
 
-/* Build the machine slug: lower-case model words joined by '-', then the core count. */
-static void make_name(void) {
-  size_t n = 0;
-  for (const char *c = fd_cpu_model(); *c && n < 60; c++) {
-    if (isalnum((unsigned char)*c)) machine[n++] = (char)tolower((unsigned char)*c);
-    else if (n && machine[n - 1] != '-') machine[n++] = '-';
+/* The words the slug leaves out: vendor marks, the clock, the core count and
+   generic nouns ("N-core" is a digit word, '-', then "core"). */
+static const char *const SLUG_DROP[] = { "r", "tm", "processor", "cpu" };
+
+/* Whether word w (n bytes) is one the slug leaves out. */
+static int slug_drops(const char *w, size_t n) {
+  for (size_t i = 0; i < sizeof SLUG_DROP / sizeof *SLUG_DROP; i++)
+    if (strlen(SLUG_DROP[i]) == n && strncmp(w, SLUG_DROP[i], n) == 0) return 1;
+  return 0;
+}
+
+/* Whether the n bytes at w are all digits. */
+static int all_digits(const char *w, size_t n) {
+  for (size_t i = 0; i < n; i++) if (!isdigit((unsigned char)w[i])) return 0;
+  return n > 0;
+}
+
+/* The machine slug of model and cores (cpu.h). */
+int fd_machine_slug(const char *model, long cores, char *out, size_t len) {
+  char low[128];
+  size_t m = 0, n = 0;
+  for (const char *c = model; *c && *c != '@' && m < sizeof low - 1; c++) low[m++] = (char)tolower((unsigned char)*c);
+  low[m] = 0;
+  for (size_t i = 0; i < m;) {
+    if (!isalnum((unsigned char)low[i])) { i++; continue; }
+    size_t j = i;
+    while (j < m && isalnum((unsigned char)low[j])) j++;
+    int core_count = all_digits(low + i, j - i) && strncmp(low + j, "-core", 5) == 0 &&
+                     !isalnum((unsigned char)low[j + 5]);
+    if (core_count) j += 5;
+    else if (!slug_drops(low + i, j - i)) {
+      if (n && n < len) out[n++] = '-';
+      for (size_t k = i; k < j && n < len; k++) out[n++] = low[k];
+    }
+    i = j;
   }
-  while (n && machine[n - 1] == '-') n--;
-  snprintf(machine + n, sizeof machine - n, "-%ldc", sysconf(_SC_NPROCESSORS_ONLN));
+  if (n >= len) return -1;
+  int r = snprintf(out + n, len - n, n ? "-%ldc" : "cpu-%ldc", cores);
+  return r < 0 || n + (size_t)r >= len ? -1 : 0;
+}
+
+/* Build this machine's slug. */
+static void make_name(void) {
+  if (fd_machine_slug(fd_cpu_model(), sysconf(_SC_NPROCESSORS_ONLN), machine, sizeof machine))
+    snprintf(machine, sizeof machine, "cpu-%ldc", sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 /* A short name for this machine. */

@@ -1,10 +1,17 @@
 /* What this CPU is and can run. */
 #ifndef FD_CPU_H
 #define FD_CPU_H
+#include <stddef.h>
 /* The CPU brand string, trimmed ("AMD EPYC 9654 96-Core Processor"). */
 const char *fd_cpu_model(void);
 /* The SIMD features the kernels may use, space-separated, e.g. "avx2 fma f16c avx512f". */
 const char *fd_cpu_features(void);
 /* The highest ISA digit this CPU and OS support: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512. */
 int fd_cpu_max_isa(void);
+/* The machine slug of result file names (fd_machine_name) into out: the model
+   lowercased, up to any '@' (the clock), without the words (R), (TM),
+   Processor, CPU and "N-Core", its words joined by '-', then "-<cores>c"
+   ("AMD EPYC 9654 96-Core Processor", 2 -> "amd-epyc-9654-2c"); 0, or -1
+   when it does not fit in len bytes. */
+int fd_machine_slug(const char *model, long cores, char *out, size_t len);
 #endif

@@ -240,7 +240,8 @@ int fd_ctx_threads(const fd_ctx *ctx);
 int fd_ctx_backend(const fd_ctx *ctx);
 int fd_ctx_max_isa(const fd_ctx *ctx);
 /* A short name for this machine, for result file names: the CPU model as a slug
-   and the online core count, e.g. "amd-epyc-2c". */
+   (lowercased, without the clock, (R), (TM), Processor, CPU and "N-Core") and
+   the online core count, e.g. "amd-epyc-2c", "intel-xeon-2c". */
 const char *fd_machine_name(void);
 /* Identification of this build, for tuned tables: template hash and tcc version. */
 const char *fd_build_templates_hash(void);

@@ -8,13 +8,11 @@ local M = {}
 -- The repository root: the directory above this file's tuner/.
 M.root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
 
--- The machine's slug: the CPU model lowercased, vendor marks and clock dropped,
--- words joined by '-', then "-<cores>c": "AMD EPYC" on 2 cores -> "amd-epyc-2c".
-function M.slug(model, cores)
-  local s = model:lower():gsub("%(r%)", ""):gsub("%(tm%)", ""):gsub("@.*$", "")
-  s = s:gsub("%f[%w]%d+%-core%f[%W]", ""):gsub("%f[%w]processor%f[%W]", ""):gsub("%f[%w]cpu%f[%W]", "")
-  s = s:gsub("[^%w]+", "-"):gsub("^%-+", ""):gsub("%-+$", "")
-  return (s == "" and "cpu" or s) .. "-" .. tostring(cores) .. "c"
+-- The machine's slug ("amd-epyc-2c"): the library's fd_machine_name, the
+-- one rule (runtime/cpu.c fd_machine_slug) that `make tune` and `fdgen
+-- machine` name the tuned table by.
+function M.slug()
+  return ffi.string(require("flashdecode").load().fd_machine_name())
 end
 
 -- This machine: { model, cores (online), flags, slug }.
@@ -26,7 +24,7 @@ function M.info()
   local flags = info:match("\nflags%s*:%s*([^\n]+)") or ""
   local cores = tonumber(ffi.C.sysconf(84))                -- _SC_NPROCESSORS_ONLN on Linux
   model = model:gsub("%s+", " "):gsub("%s+$", "")
-  return { model = model, cores = cores, flags = flags, slug = M.slug(model, cores) }
+  return { model = model, cores = cores, flags = flags, slug = M.slug() }
 end
 
 -- The tuned table for this machine (results/tuned/<slug>.tsv) if it exists, else nil.
