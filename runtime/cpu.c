@@ -73,8 +73,9 @@ int fd_cpu_max_isa(void) {
 static pthread_once_t name_once = PTHREAD_ONCE_INIT;
 static char machine[96];
 
-/* The words the slug leaves out: vendor marks, the clock, the core count and
-   generic nouns ("N-core" is a digit word, '-', then "core"). */
+/* The words the slug leaves out: the marks (R) and (TM) and two generic
+   nouns. fd_machine_slug also cuts the clock (from '@') and "N-Core" (a
+   word of digits, '-', then "core"). */
 static const char *const SLUG_DROP[] = { "r", "tm", "processor", "cpu" };
 
 /* Whether word w (n bytes) is one the slug leaves out. */
