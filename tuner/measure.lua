@@ -68,7 +68,7 @@ local function run_config(j, c, reps, warmup)
     return time_reps(fn, reps, j.cache == "warm")
   end)
   if not ok then return { ok = false, err = tostring(r), times = {}, key = p.key } end
-  return { ok = true, times = r, median_us = tenth(sys.median(r)), key = p.key }
+  return { ok = true, times = r, median_us = tenth(stats.median(r)), key = p.key }
 end
 
 -- The measurement of config c at stage on job j: from the log when there,
@@ -114,7 +114,7 @@ function M.compare(opts, run)
     return ta[r] / tb[r], tb[r]
   end, opts)
   if not d then return nil, err end
-  d.ma, d.mb = sys.median(ta), sys.median(tb)
+  d.ma, d.mb = stats.median(ta), stats.median(tb)
   return d
 end
 

@@ -96,7 +96,7 @@ local function eval_row(ctx, info, r, s, m, o, bar)
     local times = rounds_of(j, cfgs, rounds, bar)
     local tm, tt, th = times[measure.config_name(pick)], times[measure.config_name(t)], times[measure.config_name(h)]
     res.vs_tuned, res.vs_heur = stats.decide(ratios(tm, tt)), stats.decide(ratios(tm, th))
-    res.rounds, res.mm, res.mt, res.mh = rounds, sys.median(tm), sys.median(tt), sys.median(th)
+    res.rounds, res.mm, res.mt, res.mh = rounds, stats.median(tm), stats.median(tt), stats.median(th)
   end)
   if not ok then res.err = tostring(err) end
   measure.release(j)

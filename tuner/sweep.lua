@@ -230,12 +230,12 @@ local function sweep_row(j, cfg, bar, tbl, tbl_why)
   if cfg.upto then return nil end   -- a part's process: its rounds are in the log
   local best, bm = nil, math.huge
   for n, ts in pairs(times) do
-    local m = sys.median(rounds_of(ts, 1))
+    local m = stats.median(rounds_of(ts, 1))
     if m < bm or (m == bm and n < best) then best, bm = n, m end
   end
   local tn, hn = measure.config_name(t), measure.config_name(h)
-  return { j = j, swept = #top, pruned = st.pruned, space = st.space, best = cs[best], best_us = sys.median(times[best]),
-           tuned = t, tuned_us = sys.median(times[tn]), tuned_note = why, h = h, h_us = sys.median(times[hn]),
+  return { j = j, swept = #top, pruned = st.pruned, space = st.space, best = cs[best], best_us = stats.median(times[best]),
+           tuned = t, tuned_us = stats.median(times[tn]), tuned_note = why, h = h, h_us = stats.median(times[hn]),
            vs_best = ratio(rounds_of(times[tn], 0), rounds_of(times[best], 0)),
            vs_best_all = ratio(times[tn], times[best]), vs_h = ratio(times[tn], times[hn]) }
 end

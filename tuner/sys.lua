@@ -55,16 +55,6 @@ function M.flush()
   return s
 end
 
--- Median of a list of numbers.
-function M.median(t)
-  local s = {}
-  for i, x in ipairs(t) do s[i] = x end
-  table.sort(s)
-  local n = #s
-  if n == 0 then return nil end
-  return n % 2 == 1 and s[(n + 1) / 2] or 0.5 * (s[n / 2] + s[n / 2 + 1])
-end
-
 -- The directory part of a path.
 function M.dirname(p) return p:match("^(.*)/[^/]*$") or "." end
 
