@@ -81,16 +81,16 @@ static float load(int dt, const void *p, size_t i) {
   return b.f;
 }
 
-/* Fill the n / 32 blocks of n elements of a block dtype (q8_0, q4_0) from
-   seed, every byte of them: a small positive f16 scale, then random codes. */
-static void fill_blocks(uint8_t *p, int dt, size_t n, uint32_t seed) {
-  uint32_t x = seed * 2654435761u + 1;
+/* Fill the n / 32 blocks of n elements of a block dtype (q8_0, q4_0) from the
+   generator state x, every byte of them: a small positive f16 scale, then
+   random codes. */
+static void fill_blocks(uint8_t *p, int dt, size_t n, uint32_t *x) {
   size_t bytes = fdt_dtype_block_bytes[dt];
   for (size_t b = 0; b < n / fdt_dtype_block[dt]; b++) {
     uint16_t d = to_f16(0.004f + 0.001f * (float)(b % 7));
     p[b * bytes] = (uint8_t)d;
     p[b * bytes + 1] = (uint8_t)(d >> 8);
-    for (size_t j = 2; j < bytes; j++) p[b * bytes + j] = (uint8_t)rnd(&x);
+    for (size_t j = 2; j < bytes; j++) p[b * bytes + j] = (uint8_t)rnd(x);
   }
 }
 
@@ -98,7 +98,7 @@ static void fill_blocks(uint8_t *p, int dt, size_t n, uint32_t seed) {
    e5m2) codes, or whole q8_0/q4_0 blocks (fill_blocks). */
 static void fill(void *p, int dt, size_t n, uint32_t seed) {
   uint32_t x = seed * 2654435761u + 1;
-  if (fdt_dtype_block[dt] > 1) { fill_blocks(p, dt, n, seed); return; }
+  if (fdt_dtype_block[dt] > 1) { fill_blocks(p, dt, n, &x); return; }
   for (size_t i = 0; i < n; i++) {
     uint32_t r = rnd(&x);
     float f = (float)((int)(r % 257) - 128) / 128.0f;
