@@ -325,14 +325,14 @@ static int flush_writes(void) {
   return e && strcmp(e, "write") == 0;
 }
 
-void fdb_flush_caches(void) {
+int fdb_flush_caches(void) {
   static uint64_t *buf;
   static size_t n;
   static int writes;
   if (!buf) {
     n = fdb_flush_bytes() / sizeof(uint64_t);
     buf = fdb_alloc(n * sizeof(uint64_t));
-    if (!buf) return;
+    if (!buf) return -1;
     writes = flush_writes();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) buf[i] = i;  /* written once, by the threads that read it */
@@ -341,10 +341,11 @@ void fdb_flush_caches(void) {
   if (writes) {                                  /* one write per 64-byte line dirties it */
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < lines; i++) buf[i * 8] += i;
-    return;
+    return 0;
   }
   uint64_t sum = 0;                              /* one read per line: clean lines */
 #pragma omp parallel for schedule(static) reduction(+ : sum)
   for (size_t i = 0; i < lines; i++) sum += buf[i * 8];
   fdb_sink = (double)sum;
+  return 0;
 }

@@ -36,11 +36,12 @@ double fdb_int8_gdots(int threads, int reps);
 
 /* Evict the caches of every core: all threads read one word of every line
    of a buffer of 4x the last-level cache (allocated and written once, kept
-   until exit), so the caches hold its clean lines, as the tuner's flush
-   (tuner/sys.lua) leaves them. With $FDB_FLUSH=write (read at the first
+   until exit), so the caches hold its clean lines. The tuner's flush
+   (tuner/sys.lua) is this one. With $FDB_FLUSH=write (read at the first
    call) they write one word per line instead: dirty lines, which a measured
-   call then also pays to write back. */
-void fdb_flush_caches(void);
+   call then also pays to write back. 0, or -1 when the buffer cannot be
+   allocated (nothing flushed). */
+int fdb_flush_caches(void);
 
 /* One timed read pass, in GB/s, over a buffer of fdb_flush_bytes() (allocated
    and first-touched once, kept until exit) with `threads` threads (0 = all):

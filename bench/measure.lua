@@ -70,7 +70,7 @@ function M.time_interleaved(rows, cfg, cold_only, bw_threads)
   local function call(r, list, flush)
     if r.status ~= "ok" then return end
     local bw = flush and bw_threads and fdb.fdb_call_bw_gbs(bw_threads)
-    if flush then fdb.fdb_flush_caches() end
+    if flush and fdb.fdb_flush_caches() ~= 0 then error("bench: out of memory for the cache flush buffer", 0) end
     local t0 = now()
     local ok, err = pcall(r.fn)
     if not ok then r.status = tostring(err) return end

@@ -33,7 +33,7 @@ changed=$(cd "$src" && git status --porcelain | wc -l)
 echo "recipe: the dummy feature touched $changed files: $(cd "$src" && git status --porcelain | awk '{ print $2 }' | tr '\n' ' ')"
 check "the dummy feature touches at most 6 files (it touched $changed)" test "$changed" -ge 1 -a "$changed" -le 6
 
-check "the scratch tree builds" make -C "$src" -j2 B=build lib build/fdgen
+check "the scratch tree builds" make -C "$src" -j2 B=build lib build/fdgen build/libfdbench.so
 F=$src/build/fdgen
 key=$($F key encode dummy=1 head_dim=64 chunk=64 group_tile=4 2>&1)
 check "fdgen key encodes the dummy digit (digit 21: $key)" test "$key" = 1000010064064040000000

@@ -20,6 +20,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export TUNE_PROGRESS=0
 export FD_LIB=${FD_LIB:-$PWD/$B/libflashdecode.so} FDGEN=${FDGEN:-$F}   # the tuner runs this build
+export FDB_LIB=${FDB_LIB:-$PWD/$B/libfdbench.so}                        # and flushes with its benchmark library
 
 # Record one check: name, then a command that must succeed.
 check() {
@@ -157,6 +158,15 @@ check "fd_create accepts a row with an interval" test -z "$($LUAJIT "$tmp/ctx.lu
 head -n 8 "$tmp/t.tsv" >"$tmp/cut.tsv"
 out=$($LUAJIT tuner/tuned.lua check "$tmp/cut.tsv" 2>&1)
 check "a table without its end line is refused" has "$out" "truncated (no end line)"
+
+# The cold timings flush with the benchmark's flush (bench/bw.c through
+# bench/lib.lua): without that library a cold tune stops before measuring;
+# a warm one needs no flush and runs.
+out=$(tune nofl FDB_LIB=/nonexistent/libfdbench.so 2>&1)
+check "a cold tune without libfdbench stops, naming it" has "$out" "bench: cannot load /nonexistent/libfdbench.so"
+check "  ... and writes no table" test ! -e "$tmp/nofl.tsv"
+out=$(tune warm FDB_LIB=/nonexistent/libfdbench.so TUNE_CACHE=warm FD_TUNE_STOP_AFTER=3 2>&1)
+check "a warm tune runs without it" has "$out" "run again to resume"
 
 # --- 4. export: the header against the JIT ---------------------------------
 # Export TABLE to HEADER, build the header-only program (gcc -O2, and tcc) and

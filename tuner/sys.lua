@@ -7,7 +7,6 @@ local files = require("files")
 pcall(ffi.cdef, "typedef struct fdt_timespec { long tv_sec; long tv_nsec; } fdt_timespec;")
 pcall(ffi.cdef, "int clock_gettime(int clk, fdt_timespec *ts);")
 pcall(ffi.cdef, "int isatty(int fd);")
-pcall(ffi.cdef, "void *malloc(size_t size);")
 
 local M = {}
 local ts = ffi.new("fdt_timespec")
@@ -27,32 +26,24 @@ function M.env(k, d)
   return (v and v ~= "") and v or d
 end
 
--- Bytes of the last-level cache (sysfs), or 32 MiB when unknown.
-local function llc_bytes()
-  local best = 0
-  for i = 0, 4 do
-    local s = files.read(("/sys/devices/system/cpu/cpu0/cache/index%d/size"):format(i))
-    local n, u = (s or ""):match("^(%d+)([KMG]?)")
-    if n then best = math.max(best, tonumber(n) * ({ K = 2 ^ 10, M = 2 ^ 20, G = 2 ^ 30 })[u ~= "" and u or "K"]) end
-  end
-  return best > 0 and best or 32 * 2 ^ 20
-end
+-- The tuner's cache flush is the benchmark's (bench/bw.c fdb_flush_caches:
+-- all threads read a buffer of 4x the last-level cache), so the tuner and
+-- `make bench` time the same cold state. libfdbench ($FDB_LIB, else build/)
+-- sets OMP_WAIT_POLICY=passive before it loads, so its idle OpenMP threads do
+-- not spin on the cores a measured call uses. M.flush_s: the seconds spent
+-- flushing so far (the tuner's real-time deadline leaves them out).
+local fdb
+M.flush_s = 0
 
--- The flush buffer: written once, then only read, so after a flush the caches
--- hold its clean lines and none of the measured problem's.
-local flush_buf, flush_words
--- Evict the caches: read a buffer of 4x the last-level cache (64..256 MiB).
+-- Load the flush's library now (an error naming it when it cannot be loaded).
+function M.flush_ready() fdb = fdb or require("bench.lib") end
+
+-- Evict the caches; adds the seconds it took to M.flush_s.
 function M.flush()
-  if not flush_buf then
-    local bytes = math.min(math.max(4 * llc_bytes(), 64 * 2 ^ 20), 256 * 2 ^ 20)
-    flush_buf = ffi.cast("uint64_t *", ffi.C.malloc(bytes))
-    if flush_buf == nil then error("tune: out of memory for the cache flush buffer", 0) end
-    ffi.fill(flush_buf, bytes, 1)
-    flush_words = bytes / 8
-  end
-  local s = 0ULL
-  for i = 0, flush_words - 1, 8 do s = s + flush_buf[i] end
-  return s
+  M.flush_ready()
+  local t0 = M.now()
+  if fdb.fdb_flush_caches() ~= 0 then error("tune: out of memory for the cache flush buffer", 0) end
+  M.flush_s = M.flush_s + (M.now() - t0)
 end
 
 -- The directory part of a path.

@@ -434,7 +434,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* One cold call: flush every cache, then time the call (seconds; dies on failure). */
 static double cold_call(impl *im) {
-  fdb_flush_caches();
+  if (fdb_flush_caches()) die("out of memory for the cache flush buffer");
   if (im->before) im->before(im->arg);
   double t0 = fdb_now();
   int rc = im->call(im->arg);
