@@ -6,7 +6,11 @@ local generate = require("generate")
 local space = require("space")
 local files = require("files")
 local facts = require("facts")
-local interp = arg[-1] or "lua5.4"
+-- The interpreter running this file runs the generator's subprocesses too;
+-- LuaJIT with its JIT compiler off: Debian 12's LuaJIT 2.1.0-beta3 crashed
+-- (SIGSEGV inside luajit) in 2 of 550 `fdgen gen` runs of the tiny set below
+-- with the JIT on, 0 of 600 with -joff (README, "The generator").
+local interp = (arg[-1] or "lua5.4") .. (jit and " -joff" or "")
 
 -- Run a shell command; return its combined output and whether it succeeded.
 local function sh(cmd)
