@@ -191,9 +191,11 @@ compare_table tiny "$tmp/t.tsv"
 out=$($F export "$tmp/t.tsv" -o "$tmp/tiny.h" 2>&1)
 check "export rewrites nothing when nothing changed" has "$out" "(unchanged)"
 check "header has the banner" grep -q "do not edit" "$tmp/tiny.h"
-for lua in lua5.4 "$LUAJIT"; do
+# (LuaJIT with -joff: its JIT crashes the generator now and then, tests/test_gen.lua)
+for lua in lua5.4 "$LUAJIT -joff"; do
+  h=$tmp/tiny.${lua%% *}.h
   check "gen/fdgen.lua export on $lua writes the same header" \
-    bash -c "$lua gen/fdgen.lua export $tmp/t.tsv -o $tmp/tiny.$lua.h 2>/dev/null && cmp $tmp/tiny.h $tmp/tiny.$lua.h"
+    bash -c "$lua gen/fdgen.lua export $tmp/t.tsv -o $h 2>/dev/null && cmp $tmp/tiny.h $h"
 done
 # llama.cpp's block KV dtypes through the header: beside each f16 row a copy
 # for q8_0 and beside each bf16 row one for q4_0 (the signature's kv name and
