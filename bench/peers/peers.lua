@@ -11,7 +11,7 @@
 --   FDP_PLOT=0       write the gnuplot script but do not run it
 --   FDP_COMMAND      the command line quoted in the report (default "make bench-peers")
 local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/bench/peers/[^/]*$") or "."
-package.path = ("%s/?.lua;%s/lua/?.lua;"):format(root, root) .. package.path
+package.path = ("%s/?.lua;%s/gen/?.lua;%s/lua/?.lua;"):format(root, root, root) .. package.path
 local machine = require("tuner.machine")
 local klen = require("bench.report").klen
 

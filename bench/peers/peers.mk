@@ -19,10 +19,16 @@ fdp-ggml:
 	@bash bench/peers/build_ggml.sh $(FDP_DIR) $(FDP_LLAMA_CPP_PYTHON)
 $(FDP_DIR)/ggml.flags: fdp-ggml ;
 
-# The harness links the shared libflashdecode and, when ggml.flags is not empty, ggml.
+# The harness links the shared libflashdecode and, when ggml.flags is not empty, ggml
+# (fdp_link's argument: the peer's flags).
+fdp_link = $(CC) $(FDP_CFLAGS) $(FDP_SRC) -o $@ $(1) -L$(B) -lflashdecode -Wl,-rpath,$(abspath $(B)) -lm
 $(FDP_DIR)/fdpeers: $(FDP_SRC) $(FDP_HDR) $(FDP_DIR)/ggml.flags $(B)/libflashdecode.so bench/peers/peers.mk
-	$(CC) $(FDP_CFLAGS) $(FDP_SRC) -o $@ $$(cat $(FDP_DIR)/ggml.flags) \
-	  -L$(B) -lflashdecode -Wl,-rpath,$(abspath $(B)) -lm
+	$(call fdp_link,$$(cat $(FDP_DIR)/ggml.flags))
+
+# The harness without the peer (tests/test_peers.sh): no pip, no ggml build.
+$(FDP_DIR)/fdpeers-noggml: $(FDP_SRC) $(FDP_HDR) $(B)/libflashdecode.so bench/peers/peers.mk
+	@mkdir -p $(FDP_DIR)
+	$(call fdp_link,)
 
 bench-peers: lib $(FDP_DIR)/fdpeers
 	OMP_WAIT_POLICY=passive FDP_HARNESS=$(FDP_DIR)/fdpeers FDP_PLOT_DIR=$(FDP_DIR)/plot $(LUAJIT) bench/peers/peers.lua
