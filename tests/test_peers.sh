@@ -9,15 +9,7 @@ set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
 LUAJIT=${LUAJIT:-luajit}
-pass=0; fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# Record one check: name, then a command that must succeed.
-check() {
-  local name=$1; shift
-  if "$@" >"$tmp/check.out" 2>&1; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL - $name"; sed 's/^/    /' "$tmp/check.out" | tail -n 15; fi
-}
+. tests/check.sh
 
 check "the harness builds without ggml (make $B/peers/fdpeers-noggml)" make -s B="$B" "$B/peers/fdpeers-noggml"
 cat >"$tmp/shapes.lua" <<'LUA'
@@ -36,5 +28,4 @@ row=$(grep '^| tiny | 256 |' "$md" 2>/dev/null | head -n 1)
 check "the report has a timed flashdecode row for the tiny shape ($row)" \
   bash -c '[[ "$1" =~ ^\|\ tiny\ \|\ 256\ \|\ f16\ \|\ [0-9]+\ \|\ [0-9.]+\ \( ]]' _ "$row"
 check "  ... without a peer" grep -qi "peer unavailable" "$md"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -10,17 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 LUAJIT=${LUAJIT:-luajit}
-pass=0; fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# Record one check: name, then a command that must succeed.
-check() {
-  local name=$1; shift
-  if "$@" >"$tmp/check.out" 2>&1; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL - $name"; sed 's/^/    /' "$tmp/check.out" | tail -n 15; fi
-}
-has() { grep -q -- "$2" <<<"$1"; }
+. tests/check.sh
 
 # The scratch tree: the files git knows (tracked and new), as a repository of its own.
 src=$tmp/src
@@ -81,5 +71,4 @@ int main(void) {
 C
 check "the header's rows and fit check know the field" \
   bash -c "gcc -std=c11 -O0 -DHEADER='\"$tmp/t.h\"' $tmp/use.c -lm -o $tmp/use && $tmp/use"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

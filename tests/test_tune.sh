@@ -15,20 +15,11 @@ cd "$(dirname "$0")/.."
 B=${B:-build}
 LUAJIT=${LUAJIT:-luajit}
 F=$B/fdgen
-pass=0; fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/check.sh
 export TUNE_PROGRESS=0
 export FD_LIB=${FD_LIB:-$PWD/$B/libflashdecode.so} FDGEN=${FDGEN:-$F}   # the tuner runs this build
 export FDB_LIB=${FDB_LIB:-$PWD/$B/libfdbench.so}                        # and flushes with its benchmark library
 
-# Record one check: name, then a command that must succeed.
-check() {
-  local name=$1; shift
-  if "$@" >"$tmp/check.out" 2>&1; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL - $name"; sed 's/^/    /' "$tmp/check.out" | tail -n 15; fi
-}
-has() { grep -q -- "$2" <<<"$1"; }
 # Measurement lines of a log.
 measurements() { grep -vc '^#' "$1"; }
 # Tune the tiny set into $tmp/$1.{tsv,log,h}.
@@ -292,5 +283,4 @@ else
   echo "note: $mt missing or from another build (run make tune): its checks skipped"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
