@@ -11,14 +11,19 @@
 # `make test-tune`: the tuner and export tests (tests/test_tune.sh).
 .PHONY: tune export tune-verify test-tune tune-sweep
 
-tune: deps lib $(B)/fdgen $(B)/libfdbench.so
-	FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so FDGEN=$(B)/fdgen $(LUAJIT) tuner/tune.lua
+# What every timing tuner script needs: the library it times and the
+# benchmark library whose flush makes its cold timings.
+TUNER_DEPS = deps lib $(B)/fdgen $(B)/libfdbench.so
+TUNER_ENV  = FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so
+
+tune: $(TUNER_DEPS)
+	$(TUNER_ENV) FDGEN=$(B)/fdgen $(LUAJIT) tuner/tune.lua
 
 export: deps $(B)/fdgen
 	$(B)/fdgen export results/tuned/$$($(B)/fdgen machine).tsv -o results/$$($(B)/fdgen machine)/flashdecode_tuned.h
 
-tune-verify: deps lib $(B)/fdgen $(B)/libfdbench.so
-	FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so $(LUAJIT) tuner/verify.lua results/tuned/$$($(B)/fdgen machine).tsv
+tune-verify: $(TUNER_DEPS)
+	$(TUNER_ENV) $(LUAJIT) tuner/verify.lua results/tuned/$$($(B)/fdgen machine).tsv
 
 test-tune: all $(B)/libfdbench.so
 	bash tests/test_tune.sh
@@ -28,13 +33,13 @@ test-tune: all $(B)/libfdbench.so
 # and the heuristic in paired rounds, and write results/tuned/sweep-<machine>.md
 # (tuner/sweep.lua; SWEEP_TABLE, SWEEP_TOP, SWEEP_ROUNDS, SWEEP_PRUNE, SWEEP_PROCS).
 SWEEP_SHAPES = $(if $(SHAPES),$(SHAPES),tuner/shapes/unseen.lua)
-tune-sweep: deps lib $(B)/fdgen $(B)/libfdbench.so
-	FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so $(LUAJIT) tuner/sweep.lua $(SWEEP_SHAPES)
+tune-sweep: $(TUNER_DEPS)
+	$(TUNER_ENV) $(LUAJIT) tuner/sweep.lua $(SWEEP_SHAPES)
 
 # `make tune-model-eval`: the cost model on shapes left out of its fit
 #   (tuner/model_eval.lua): the model's pick, the tuned pick and the heuristic
 #   timed interleaved per row of results/tuned/<machine>.tsv (and
 #   <machine>-unseen.tsv); writes results/tuned/model-<machine>.md.
 .PHONY: tune-model-eval
-tune-model-eval: deps lib $(B)/fdgen $(B)/libfdbench.so
-	FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so $(LUAJIT) tuner/model_eval.lua
+tune-model-eval: $(TUNER_DEPS)
+	$(TUNER_ENV) $(LUAJIT) tuner/model_eval.lua
