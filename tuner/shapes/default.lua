@@ -22,6 +22,19 @@ return {
   llama(16, 4, "-tp2"),
   llama(8, 2, "-tp4"),
   llama(4, 1, "-tp8"),
+  -- Issue 18's bound shapes that the lines above do not cover (tuner/shapes/bench.lua
+  -- times them against the read bandwidth): Llama-3.1-8B in f16, and the MQA batch
+  -- and Falcon-40B in bf16, where the tuner's isa digit weighs vdpbf16ps scores
+  -- against f32 FMA ones on this machine instead of leaving it to the cost model.
+  { name = "llama3-8b-f16", batch = 1, n_q_heads = 32, n_kv_heads = 8, head_dim = 128,
+    q_dtype = "f16", kv_dtype = "f16", out_dtype = "f16", mask_mode = "causal",
+    layout = "bhsd", kv_len = { 16 * K, 64 * K } },
+  { name = "mqa-b8-bf16", batch = 8, n_q_heads = 8, n_kv_heads = 1, head_dim = 128,
+    q_dtype = "bf16", kv_dtype = "bf16", out_dtype = "bf16", mask_mode = "causal", layout = "bhsd",
+    kv_len = { 4 * K, 16 * K } },
+  { name = "falcon-40b-bf16", batch = 32, n_q_heads = 128, n_kv_heads = 8, head_dim = 64,
+    q_dtype = "bf16", kv_dtype = "bf16", out_dtype = "bf16", mask_mode = "causal", layout = "bhsd",
+    kv_len = { 2048 } },
   { name = "falcon-40b", batch = 32, n_q_heads = 128, n_kv_heads = 8, head_dim = 64,
     q_dtype = "f16", kv_dtype = "f16", out_dtype = "f16", mask_mode = "causal", layout = "bhsd",
     kv_len = { 2048 } },
