@@ -5,6 +5,7 @@
 #include "util.h"
 #include <immintrin.h>
 #include <omp.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,7 +315,19 @@ static size_t llc_bytes(void) {
 /* Size of the last-level cache in bytes (sysfs first). */
 size_t fdb_llc_bytes(void) { return llc_bytes(); }
 
+/* $FDB_FLUSH_MIB as a whole positive number of MiB, or 0 when unset or not one. */
+static size_t flush_mib_env(void) {
+  const char *e = getenv("FDB_FLUSH_MIB");
+  char *end;
+  if (!e || *e < '1' || *e > '9') return 0;
+  errno = 0;
+  unsigned long long mib = strtoull(e, &end, 10);
+  return errno || *end || mib > (SIZE_MAX >> 20) ? 0 : (size_t)mib;
+}
+
 size_t fdb_flush_bytes(void) {
+  size_t mib = flush_mib_env();
+  if (mib) return mib << 20;
   size_t b = 4 * llc_bytes(), lo = (size_t)128 << 20, hi = (size_t)1 << 30;
   return b < lo ? lo : b > hi ? hi : b;
 }

@@ -52,7 +52,9 @@ double fdb_call_bw_gbs(int threads);
 /* Size of the last-level cache in bytes (sysfs, else sysconf, else 32 MiB). */
 size_t fdb_llc_bytes(void);
 
-/* Bytes of the flush buffer (4x the LLC size, at least 128 MiB, at most 1 GiB). */
+/* Bytes of the flush buffer: $FDB_FLUSH_MIB MiB when that is a positive whole
+   number (where the LLC size is misreported), else 4x the LLC size, at least
+   128 MiB, at most 1 GiB. */
 size_t fdb_flush_bytes(void);
 
 /* Threads OpenMP uses by default (online cores unless OMP_NUM_THREADS). */

@@ -156,6 +156,12 @@ check "a table without its end line is refused" has "$out" "truncated (no end li
 out=$(tune nofl FDB_LIB=/nonexistent/libfdbench.so 2>&1)
 check "a cold tune without libfdbench stops, naming it" has "$out" "bench: cannot load /nonexistent/libfdbench.so"
 check "  ... and writes no table" test ! -e "$tmp/nofl.tsv"
+# A flush buffer that cannot be allocated (2^40 MiB) stops the run too, and
+# no configuration is logged as failed for it.
+out=$(tune nomem FDB_FLUSH_MIB=1099511627776 2>&1)
+check "a cold tune without memory for its flush stops, saying so" has "$out" "out of memory for the cache flush buffer"
+check "  ... and writes no table" test ! -e "$tmp/nomem.tsv"
+check "  ... and logs no failed configuration" bash -c "! grep -q 'flush' '$tmp/nomem.log' 2>/dev/null"
 out=$(tune warm FDB_LIB=/nonexistent/libfdbench.so TUNE_CACHE=warm FD_TUNE_STOP_AFTER=3 2>&1)
 check "a warm tune runs without it" has "$out" "run again to resume"
 

@@ -59,7 +59,7 @@ local function run_config(j, c, reps, warmup)
   local p, why = plan_of(j, c)
   if not p then return { ok = false, err = why, times = {} } end
   local args = j.w:args(j.len)
-  if j.cache ~= "warm" then sys.flush_ready() end   -- outside the pcall: no library is no config's failure
+  if j.cache ~= "warm" then sys.flush_ready() end   -- outside the pcall: no library or flush buffer is no config's failure
   local function fn()
     local rc = lib.fd_run(p.plan, args)
     if rc ~= 0 then error(("fd_run: %s (code %d)"):format(fd.errmsg(j.ctx), tonumber(rc)), 0) end

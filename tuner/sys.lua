@@ -35,8 +35,14 @@ end
 local fdb
 M.flush_s = 0
 
--- Load the flush's library now (an error naming it when it cannot be loaded).
-function M.flush_ready() fdb = fdb or require("bench.lib") end
+-- Load the flush's library and flush once now, before any configuration is
+-- timed: a missing library, or a flush buffer that cannot be allocated, is an
+-- error of the run (naming what failed), never a failed configuration.
+function M.flush_ready()
+  if fdb then return end
+  fdb = require("bench.lib")
+  M.flush()
+end
 
 -- Evict the caches; adds the seconds it took to M.flush_s.
 function M.flush()
