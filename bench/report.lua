@@ -223,9 +223,10 @@ end
 function M.call_shares(r, i)
   if not r.call_bw or #r.call_bw == 0 or r.threads ~= i.threads then return {} end
   local c = r.roof and r.roof.ceiling
-  local fb, n = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw)
+  local fb, n, q1, q3 = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw)
   local fr = roofline_rule.call_fraction(r.bytes, r.call_s, r.call_bw, c and c.gbs)
-  return { bw = stats.median(r.call_bw), pct_bw = fb and fb * 100, pct_roof = fr and fr * 100, n = n }
+  return { bw = stats.median(r.call_bw), pct_bw = fb and fb * 100, pct_roof = fr and fr * 100, n = n,
+           q1 = q1 and q1 * 100, q3 = q3 and q3 * 100 }
 end
 
 -- Issue 18's bounds (the shape set's `target` fields): the planner's kernel
@@ -246,7 +247,8 @@ local function targets(res)
           local met = cb.pct_bw and (cb.pct_bw >= t.pct or (capped and cb.pct_roof >= 85))
           rows[#rows + 1] = { sh.shape.name, klen(n), ("%d%%"):format(t.pct), g and f(g, 1) or "failed",
             g and f(g / i.bw_all * 100, 0) or "-", g and i.bw_all_median and f(g / i.bw_all_median * 100, 0) or "-",
-            f(cb.bw, 1), f(cb.pct_bw, 0), c and f(c.gbs, 1) or "-", f(cb.pct_roof, 0),
+            f(cb.bw, 1), f(cb.pct_bw, 0), cb.q1 and ("%s-%s"):format(f(cb.q1, 0), f(cb.q3, 0)) or "-",
+            c and f(c.gbs, 1) or "-", f(cb.pct_roof, 0),
             cb.pct_bw and (met and "met" or "not met") or "-", cb.n and tostring(cb.n) or "-" }
         end
       end
@@ -254,7 +256,7 @@ local function targets(res)
   end
   if #rows == 0 then return nil end
   return md_table({ "shape", "kv_len", "target", "GB/s", "% best bw", "% median bw", "bw at its calls GB/s",
-    "% call bw", "ceiling GB/s", "% call roof", "verdict", "calls" }, rows)
+    "% call bw", "its calls' quartiles %", "ceiling GB/s", "% call roof", "verdict", "calls" }, rows)
 end
 
 -- "X G/s with N threads, Y with 1" for one rate, or why it is absent.
@@ -378,7 +380,7 @@ function M.md(res, charts)
   if tg then
     add("## Against the bandwidth of the moment: the bounds of issue 18")
     add("")
-    add(("The read bandwidth of a shared machine moves between levels during a run (the samples below: best %s, median %s GB/s), so before every cold call the benchmark reads a %d MiB buffer once with all threads and keeps that sample beside the call's time. %% call bw = median over the calls of (the call's GB/s / the sample just before it); %% call roof = the same over min(compute ceiling, that sample) (bench/roof.lua). The kernel is the planner's (variant tcc: tuned table, else heuristic). A bound is met at pct %% of the call bandwidth, or at 85 %% of the call roof where the compute ceiling measured in this run is below the sampled bandwidth.")
+    add(("The read bandwidth of a shared machine moves between levels during a run (the samples below: best %s, median %s GB/s), so before every cold call the benchmark reads a %d MiB buffer once with all threads and keeps that sample beside the call's time. %% call bw = median over the calls of (the call's GB/s / the sample just before it), with the lower and upper quartiles of those per-call fractions beside it (nearest rank; a wide range means the calls split between levels); %% call roof = the same over min(compute ceiling, that sample) (bench/roof.lua). The kernel is the planner's (variant tcc: tuned table, else heuristic). A bound is met at pct %% of the call bandwidth, or at 85 %% of the call roof where the compute ceiling measured in this run is below the sampled bandwidth.")
       :format(f(i.bw_all, 1), f(i.bw_all_median, 1), i.flush / MiB))
     add("")
     add(tg)

@@ -133,8 +133,10 @@ end
 -- bandwidth sampled just before it (with a ceiling: over min(ceiling, that
 -- sample)), so each call is held to the bandwidth the machine had at that
 -- moment. bytes: KV bytes one call reads; secs[i], bws[i]: call i's seconds
--- and its sample in GB/s. Returns the fraction (1 = at that bandwidth) and the
--- number of calls, or nil when no call has a positive time and sample.
+-- and its sample in GB/s. Returns the fraction (1 = at that bandwidth), the
+-- number of calls and the lower and upper quartiles of the calls' fractions
+-- (nearest rank: how far the calls spread), or nil when no call has a
+-- positive time and sample.
 function M.call_fraction(bytes, secs, bws, ceiling)
   local fr = {}
   for i = 1, math.min(#secs, #bws) do
@@ -145,7 +147,7 @@ function M.call_fraction(bytes, secs, bws, ceiling)
     end
   end
   if #fr == 0 then return nil end
-  return stats.median(fr), #fr
+  return stats.median(fr), #fr, stats.quantile(fr, 0.25), stats.quantile(fr, 0.75)
 end
 
 return M

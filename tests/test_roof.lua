@@ -120,9 +120,11 @@ T.eq(roof.kernel_arith(nil), nil, "no key: nil")
 -- 0.05, 0.04, 0.025 s is 20, 25, 40 GB/s against samples 40, 50, 50: halves
 -- and 0.8, median 0.5; a 30 GB/s ceiling caps the samples: 0.667, 0.833,
 -- 1.333, median 0.833; bad pairs are skipped; no pair gives nil.
-local fr, n = roof.call_fraction(1e9, { 0.05, 0.04, 0.025 }, { 40, 50, 50 })
+local fr, n, q1, q3 = roof.call_fraction(1e9, { 0.05, 0.04, 0.025 }, { 40, 50, 50 })
 near(fr, 0.5, "call fraction: median of 0.5, 0.5, 0.8")
 T.eq(n, 3, "call fraction: 3 calls")
+near(q1, 0.5, "call fraction: lower quartile (nearest rank) 0.5")
+near(q3, 0.8, "call fraction: upper quartile (nearest rank) 0.8")
 near(roof.call_fraction(1e9, { 0.05, 0.04, 0.025 }, { 40, 50, 50 }, 30), 2.5 / 3, "call fraction under a 30 GB/s ceiling")
 near(roof.call_fraction(1e9, { 0.05, 0, 0.025 }, { 40, 50, 0 }), 0.5, "call fraction skips a zero time and a zero sample")
 near(roof.call_fraction(1e9, { 0.05, 0.025 }, { 40, 50 }), (0.5 + 0.8) / 2, "call fraction: even count, mean of the middle two")

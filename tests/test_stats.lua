@@ -45,6 +45,16 @@ end
 local _, cover = stats.order_k(10, 0.95)
 T.ok(math.abs(cover - (1 - 2 * 11 / 1024)) < 1e-12, "coverage of 10 rounds is 1 - 2 * 11/1024")
 
+-- Nearest-rank quantiles of 4, 1, 3, 2: the ceil(q * 4)-th smallest.
+T.eq(stats.quantile({ 4, 1, 3, 2 }, 0.25), 1, "quantile 0.25 of 1..4 is 1")
+T.eq(stats.quantile({ 4, 1, 3, 2 }, 0.5), 2, "quantile 0.5 of 1..4 is 2")
+T.eq(stats.quantile({ 4, 1, 3, 2 }, 0.75), 3, "quantile 0.75 of 1..4 is 3")
+T.eq(stats.quantile({ 4, 1, 3, 2 }, 1), 4, "quantile 1 of 1..4 is 4")
+T.eq(stats.quantile({ 4, 1, 3, 2 }, 0), 1, "quantile 0 of 1..4 is the smallest")
+T.eq(stats.quantile({}, 0.5), nil, "quantile of nothing is nil")
+T.eq(stats.quantile({ 5, 1, 4, 2, 3 }, 0.25), 2, "quantile 0.25 of 1..5 is the 2nd (rank 1.25 rounds up)")
+T.eq(stats.quantile({ 5, 1, 4, 2, 3 }, 0.5), 3, "quantile 0.5 of 1..5 is the 3rd (rank 2.5 rounds up)")
+
 -- The interval of 1..10 shuffled: [x(2), x(9)] = [2, 9], median 5.5.
 local lo, med, hi = stats.interval({ 7, 3, 10, 1, 5, 9, 2, 8, 4, 6 }, 0.95)
 T.ok(lo == 2 and med == 5.5 and hi == 9, "interval of 1..10 is 2..9, median 5.5", ("%s %s %s"):format(lo, med, hi))

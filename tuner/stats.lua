@@ -39,6 +39,14 @@ function M.median(t)
   return n % 2 == 1 and s[(n + 1) / 2] or 0.5 * (s[n / 2] + s[n / 2 + 1])
 end
 
+-- The q-quantile (0 <= q <= 1) of a list of numbers by nearest rank: the
+-- ceil(q * n)-th smallest, the smallest for q = 0 (nil when empty).
+function M.quantile(t, q)
+  local s, n = sorted(t), #t
+  if n == 0 then return nil end
+  return s[math.max(1, math.ceil(q * n))]
+end
+
 -- P(X <= k) for X ~ Binomial(n, 1/2), summed in log space (exact to rounding for n up to thousands).
 function M.sign_cdf(k, n)
   if k < 0 then return 0 end
