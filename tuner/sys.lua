@@ -35,21 +35,26 @@ end
 local fdb
 M.flush_s = 0
 
+-- Evict the caches with the loaded library; adds the seconds it took to M.flush_s.
+local function flush_now()
+  local t0 = M.now()
+  if fdb.fdb_flush_caches() ~= 0 then error("tune: out of memory for the cache flush buffer", 0) end
+  M.flush_s = M.flush_s + (M.now() - t0)
+end
+
 -- Load the flush's library and flush once now, before any configuration is
 -- timed: a missing library, or a flush buffer that cannot be allocated, is an
 -- error of the run (naming what failed), never a failed configuration.
 function M.flush_ready()
   if fdb then return end
   fdb = require("bench.lib")
-  M.flush()
+  flush_now()
 end
 
--- Evict the caches; adds the seconds it took to M.flush_s.
+-- Evict the caches (the first call loads the library: its flush is that one).
 function M.flush()
-  M.flush_ready()
-  local t0 = M.now()
-  if fdb.fdb_flush_caches() ~= 0 then error("tune: out of memory for the cache flush buffer", 0) end
-  M.flush_s = M.flush_s + (M.now() - t0)
+  if not fdb then return M.flush_ready() end
+  flush_now()
 end
 
 -- The directory part of a path.
