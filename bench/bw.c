@@ -3,9 +3,9 @@
    pinned (nor are the library's pool threads): both see the same scheduler. */
 #include "bw.h"
 #include "util.h"
+#include <errno.h>
 #include <immintrin.h>
 #include <omp.h>
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
