@@ -21,7 +21,7 @@ root=$PWD
 out=$(cd "$tmp" && QUICK=1 SHAPES="$tmp/shapes.lua" FDP_HARNESS="$root/$B/peers/fdpeers-noggml" FDP_STATUS="$tmp/ggml.status" \
   FDP_OUT="$tmp/out" FDP_PLOT=0 FDP_PLOT_DIR="$tmp/plot" "$LUAJIT" "$root/bench/peers/peers.lua" 2>&1)
 rc=$?
-check "the driver exits 0 ($out)" test "$rc" -eq 0
+check "the driver exits 0 (its output is shown on failure)" bash -c 'printf "%s\n" "$2"; test "$1" -eq 0' _ "$rc" "$out"
 md=$(ls "$tmp"/out/*-quick.md 2>/dev/null | head -n 1)
 check "it writes the quick report" test -n "$md"
 row=$(grep '^| tiny | 256 |' "$md" 2>/dev/null | head -n 1)
