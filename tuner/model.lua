@@ -29,6 +29,7 @@ end
 local ROOT = setup()
 local facts = require("facts")
 local tlog = require("tuner.log")
+local stats = require("tuner.stats")
 
 M.LAMBDA = 1e-3            -- ridge penalty per standardized feature (times the rows)
 M.CHUNKS = {}              -- the chunks the planner may take: 32 .. MAX_CHUNK, powers of two
@@ -386,13 +387,6 @@ end
 M.CAL_QUANTILE = 0.9       -- the quantile of a move class's optimism (measured minus predicted change) its margin takes
 M.CAL_MIN_PAIRS = 10       -- fewer moves of a class than this: its margin is the quantile over every class's moves
 
--- The q-quantile (nearest rank) of list, which it sorts; nil when empty.
-local function quantile(list, q)
-  if #list == 0 then return nil end
-  table.sort(list)
-  return list[math.max(1, math.ceil(q * #list))]
-end
-
 -- Set model's margins (MODEL_LIMITS margin_*) from leave-one-shape-out
 -- verified moves (M.loso's pairs): for each class, among the moves that move
 -- it and that the model predicts more than MODEL_MARGIN faster, the
@@ -412,11 +406,11 @@ function M.calibrate(model, pairs, q)
       if p.t then table.insert(by.threads, e) end
     end
   end
-  local fallback = math.max(0, quantile(any, q) or 0)
+  local fallback = math.max(0, stats.quantile(any, q) or 0)
   local info = {}
   for _, cls in ipairs { "kernel", "splits", "threads" } do
     local list = by[cls]
-    local m = #list >= M.CAL_MIN_PAIRS and math.max(0, quantile(list, q)) or fallback
+    local m = #list >= M.CAL_MIN_PAIRS and math.max(0, stats.quantile(list, q)) or fallback
     model.limits["margin_" .. cls] = m
     info[cls] = { n = #list, margin = m }
   end
