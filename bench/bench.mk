@@ -1,5 +1,5 @@
 # The benchmark (`make bench`), included by the main Makefile. Uses B and CC.
-# `make bench`: every shape of tuner/shapes/bench.lua (about 6.5 min on 2 cores: 342 s in the last report, then the paged, uneven and features runs);
+# `make bench`: every shape of tuner/shapes/bench.lua (about 6.5 min on 2 cores: 342 s in the last report, then the paged, uneven, features and stream runs);
 # `QUICK=1 make bench`: a short run (about 40 s) writing results/bench/<machine>-quick.md;
 # `make bench-check`: the vanilla baseline against a double-precision loop.
 # `make bench-paged`: paged KV against dense with the same plan (bench/paged.lua, about 30 s);
@@ -10,13 +10,15 @@
 # `make bench-features`: window, sinks, ALiBi, softcap and sink logits against plain decode on
 # Llama-3.1-8B at 64k, each variant its own plan (bench/features.lua, about 10 s);
 # `QUICK=1 make bench-features`: fewer rounds (about 3 s), writing results/bench/features-<machine>-quick.md.
+# `make bench-stream`: issue 18's f32-FMA rows beside a loop that only reads the same K and V and does
+# their multiply-adds (bench/stream.lua, about 50 s); `QUICK=1 make bench-stream`: the 16k/2k rows, 7 rounds.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
-FDB_SRC    := bench/bw.c bench/vanilla.c bench/util.c
-FDB_HDR    := bench/bw.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
+FDB_SRC    := bench/bw.c bench/stream.c bench/vanilla.c bench/util.c
+FDB_HDR    := bench/bw.h bench/stream.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features
+.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -41,6 +43,7 @@ bench: lib $(B)/libfdbench.so
 	@$(MAKE) --no-print-directory B=$(B) bench-paged
 	@$(MAKE) --no-print-directory B=$(B) bench-uneven
 	@$(MAKE) --no-print-directory B=$(B) bench-features
+	@$(MAKE) --no-print-directory B=$(B) bench-stream
 
 # Paged vs dense at the same length and plan: results/bench/paged-<machine>[-quick].{md,svg,png}.
 bench-paged: lib $(B)/libfdbench.so
@@ -60,3 +63,9 @@ bench-features: lib $(B)/libfdbench.so
 # Re-render the charts of the last run.
 bench-plot:
 	@$(FDB_PLOT_CMD)
+
+# Issue 18's f32-FMA rows beside the streaming probe on the same buffers:
+# results/bench/stream-<machine>[-quick].{md,svg,png}.
+bench-stream: lib $(B)/libfdbench.so
+	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
+	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-stream" $(LUAJIT) bench/stream.lua

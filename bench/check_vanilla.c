@@ -1,6 +1,8 @@
 /* bench-check: the vanilla baseline against a double-precision loop on small
-   problems (every dtype, mask mode, layout), and the dtype conversions. */
+   problems (every dtype, mask mode, layout), the dtype conversions, and the
+   streaming probe's coverage (each element read once) and refusals. */
 #include "dtype.h"
+#include "stream.h"
 #include "util.h"
 #include "vanilla.h"
 #include <math.h>
@@ -144,7 +146,45 @@ static void check_i8(int B, int Hq, int Hkv, int D, int S, int lay) {
   free(k); free(v); free(kf); free(vf); free(ks); free(vs); free(q); free(out); free(lse); free(sc); free(ro); free(rl);
 }
 
+/* The streaming probe over K = 1 and V = 2 (heads x keys x D, a partial last
+   chunk, heads split unevenly over 2 threads): its sum is 3 heads keys D
+   times the multipliers' sum when every element is read once (within 1e-4:
+   f32 sums; one line missed or read twice is 1.9e-4 of it); bad g, dtype
+   and head_dim are refused. A build without AVX-512 refuses everything. */
+static void check_stream(void) {
+  const long H = 3, S = 300;
+  const int D = 32, GS[6] = { 0, 1, 2, 4, 8, 16 };
+  size_t n = (size_t)H * S * D;
+  uint16_t *k = malloc(n * 4), *v = malloc(n * 4);
+  for (int dt = 0; dt < 3; dt++) {
+    for (size_t i = 0; i < n; i++) {
+      if (dt == 0) { ((float *)k)[i] = 1.0f; ((float *)v)[i] = 2.0f; }
+      else { k[i] = dt == 1 ? 0x3c00 : 0x3f80; v[i] = 0x4000; }   /* 1 and 2 (f16 and bf16 alike) */
+    }
+    for (int i = 0; i < 6; i++) {
+      double m = GS[i] ? 0 : 1, sum = -1;
+      for (int j = 0; j < GS[i]; j++) m += 1.0 / (j + 2);
+      int rc = fdb_stream_fma(k, v, H, S, D, dt, GS[i], 2, &sum);
+      char what[112];
+      double want = 3.0 * (double)n * m;
+      snprintf(what, sizeof what, "streaming probe dtype %d g %d reads each element once (relative error %.1e)", dt,
+               GS[i], fabs(sum - want) / want);
+#if defined(__AVX512F__)
+      expect(rc == 0 && fabs(sum - want) <= 1e-4 * want, what);
+#else
+      expect(rc == -1, "streaming probe refused without AVX-512");
+#endif
+    }
+  }
+  expect(fdb_stream_fma(k, v, H, S, D, 0, 3, 2, NULL) == -1, "streaming probe refuses g 3");
+  expect(fdb_stream_fma(k, v, H, S, D, 3, 4, 2, NULL) == -1, "streaming probe refuses dtype 3");
+  expect(fdb_stream_fma(k, v, H, S, 48, 0, 4, 2, NULL) == -1, "streaming probe refuses head_dim 48");
+  expect(fdb_stream_fma(k, v, 0, S, D, 0, 4, 2, NULL) == -1, "streaming probe refuses 0 heads");
+  free(k); free(v);
+}
+
 int main(void) {
+  check_stream();
   check_f16();
   check_bf16();
   for (int dt = 0; dt < 27; dt++)

@@ -1,5 +1,6 @@
--- LuaJIT FFI binding of build/libfdbench.so (bench/bw.h, util.h, vanilla.h):
--- read bandwidth, cache flush, clock, buffer fill/compare, the vanilla baseline.
+-- LuaJIT FFI binding of build/libfdbench.so (bench/bw.h, stream.h, util.h, vanilla.h):
+-- read bandwidth, cache flush, clock, buffer fill/compare, the vanilla baseline,
+-- the streaming probe.
 -- Loads lua/flashdecode.lua first (fd_shape / fd_args come from its cdef).
 -- $FDB_LIB overrides the library path.
 local ffi = require("ffi")
@@ -14,7 +15,7 @@ local root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/bench/[^
 -- not spin on the cores flashdecode's pool is about to use.
 ffi.C.setenv("OMP_WAIT_POLICY", "passive", 0)
 
-for _, h in ipairs { "bw.h", "util.h", "vanilla.h" } do
+for _, h in ipairs { "bw.h", "stream.h", "util.h", "vanilla.h" } do
   local path = root .. "/bench/" .. h
   ffi.cdef((fd.parse_header(files.read(path) or error("bench: cannot read " .. path, 0))))
 end

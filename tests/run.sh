@@ -31,7 +31,7 @@ suite "compile every default variant with tcc and gcc -Werror" bash tests/compil
 suite "fdgen command line" bash tests/test_cli.sh
 suite "kernels vs double reference (tcc)" "$B/test_kernels"
 suite "public API vs double reference (tcc, cc; 1-4 threads)" "$B/test_api"
-suite "benchmark's vanilla baseline vs a double loop" "$B/check_vanilla"
+suite "benchmark's vanilla baseline vs a double loop; the streaming probe reads each element once" "$B/check_vanilla"
 suite "bad input, tuned tables, lifetime, concurrency, 64-bit indexing" "$B/test_errors"
 suite "tuned tables refused whole, upper bounds" "$B/test_tables"
 suite "cost model: table model lines exact or refused naming the line, planner uses it only where no row fits, forced options and deterministic mode win, its pick vs double reference" "$B/test_model"
