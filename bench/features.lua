@@ -128,11 +128,7 @@ local function refusal(v)
 end
 
 -- A variant's time against plain as a speedup: "15.2x [14.0, 16.4]" (paired, inverted interval).
-local function speedup(v)
-  if not v.ratio_paired then return "-" end
-  local n = side.num
-  return ("%sx [%s, %s]"):format(n(1 / v.ratio_paired, 1), n(1 / v.ratio_hi, 1), n(1 / v.ratio_lo, 1))
-end
+local function speedup(v) return side.inverse_ci(v, 1, 1, "x") end
 
 -- Whether variant v meets its bound: "yes", "yes (CI crosses)", "**no**", or why it was not measured.
 local function holds(v)

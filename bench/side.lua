@@ -117,6 +117,16 @@ function M.ci(v)
   return ("%s [%s, %s]"):format(M.num(v.ratio_paired, 3), M.num(v.ratio_lo, 3), M.num(v.ratio_hi, 3))
 end
 
+-- v's paired ratio inverted and times scale, with its interval, digits
+-- decimals and unit: "15.2x [14.0, 16.4]" (a speedup), "94% [91, 97]" (a
+-- share); "-" without a paired ratio.
+function M.inverse_ci(v, scale, digits, unit)
+  if not v.ratio_paired then return "-" end
+  local n = M.num
+  return ("%s%s [%s, %s]"):format(n(scale / v.ratio_paired, digits), unit, n(scale / v.ratio_hi, digits),
+                                  n(scale / v.ratio_lo, digits))
+end
+
 -- The cells median ms, q1–q3 ms, GB/s and "% of bw (best / median)" of a
 -- variant's cold stats c reading bytes; and the GB/s.
 function M.time_cells(c, bytes, bw_best, bw_med)

@@ -123,11 +123,7 @@ local function rate_cell(v, bytes)
 end
 
 -- The kernel as a share of the probe: "94% [91, 97]" (paired per-round ratios, 95% interval).
-local function of_probe(k)
-  if not k.ratio_paired then return "-" end
-  local n = side.num
-  return ("%s%% [%s, %s]"):format(n(100 / k.ratio_paired, 0), n(100 / k.ratio_hi, 0), n(100 / k.ratio_lo, 0))
-end
+local function of_probe(k) return side.inverse_ci(k, 100, 0, "%") end
 
 -- The table row of one measured row.
 local function cells(r)
