@@ -1,7 +1,8 @@
 /* The streaming probe (bench/stream.h): K and V read once and widened to f32,
    each vector fed to g FMAs, nothing else. A kernel of the same arithmetic
-   cannot read the cache faster than this loop does on the same machine
-   unless it does less per element; bench/stream.lua times both in one run. */
+   that reads in the same order does more than this loop per element, so the
+   loop's rate is the reference its rate is set beside (bench/stream.lua
+   times both in one run); it is not a bound on other orders. */
 #include "stream.h"
 #include <immintrin.h>
 #include <omp.h>

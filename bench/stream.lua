@@ -1,4 +1,4 @@
--- `make bench-stream`: each of issue 18's grouped bf16/f16 rows beside the
+-- `make bench-stream`: each of issue 18's f32/f16/bf16 bound rows beside the
 -- streaming probe (bench/stream.c) on the same K and V buffers, cold cache,
 -- all cores, round-robin in one run, each call preceded by a read-bandwidth
 -- sample. The probe reads the cache once in a kernel's order, widens every
@@ -7,11 +7,12 @@
 -- else; "stream" is the same loop with one add per vector instead. Where the
 -- machine cannot overlap arithmetic with its reads, the probe falls below the
 -- read bandwidth, and the kernel (which also keeps a softmax) below the
--- probe: kernel / probe is the share of that ceiling the kernel reaches.
+-- probe: kernel / probe is the share of that loop's rate the kernel reaches.
 -- Writes results/bench/stream-<machine>[-quick].md and a chart of GB/s per
 -- row (.svg, .png). Never asserts a time; fails only when a call fails or an
 -- output holds a NaN (a sanity check).
---   QUICK=1        fewer rounds, the 16k rows only, "-quick" files
+--   QUICK=1        fewer rounds, the rows at the shapes' quick lengths, "-quick" files
+--   SHAPES         the shape set (default tuner/shapes/bench.lua): its shapes with a target
 --   FDB_BACKEND    tcc (default) or cc
 --   FDB_TABLE      tuned table the plans come from (default results/tuned/<machine>.tsv if present)
 --   FDB_OUT        output folder (default results/bench); FDB_PLOT=0: no gnuplot
@@ -26,10 +27,10 @@ local report = require("bench.report")
 local M = require("bench.measure")
 local side = require("bench.side")
 local roof = require("bench.roof")
+local space = require("space")
 
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
-local K = 1024
 local CFG = {
   out = env("FDB_OUT", root .. "/results/bench"),
   plot_dir = env("FDB_PLOT_DIR", root .. "/build/bench"),
@@ -37,21 +38,26 @@ local CFG = {
   bw_bytes = 512 * 2 ^ 20, bw_reps = QUICK and 3 or 5,
   target_s = math.huge, rmin = 3,           -- every variant runs rmax rounds (bench/measure.lua reps_for)
   rmax = QUICK and 7 or 31,
+  shapes = env("SHAPES", root .. "/tuner/shapes/bench.lua"),
 }
 
--- The shapes of issue 18's f32-FMA bounds (tuner/shapes/bench.lua), with the target in % of the bandwidth.
-local function shape(b, hq, hkv, d, dt)
-  return { batch = b, n_q_heads = hq, n_kv_heads = hkv, head_dim = d, q_dtype = dt, kv_dtype = dt,
-           out_dtype = dt, mask_mode = "causal" }
+-- The measured rows: each shape of the benchmark's set (tuner/shapes/bench.lua)
+-- with issue 18's target (pct % of the bandwidth) and a KV dtype the probe
+-- reads, at each length of its target; QUICK: those among its quick lengths.
+local PROBE_DTYPES = { f32 = true, f16 = true, bf16 = true }
+local function measured_rows(path)
+  local rows = {}
+  for _, s in ipairs(space.load_shapes(path)) do
+    local quick = {}
+    for _, len in ipairs(s.quick or {}) do quick[len] = true end
+    if s.target and PROBE_DTYPES[s.kv_dtype] then
+      for _, len in ipairs(s.target.at) do
+        if not QUICK or quick[len] then rows[#rows + 1] = { name = s.name, shape = s, len = len, target = s.target.pct } end
+      end
+    end
+  end
+  return rows
 end
-local ROWS = {
-  { name = "llama3-8b-bf16", shape = shape(1, 32, 8, 128, "bf16"), len = 16 * K, target = 85, quick = true },
-  { name = "llama3-8b-bf16", shape = shape(1, 32, 8, 128, "bf16"), len = 64 * K, target = 85 },
-  { name = "llama3-8b-f16", shape = shape(1, 32, 8, 128, "f16"), len = 16 * K, target = 75, quick = true },
-  { name = "llama3-8b-f16", shape = shape(1, 32, 8, 128, "f16"), len = 64 * K, target = 75 },
-  { name = "mqa-b8-bf16", shape = shape(8, 8, 1, 128, "bf16"), len = 16 * K, target = 80, quick = true },
-  { name = "falcon-40b-bf16", shape = shape(32, 128, 8, 64, "bf16"), len = 2 * K, target = 70, quick = true },
-}
 
 -- The status of the probe's variants in a build whose probe refuses (no AVX-512).
 local UNSERVED = "not measured: this build's probe needs AVX-512"
@@ -73,8 +79,9 @@ local function variants(ctx, row, b, keep, threads)
   local s = row.shape
   local G = s.n_q_heads / s.n_kv_heads
   local k = { name = "kernel", status = "ok", times = {} }
-  local t = { kv_len = row.len }
+  local t = {}
   for f, x in pairs(s) do t[f] = x end
+  t.kv_len = row.len
   local plan = fd.plan(ctx, fd.shape(t))
   k.info = fd.plan_info(plan, row.len, ctx)
   k.out = side.alloc("stream", keep, b.nq * side.esize(s.out_dtype))
@@ -195,8 +202,7 @@ end
 local function main()
   local info = side.run_info("stream", root, QUICK)
   local ctx = side.context(info, CFG.backend)
-  local todo = {}
-  for _, r in ipairs(ROWS) do if not QUICK or r.quick then todo[#todo + 1] = r end end
+  local todo = measured_rows(CFG.shapes)
   local progress = M.progress(2 + #todo)
   local t0 = fdb.fdb_now()
   local res = { info = info, bw = {}, rows = {} }
