@@ -148,8 +148,8 @@ local function markdown(res, chart)
   local L = {
     ("# flashdecode streaming-probe benchmark: %s%s"):format(i.machine.slug, QUICK and " (QUICK)" or ""), "",
     side.run_lines(i),
-    ("- Rows: issue 18's bound shapes whose kernels use f32 FMAs (bf16/f16 q, K, V and out, causal, cur_pos = kv_len - 1); each kernel is the planner's plan from %s")
-      :format(side.plans_from(root, i)),
+    ("- Rows: the shapes of `%s` with issue 18's target and an f32, f16 or bf16 KV cache (kernels with f32 FMAs), at the target's lengths, causal, cur_pos = kv_len - 1; each kernel is the planner's plan from %s")
+      :format(side.relative(root, CFG.shapes), side.plans_from(root, i)),
     "- `stream`: `fdb_stream_fma` with one add per vector: every K and V row read once in a kernel's order (per batch row and kv head, chunks of 256 keys, K then V), widened to f32, prefetched 4 KiB ahead. `stream + G FMAs`: the same loop with each 16-lane vector fed to G FMAs instead (12 independent accumulator chains): the multiply-adds a kernel owes each K and each V element (G query heads per kv head), and nothing else, no scores stored, no softmax",
     ("- Read bandwidth (%s sum, %d MiB, all threads), sampled at the start and at the end: best **%.1f GB/s**, median %.1f GB/s (%s); before every timed call one more pass over the flush buffer (`fdb_call_bw_gbs`): the %% in each cell is the median over calls of GB/s / that sample")
       :format(i.bw_kernel, CFG.bw_bytes / 2 ^ 20, res.bw_best, res.bw_median, side.bw_line(res)),
