@@ -59,8 +59,9 @@ local function measured_rows(path)
   return rows
 end
 
--- The status of the probe's variants in a build whose probe refuses (no AVX-512).
-local UNSERVED = "not measured: this build's probe needs AVX-512"
+-- The status of the probe's variants where it refuses: a build without
+-- AVX-512, or a G it has no body for.
+local UNSERVED = "not measured: the probe needs AVX-512 and G in 1, 2, 4, 8, 16"
 
 -- A runner of the probe over the row's K and V (g FMAs per vector) appending its seconds to v.times.
 local function probe_runner(row, b, g, threads, v)
@@ -77,17 +78,21 @@ end
 -- The three variants of a row: the planner's kernel, the probe with G FMAs, the probe with none.
 local function variants(ctx, row, b, keep, threads)
   local s = row.shape
-  local G = s.n_q_heads / s.n_kv_heads
+  local G = s.n_q_heads / s.n_kv_heads * math.max(1, s.q_len or 1)   -- multiply-adds per K element
   local k = { name = "kernel", status = "ok", times = {} }
   local t = {}
   for f, x in pairs(s) do t[f] = x end
   t.kv_len = row.len
-  local plan = fd.plan(ctx, fd.shape(t))
-  k.info = fd.plan_info(plan, row.len, ctx)
-  k.out = side.alloc("stream", keep, b.nq * side.esize(s.out_dtype))
-  k.plan, k.args = plan, fd.args { q = b.q, k = b.k, v = b.v, cur_pos = b.cur_pos, out = k.out }
-  k.fn = side.timed_runner(ctx, plan, k.args, k)
-  -- the probe on one key of one head: refused in a build without AVX-512
+  local ok, plan = pcall(fd.plan, ctx, fd.shape(t))
+  if ok then
+    k.info = fd.plan_info(plan, row.len, ctx)
+    k.out = side.alloc("stream", keep, b.nq * side.esize(s.out_dtype))
+    k.plan, k.args = plan, fd.args { q = b.q, k = b.k, v = b.v, cur_pos = b.cur_pos, out = k.out }
+    k.fn = side.timed_runner(ctx, plan, k.args, k)
+  else
+    k.status = "plan: " .. tostring(plan)
+  end
+  -- the probe on one key of one head: refused without AVX-512 or for another G
   local served = fdb.fdb_stream_fma(b.k, b.v, 1, 1, s.head_dim, fd.enum("dtype", s.kv_dtype), G, 1, nil) == 0
   local p = { name = ("stream + %d FMAs"):format(G), status = served and "ok" or UNSERVED, times = {} }
   local z = { name = "stream", status = p.status, times = {} }
@@ -109,7 +114,7 @@ local function bench_row(ctx, row, info, progress)
     end
   end)
   M.time_interleaved(vs, CFG, true, info.threads)
-  local r = { row = row, G = G, vs = vs, bytes = M.kv_bytes(row.shape, row.len), key = k.info.key }
+  local r = { row = row, G = G, vs = vs, bytes = M.kv_bytes(row.shape, row.len), key = k.info and k.info.key or "-" }
   -- each variant's median share of the bandwidth sampled before its calls
   for _, v in ipairs(vs) do v.share = v.call_s and roof.call_fraction(r.bytes, v.call_s, v.call_bw) end
   side.paired(k, vs[2])
@@ -125,7 +130,7 @@ local function gbs(v, bytes) return v.cold and bytes / (v.cold.median * 1e-3) * 
 -- "23.4 (71%)": GB/s and the median share of the bandwidth sampled before each call.
 local function rate_cell(v, bytes)
   if v.status == UNSERVED then return UNSERVED end
-  if not v.cold then return v.status ~= "ok" and ("failed: " .. tostring(v.status)) or "-" end
+  if not v.cold then return v.status ~= "ok" and (("failed: " .. tostring(v.status)):gsub("|", "/")) or "-" end
   return ("%s (%s%%)"):format(side.num(gbs(v, bytes), 1), side.num(v.share and v.share * 100, 0))
 end
 
