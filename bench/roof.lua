@@ -87,6 +87,12 @@ local function arith_label(kind, planes)
   return ARITH[kind].label .. (kind == "int8" and planes > 1 and (" x" .. planes) or "")
 end
 
+-- G of a run or shape { n_q_heads, n_kv_heads, q_len (default 1) }: the query
+-- rows per K/V row, so the multiply-adds each K element (and each V element) owes.
+function M.group(run)
+  return run.n_q_heads / run.n_kv_heads * math.max(1, run.q_len or 1)
+end
+
 -- The compute ceiling of a run. run: { n_q_heads, n_kv_heads, q_len (default
 -- 1), q_dtype, kv_dtype, isa (digit or name; nil: the probe's full width, f32
 -- FMA), backend ("tcc", "cc", ...), scores (the kernel's own scores
@@ -99,7 +105,7 @@ end
 -- without an FMA rate.
 function M.ceiling(run, rates)
   if not rates.fma or rates.fma <= 0 then return nil end
-  local G = run.n_q_heads / run.n_kv_heads * math.max(1, run.q_len or 1)
+  local G = M.group(run)
   local esz = M.element_bytes(run.kv_dtype)
   local rec = M.isa_record(run.isa)
   local lanes = rates.lanes or 16

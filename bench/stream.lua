@@ -78,7 +78,7 @@ end
 -- The three variants of a row: the planner's kernel, the probe with G FMAs, the probe with none.
 local function variants(ctx, row, b, keep, threads)
   local s = row.shape
-  local G = s.n_q_heads / s.n_kv_heads * math.max(1, s.q_len or 1)   -- multiply-adds per K element
+  local G = roof.group(s)
   local k = { name = "kernel", status = "ok", times = {} }
   local t = {}
   for f, x in pairs(s) do t[f] = x end
