@@ -150,8 +150,8 @@ local function free_buffers(b)
   for _, p in ipairs(b.ptrs) do ffi.C.free(p) end
 end
 
--- The fd_shape of s with capacity cap.
-local function fd_shape(s, cap)
+-- The fd_shape of s (a shape-set entry) with capacity cap.
+function M.fd_shape(s, cap)
   local t = {}
   for k, v in pairs(s) do t[k] = v end
   t.kv_len = cap
@@ -244,7 +244,7 @@ function M.bench_shape(s, lens, vs, info, cfg, progress)
   local shape, plans
   for _, n in ipairs(lens) do
     if not plans or not causal then
-      shape = fd_shape(s, causal and cap or n)
+      shape = M.fd_shape(s, causal and cap or n)
       plans = make_plans(vs, shape)
       res.plans[#res.plans + 1] = { cap = causal and cap or n, plans = plans }
     end
@@ -276,7 +276,7 @@ end
 -- to t threads, so the planner's table is not consulted for them).
 function M.thread_scaling(s, n, vs, info, cfg, progress)
   local b = alloc_buffers(s, n)
-  local shape = fd_shape(s, n)
+  local shape = M.fd_shape(s, n)
   for i = 0, s.batch - 1 do b.cur_pos[i] = n - 1 end
   local out = {}
   for t = 1, info.threads do

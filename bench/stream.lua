@@ -80,10 +80,7 @@ local function variants(ctx, row, b, keep, threads)
   local s = row.shape
   local G = roof.group(s)
   local k = { name = "kernel", status = "ok", times = {} }
-  local t = {}
-  for f, x in pairs(s) do t[f] = x end
-  t.kv_len = row.len
-  local ok, plan = pcall(fd.plan, ctx, fd.shape(t))
+  local ok, plan = pcall(function() return fd.plan(ctx, M.fd_shape(s, row.len)) end)
   if ok then
     k.info = fd.plan_info(plan, row.len, ctx)
     k.out = side.alloc("stream", keep, b.nq * side.esize(s.out_dtype))
