@@ -27,17 +27,13 @@ local side = require("bench.side")
 
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
-local CFG = {
-  out = env("FDB_OUT", root .. "/results/bench"),
-  plot_dir = env("FDB_PLOT_DIR", root .. "/build/bench"),
-  backend = env("FDB_BACKEND", "tcc"),
-  bw_bytes = 512 * 2 ^ 20, bw_reps = QUICK and 3 or 5,
+local CFG = side.config(root, QUICK, {
   target_s = math.huge, rmin = 3,           -- every variant runs rmax rounds (bench/measure.lua reps_for)
   rmax = QUICK and 11 or 101,
   len = 64 * 1024,                          -- kv_len, every key valid (cur_pos = len - 1)
   speedup = 10,                             -- the issue's bound: a 4096 window at least 10x faster than plain
   limit = 1.10,                             -- the issue's bound: softcap and ALiBi within 10% of plain
-}
+})
 
 -- Llama-3.1-8B decode in bf16.
 local LLAMA = { batch = 1, n_q_heads = 32, n_kv_heads = 8, head_dim = 128, q_dtype = "bf16",

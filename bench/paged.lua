@@ -27,17 +27,13 @@ pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
 local K = 1024
-local CFG = {
+local CFG = side.config(root, QUICK, {
   quick = QUICK,
-  out = env("FDB_OUT", root .. "/results/bench"),
-  plot_dir = env("FDB_PLOT_DIR", root .. "/build/bench"),
-  backend = env("FDB_BACKEND", "tcc"),
-  bw_bytes = 512 * 2 ^ 20, bw_reps = QUICK and 3 or 5,
   target_s = QUICK and 0.1 or 3.0,        -- timed seconds per variant of a row
   rmin = QUICK and 7 or 31, rmax = QUICK and 9 or 101,
   page_sizes = { 16, 64, 256, 1024 },
   limit = 1.05,                            -- the issue's bound on paged/dense at page_size >= 64
-}
+})
 
 -- The pieces shared with the other side benchmark (bench/side.lua), bound to this one.
 local function run_info() return side.run_info("paged", root, QUICK) end

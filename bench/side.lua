@@ -19,6 +19,20 @@ function M.env(k, d)
   return (v and v ~= "") and v or d
 end
 
+-- The settings every side benchmark shares (out, plot_dir, backend and the
+-- bandwidth samples' size and repetitions, from $FDB_OUT, $FDB_PLOT_DIR,
+-- $FDB_BACKEND and quick), with the benchmark's own fields added.
+function M.config(root, quick, own)
+  local cfg = {
+    out = M.env("FDB_OUT", root .. "/results/bench"),
+    plot_dir = M.env("FDB_PLOT_DIR", root .. "/build/bench"),
+    backend = M.env("FDB_BACKEND", "tcc"),
+    bw_bytes = 512 * 2 ^ 20, bw_reps = quick and 3 or 5,
+  }
+  for k, v in pairs(own) do cfg[k] = v end
+  return cfg
+end
+
 -- The run's identity: machine, commit, date, library build, load; its
 -- report is named <name>-<machine>[-quick].
 function M.run_info(name, root, quick)

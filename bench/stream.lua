@@ -31,15 +31,11 @@ local space = require("space")
 
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
-local CFG = {
-  out = env("FDB_OUT", root .. "/results/bench"),
-  plot_dir = env("FDB_PLOT_DIR", root .. "/build/bench"),
-  backend = env("FDB_BACKEND", "tcc"),
-  bw_bytes = 512 * 2 ^ 20, bw_reps = QUICK and 3 or 5,
+local CFG = side.config(root, QUICK, {
   target_s = math.huge, rmin = 3,           -- every variant runs rmax rounds (bench/measure.lua reps_for)
   rmax = QUICK and 7 or 31,
   shapes = env("SHAPES", root .. "/tuner/shapes/bench.lua"),
-}
+})
 
 -- The measured rows: each shape of the benchmark's set (tuner/shapes/bench.lua)
 -- with issue 18's target (pct % of the bandwidth) and a KV dtype the probe

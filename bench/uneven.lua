@@ -28,16 +28,12 @@ local side = require("bench.side")
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
 local K = 1024
-local CFG = {
-  out = env("FDB_OUT", root .. "/results/bench"),
-  plot_dir = env("FDB_PLOT_DIR", root .. "/build/bench"),
-  backend = env("FDB_BACKEND", "tcc"),
-  bw_bytes = 512 * 2 ^ 20, bw_reps = QUICK and 3 or 5,
+local CFG = side.config(root, QUICK, {
   target_s = 60,                            -- large: the rounds are set by rmin..rmax
   rmin = QUICK and 9 or 61, rmax = QUICK and 11 or 201,
   cap = 64 * K,                             -- kv_len capacity of every plan
   limit = 1.10,                             -- the issue's bound: within 10% of the prediction
-}
+})
 
 -- The pieces shared with the other side benchmark (bench/side.lua), bound to this one.
 local function run_info() return side.run_info("uneven", root, QUICK) end
