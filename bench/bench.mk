@@ -10,8 +10,9 @@
 # `make bench-features`: window, sinks, ALiBi, softcap and sink logits against plain decode on
 # Llama-3.1-8B at 64k, each variant its own plan (bench/features.lua, about 10 s);
 # `QUICK=1 make bench-features`: fewer rounds (about 3 s), writing results/bench/features-<machine>-quick.md.
-# `make bench-stream`: issue 18's f32-FMA rows beside a loop that only reads the same K and V and does
-# their multiply-adds (bench/stream.lua, about 50 s); `QUICK=1 make bench-stream`: the 16k/2k rows, 7 rounds.
+# `make bench-stream`: issue 18's bound rows beside a loop that only reads the same K and V and does
+# their multiply-adds (f32 FMAs, or int8 dots for int8 KV; bench/stream.lua, about 70 s);
+# `QUICK=1 make bench-stream`: the 16k/4k/2k rows, 7 rounds.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
@@ -64,7 +65,7 @@ bench-features: lib $(B)/libfdbench.so
 bench-plot:
 	@$(FDB_PLOT_CMD)
 
-# Issue 18's f32-FMA rows beside the streaming probe on the same buffers:
+# Issue 18's bound rows beside the streaming probe on the same buffers:
 # results/bench/stream-<machine>[-quick].{md,svg,png}.
 bench-stream: lib $(B)/libfdbench.so
 	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \

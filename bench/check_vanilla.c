@@ -183,8 +183,43 @@ static void check_stream(void) {
   free(k); free(v);
 }
 
+/* The int8 probe over codes K = 1 and V = 2 with scales 0.5 and 0.25 (heads
+   x keys x D, a partial last chunk, heads split unevenly over 2 threads): its
+   sum is max(n, 1) x 3 heads keys D plus 0.75 heads keys when every code and
+   scale is read once (exact: small integers and quarters; one line missed
+   or read twice moves it by 64 or more); bad n and head_dim are refused. A
+   build or CPU without AVX512-VNNI refuses everything. */
+static void check_stream_dot(void) {
+  const long H = 3, S = 300;
+  const int D = 64, NS[11] = { 0, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48 };
+  size_t n = (size_t)H * S * D;
+  int8_t *k = malloc(n), *v = malloc(n);
+  float *ks = malloc(H * S * sizeof(float)), *vs = malloc(H * S * sizeof(float));
+  for (size_t i = 0; i < n; i++) { k[i] = 1; v[i] = 2; }
+  for (long i = 0; i < H * S; i++) { ks[i] = 0.5f; vs[i] = 0.25f; }
+#if defined(__AVX512VNNI__)
+  int served = __builtin_cpu_supports("avx512vnni");
+#else
+  int served = 0;
+#endif
+  for (int i = 0; i < 11; i++) {
+    double sum = -1, want = (NS[i] ? NS[i] : 1) * 3.0 * (double)n + 0.75 * (double)(H * S);
+    int rc = fdb_stream_dot(k, v, ks, vs, H, S, D, NS[i], 2, &sum);
+    char what[112];
+    snprintf(what, sizeof what, "int8 streaming probe n %d reads each code and scale once (sum %.0f, want %.0f)",
+             NS[i], sum, want);
+    if (served) expect(rc == 0 && fabs(sum - want) <= 1e-9 * want, what);
+    else expect(rc == -1, "int8 streaming probe refused without AVX512-VNNI");
+  }
+  expect(fdb_stream_dot(k, v, ks, vs, H, S, D, 5, 2, NULL) == -1, "int8 streaming probe refuses n 5");
+  expect(fdb_stream_dot(k, v, ks, vs, H, S, 96, 4, 2, NULL) == -1, "int8 streaming probe refuses head_dim 96");
+  expect(fdb_stream_dot(k, v, ks, vs, H, 0, D, 4, 2, NULL) == -1, "int8 streaming probe refuses 0 keys");
+  free(k); free(v); free(ks); free(vs);
+}
+
 int main(void) {
   check_stream();
+  check_stream_dot();
   check_f16();
   check_bf16();
   for (int dt = 0; dt < 27; dt++)

@@ -106,6 +106,16 @@ local function sizes(s, cap)
   return sz
 end
 
+-- The int8 K and V of b (nkv codes each): random codes, and per-row scales
+-- 0.01 in b.k_scale and b.v_scale from get(bytes) (an allocator).
+function M.fill_i8(b, nkv, head_dim, get)
+  fdb.fdb_fill_i8(b.k, nkv, 2)
+  fdb.fdb_fill_i8(b.v, nkv, 3)
+  local rows = nkv / head_dim
+  b.k_scale, b.v_scale = ffi.cast("float *", get(4 * rows)), ffi.cast("float *", get(4 * rows))
+  for i = 0, rows - 1 do b.k_scale[i], b.v_scale[i] = 0.01, 0.01 end
+end
+
 -- Buffers for shape s at capacity cap, filled with small random values.
 local function alloc_buffers(s, cap)
   local sz, b = sizes(s, cap), { ptrs = {} }
@@ -124,12 +134,8 @@ local function alloc_buffers(s, cap)
   if bn > 1 then                                  -- q8_0 / q4_0: random blocks (gen/facts.lua sizes)
     fdb.fdb_fill_blocks(b.k, sz.nkv / bn, bb, 2)
     fdb.fdb_fill_blocks(b.v, sz.nkv / bn, bb, 3)
-  elseif s.kv_dtype == "i8" then                 -- int8 codes times per-row scales 0.01
-    fdb.fdb_fill_i8(b.k, sz.nkv, 2)
-    fdb.fdb_fill_i8(b.v, sz.nkv, 3)
-    local rows = sz.nkv / s.head_dim
-    b.k_scale, b.v_scale = ffi.cast("float *", get(4 * rows)), ffi.cast("float *", get(4 * rows))
-    for i = 0, rows - 1 do b.k_scale[i], b.v_scale[i] = 0.01, 0.01 end
+  elseif s.kv_dtype == "i8" then
+    M.fill_i8(b, sz.nkv, s.head_dim, get)
   elseif facts.dtypes[kd].quant then
     error(("bench: kv_dtype %s is not filled by the benchmark (f32/f16/bf16, i8, q8_0, q4_0)"):format(s.kv_dtype), 0)
   else

@@ -116,3 +116,110 @@ int fdb_stream_fma(const void *k, const void *v, long heads, long keys, int head
   return -1;
 }
 #endif
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+/* n bytes of int8 codes at p (whole 64-byte lines): every vector fed to N
+   vpdpbusd times ones (N = 0: one vpsadbw into 64-bit sums) into acc; the
+   lookahead runs on into next, as stream_block's. */
+static inline __attribute__((always_inline)) void dot_block(const char *p, const char *next, long n, int N,
+                                                           __m512i *acc) {
+  const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+  for (long off = 0; off < n; off += 64) {
+    long ahead = off + STREAM_AHEAD;
+    _mm_prefetch(ahead < n ? p + ahead : next + (ahead - n), _MM_HINT_T0);
+    __m512i x = _mm512_loadu_si512((const void *)(p + off));
+    if (N == 0) acc[0] = _mm512_add_epi64(acc[0], _mm512_sad_epu8(x, zero));
+#pragma GCC unroll 48
+    for (int j = 0; j < N; j++) acc[j % STREAM_ACCS] = _mm512_dpbusd_epi32(acc[j % STREAM_ACCS], x, ones);
+  }
+}
+
+/* cnt scales at s added to the f32 chain *f, 16 at a time (the last ones masked). */
+static inline __attribute__((always_inline)) void scale_block(const float *s, long cnt, __m512 *f) {
+  for (long i = 0; i < cnt; i += 16) {
+    __mmask16 m = cnt - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cnt - i)) - 1);
+    *f = _mm512_add_ps(*f, _mm512_maskz_loadu_ps(m, s + i));
+  }
+}
+
+/* The sum of every lane of the chains: int32 lanes (N > 0) or 64-bit ones. */
+static double dot_total(const __m512i *acc, int N) {
+  double t = 0;
+  for (int c = 0; c < STREAM_ACCS; c++) {
+    if (N == 0) { t += (double)_mm512_reduce_add_epi64(acc[c]); continue; }
+    __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[c]));
+    __m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[c], 1));
+    t += (double)_mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi));
+  }
+  return t;
+}
+
+/* One thread's heads [h0, h1): per chunk K codes, K scales, V codes, V scales;
+   returns max(N, 1) x the codes' byte sum plus the scales' sum. */
+static inline __attribute__((always_inline)) double dot_heads(const char *k, const char *v, const float *ks,
+                                                             const float *vs, long h0, long h1, long keys, int D,
+                                                             int N) {
+  __m512i acc[STREAM_ACCS];
+  __m512 f = _mm512_setzero_ps();
+  for (int c = 0; c < STREAM_ACCS; c++) acc[c] = _mm512_setzero_si512();
+  for (long h = h0; h < h1; h++) {
+    for (long s = 0; s < keys; s += STREAM_CHUNK) {
+      long rows = keys - s < STREAM_CHUNK ? keys - s : STREAM_CHUNK, n = rows * D, at = h * keys + s;
+      const char *kc = k + at * D, *vc = v + at * D;
+      for (long o = 0; o < rows * 4; o += 64) {   /* this chunk's scales, for their reads below */
+        _mm_prefetch((const char *)(ks + at) + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)(vs + at) + o, _MM_HINT_T0);
+      }
+      dot_block(kc, vc, n, N, acc);
+      scale_block(ks + at, rows, &f);
+      dot_block(vc, kc + n, n, N, acc);
+      scale_block(vs + at, rows, &f);
+    }
+  }
+  return dot_total(acc, N) + (double)_mm512_reduce_add_ps(f);
+}
+
+/* The body for one n: a constant, so the loops unroll. */
+#define DOT_BODY(N) \
+  static double dot_##N(const char *k, const char *v, const float *ks, const float *vs, long h0, long h1, long keys, \
+                        int D) { return dot_heads(k, v, ks, vs, h0, h1, keys, D, N); }
+DOT_BODY(0) DOT_BODY(2) DOT_BODY(3) DOT_BODY(4) DOT_BODY(6) DOT_BODY(8) DOT_BODY(12) DOT_BODY(16) DOT_BODY(24)
+DOT_BODY(32) DOT_BODY(48)
+
+typedef double (*dot_fn)(const char *, const char *, const float *, const float *, long, long, long, int);
+
+/* The body for n (0 or G x P, G in 1..16 by powers of 2, P in 2, 3), or NULL. */
+static dot_fn dot_for(int n) {
+  static const struct { int n; dot_fn fn; } T[] = {
+    { 0, dot_0 }, { 2, dot_2 }, { 3, dot_3 }, { 4, dot_4 }, { 6, dot_6 }, { 8, dot_8 }, { 12, dot_12 },
+    { 16, dot_16 }, { 24, dot_24 }, { 32, dot_32 }, { 48, dot_48 },
+  };
+  for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
+    if (T[i].n == n) return T[i].fn;
+  return 0;
+}
+
+int fdb_stream_dot(const void *k, const void *v, const float *ks, const float *vs, long heads, long keys,
+                   int head_dim, int n, int threads, double *sum) {
+  dot_fn fn = dot_for(n);
+  if (!fn || heads < 1 || keys < 1 || head_dim < 64 || head_dim % 64 || !__builtin_cpu_supports("avx512vnni"))
+    return -1;
+  if (threads <= 0) threads = omp_get_max_threads();
+  double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    long t = omp_get_thread_num(), nt = omp_get_num_threads();
+    long h0 = heads * t / nt, h1 = heads * (t + 1) / nt;
+    if (h1 > h0) total += fn((const char *)k, (const char *)v, ks, vs, h0, h1, keys, head_dim);
+  }
+  stream_sink = (float)total;
+  if (sum) *sum = total;
+  return 0;
+}
+#else
+int fdb_stream_dot(const void *k, const void *v, const float *ks, const float *vs, long heads, long keys,
+                   int head_dim, int n, int threads, double *sum) {
+  (void)k; (void)v; (void)ks; (void)vs; (void)heads; (void)keys; (void)head_dim; (void)n; (void)threads; (void)sum;
+  return -1;
+}
+#endif

@@ -17,4 +17,19 @@
 int fdb_stream_fma(const void *k, const void *v, long heads, long keys, int head_dim, int dtype, int g,
                    int threads, double *sum);
 
+/* The int8 form, for an MSD kernel's arithmetic: heads x keys rows of
+   head_dim int8 codes at k and at v, and one f32 scale per row at ks and vs
+   ([heads][keys]), read once in the same order (per chunk of 256 keys: K
+   codes, K scales, V codes, V scales), every 64-byte vector of codes fed to
+   n int8 dot products (vpdpbusd, the codes as its unsigned bytes times a
+   vector of ones: n = G query heads x the key's planes) into 12 chains, or
+   with n = 0 to one byte sum (vpsadbw); each 16 scales to one f32 add.
+   *sum gets max(n, 1) x the sum of the codes as unsigned bytes plus the sum
+   of the scales (the int32 chains wrap beyond 2^31: a check keeps them
+   small). n is 0 or G x P for G in 1, 2, 4, 8, 16 and P in 2, 3; head_dim
+   a multiple of 64. Returns 0; -1 for another n or head_dim, no heads or
+   keys, or without AVX512-VNNI (in the build or the CPU; nothing read). */
+int fdb_stream_dot(const void *k, const void *v, const float *ks, const float *vs, long heads, long keys,
+                   int head_dim, int n, int threads, double *sum);
+
 #endif

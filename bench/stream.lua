@@ -1,10 +1,12 @@
--- `make bench-stream`: each of issue 18's f32/f16/bf16 bound rows beside the
--- streaming probe (bench/stream.c) on the same K and V buffers, cold cache,
--- all cores, round-robin in one run, each call preceded by a read-bandwidth
--- sample. The probe reads the cache once in a kernel's order, widens every
--- element to f32 and feeds it to G FMAs (G = query heads per kv head, the
--- multiply-adds a kernel owes each K element; V owes the same), nothing
--- else; "stream" is the same loop with one add per vector instead. Where the
+-- `make bench-stream`: each of issue 18's bound rows beside the streaming
+-- probe (bench/stream.c) on the same K and V buffers, cold cache, all cores,
+-- round-robin in one run, each call preceded by a read-bandwidth sample. The
+-- probe reads the cache once in a kernel's order, widens every element to
+-- f32 and feeds it to G FMAs (G = query heads per kv head, the multiply-adds
+-- a kernel owes each K element; V owes the same), nothing else; for int8 KV
+-- (MSD kernels) it feeds every 64 codes to G x P int8 dot products (P = the
+-- kernel key's planes) and reads the per-row scales. "stream" is the same
+-- loop with one add per vector instead. Where the
 -- machine cannot overlap arithmetic with its reads, the probe falls below the
 -- read bandwidth, and the kernel (which also keeps a softmax) below the
 -- probe: kernel / probe is the share of that loop's rate the kernel reaches.
@@ -28,6 +30,7 @@ local M = require("bench.measure")
 local side = require("bench.side")
 local roof = require("bench.roof")
 local space = require("space")
+local key = require("key")
 
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
@@ -39,8 +42,9 @@ local CFG = side.config(root, QUICK, {
 
 -- The measured rows: each shape of the benchmark's set (tuner/shapes/bench.lua)
 -- with issue 18's target (pct % of the bandwidth) and a KV dtype the probe
--- reads, at each length of its target; QUICK: those among its quick lengths.
-local PROBE_DTYPES = { f32 = true, f16 = true, bf16 = true }
+-- reads (its arithmetic: f32 FMAs, or int8 dots), at each length of its
+-- target; QUICK: those among its quick lengths.
+local PROBE_DTYPES = { f32 = "fma", f16 = "fma", bf16 = "fma", i8 = "dot" }
 local function measured_rows(path)
   local rows = {}
   for _, s in ipairs(space.load_shapes(path)) do
@@ -56,22 +60,42 @@ local function measured_rows(path)
 end
 
 -- The status of the probe's variants where it refuses: a build without
--- AVX-512, or a G it has no body for.
-local UNSERVED = "not measured: the probe needs AVX-512 and G in 1, 2, 4, 8, 16"
+-- AVX-512 (AVX512-VNNI for int8), or a G (G x P) it has no body for; or an
+-- int8 kernel without MSD planes (its arithmetic is not the probe's).
+local UNSERVED = "not measured: the probe needs AVX-512 (int8: AVX512-VNNI) and G in 1, 2, 4, 8, 16 (int8: P 2 or 3)"
+local NO_PLANES = "not measured: the kernel takes no MSD planes"
 
--- A runner of the probe over the row's K and V (g FMAs per vector) appending its seconds to v.times.
-local function probe_runner(row, b, g, threads, v)
+-- Probe n of the row over heads x keys of its buffers b: 0 when it ran.
+local function probe(row, b, heads, keys, n, threads)
+  local s = row.shape
+  if PROBE_DTYPES[s.kv_dtype] == "dot" then
+    return fdb.fdb_stream_dot(b.k, b.v, b.k_scale, b.v_scale, heads, keys, s.head_dim, n, threads, nil)
+  end
+  return fdb.fdb_stream_fma(b.k, b.v, heads, keys, s.head_dim, fd.enum("dtype", s.kv_dtype), n, threads, nil)
+end
+
+-- A runner of the probe over the row's K and V (n multiply-adds per vector) appending its seconds to v.times.
+local function probe_runner(row, b, n, threads, v)
   local s, now = row.shape, fdb.fdb_now
-  local dt = fd.enum("dtype", s.kv_dtype)
   return function()
     local t0 = now()
-    local rc = fdb.fdb_stream_fma(b.k, b.v, s.batch * s.n_kv_heads, row.len, s.head_dim, dt, g, threads, nil)
+    local rc = probe(row, b, s.batch * s.n_kv_heads, row.len, n, threads)
     v.times[#v.times + 1] = now() - t0
-    if rc ~= 0 then error(("fdb_stream_fma refused g %d, dtype %s"):format(g, s.kv_dtype), 0) end
+    if rc ~= 0 then error(("the probe refused n %d, dtype %s"):format(n, s.kv_dtype), 0) end
   end
 end
 
--- The three variants of a row: the planner's kernel, the probe with G FMAs, the probe with none.
+-- The probe's multiply-adds per vector for the row's kernel (key, or nil when
+-- not planned): G FMAs; for int8, G x P dots (nil: the key takes no planes);
+-- and their label.
+local function probe_work(row, G, kkey)
+  if PROBE_DTYPES[row.shape.kv_dtype] == "fma" then return G, ("stream + %d FMAs"):format(G) end
+  local P = kkey and key.decode(kkey).planes or 0
+  if P == 0 then return nil, "stream + int8 dots" end
+  return G * P, ("stream + %d int8 dots (%d x %d planes)"):format(G * P, G, P)
+end
+
+-- The three variants of a row: the planner's kernel, the probe with its arithmetic, the probe with none.
 local function variants(ctx, row, b, keep, threads)
   local s = row.shape
   local G = roof.group(s)
@@ -80,16 +104,18 @@ local function variants(ctx, row, b, keep, threads)
   if ok then
     k.info = fd.plan_info(plan, row.len, ctx)
     k.out = side.alloc("stream", keep, b.nq * side.esize(s.out_dtype))
-    k.plan, k.args = plan, fd.args { q = b.q, k = b.k, v = b.v, cur_pos = b.cur_pos, out = k.out }
+    k.plan, k.args = plan, fd.args { q = b.q, k = b.k, v = b.v, k_scale = b.k_scale, v_scale = b.v_scale,
+                                      cur_pos = b.cur_pos, out = k.out }
     k.fn = side.timed_runner(ctx, plan, k.args, k)
   else
     k.status = "plan: " .. tostring(plan)
   end
-  -- the probe on one key of one head: refused without AVX-512 or for another G
-  local served = fdb.fdb_stream_fma(b.k, b.v, 1, 1, s.head_dim, fd.enum("dtype", s.kv_dtype), G, 1, nil) == 0
-  local p = { name = ("stream + %d FMAs"):format(G), status = served and "ok" or UNSERVED, times = {} }
+  -- the probe on one key of one head: refused without AVX-512 (VNNI) or for another n
+  local n, label = probe_work(row, G, k.info and k.info.key)
+  local served = n and probe(row, b, 1, 1, n, 1) == 0
+  local p = { name = label, status = served and "ok" or n and UNSERVED or NO_PLANES, times = {} }
   local z = { name = "stream", status = p.status, times = {} }
-  if served then p.fn, z.fn = probe_runner(row, b, G, threads, p), probe_runner(row, b, 0, threads, z) end
+  if served then p.fn, z.fn = probe_runner(row, b, n, threads, p), probe_runner(row, b, 0, threads, z) end
   return { k, p, z }, G
 end
 
@@ -122,7 +148,7 @@ local function gbs(v, bytes) return v.cold and bytes / (v.cold.median * 1e-3) * 
 
 -- "23.4 (71%)": GB/s and the median share of the bandwidth sampled before each call.
 local function rate_cell(v, bytes)
-  if v.status == UNSERVED then return UNSERVED end
+  if v.status == UNSERVED or v.status == NO_PLANES then return v.status end
   if not v.cold then return v.status ~= "ok" and (("failed: " .. tostring(v.status)):gsub("|", "/")) or "-" end
   return ("%s (%s%%)"):format(side.num(gbs(v, bytes), 1), side.num(v.share and v.share * 100, 0))
 end
@@ -134,7 +160,7 @@ local function of_probe(k) return side.inverse_ci(k, 100, 0, "%") end
 local function cells(r)
   local k, p, z = r.vs[1], r.vs[2], r.vs[3]
   return { r.row.name, report.klen(r.row.len), tostring(r.G), "`" .. r.key .. "`", side.num(r.bytes / 2 ^ 20, 0),
-           rate_cell(z, r.bytes), rate_cell(p, r.bytes), rate_cell(k, r.bytes), of_probe(k),
+           p.name:gsub("^stream %+ ", ""), rate_cell(z, r.bytes), rate_cell(p, r.bytes), rate_cell(k, r.bytes), of_probe(k),
            ("%d%%"):format(r.row.target), k.finite and "yes" or "**NO**", tostring(k.cold and k.cold.n or 0) }
 end
 
@@ -146,16 +172,16 @@ local function markdown(res, chart)
   local L = {
     ("# flashdecode streaming-probe benchmark: %s%s"):format(i.machine.slug, QUICK and " (QUICK)" or ""), "",
     side.run_lines(i),
-    ("- Rows: the shapes of `%s` with issue 18's target and an f32, f16 or bf16 KV cache (kernels with f32 FMAs), at the target's lengths, causal, cur_pos = kv_len - 1; each kernel is the planner's plan from %s")
+    ("- Rows: the shapes of `%s` with issue 18's target and an f32, f16, bf16 or int8 KV cache, at the target's lengths, causal, cur_pos = kv_len - 1; each kernel is the planner's plan from %s")
       :format(side.relative(root, CFG.shapes), side.plans_from(root, i)),
-    "- `stream`: `fdb_stream_fma` with one add per vector: every K and V row read once in a kernel's order (per batch row and kv head, chunks of 256 keys, K then V), widened to f32, prefetched 4 KiB ahead. `stream + G FMAs`: the same loop with each 16-lane vector fed to G FMAs instead (12 independent accumulator chains): the multiply-adds a kernel owes each K and each V element (G query heads per kv head), and nothing else, no scores stored, no softmax",
+    "- `stream`: `fdb_stream_fma` with one add per vector: every K and V row read once in a kernel's order (per batch row and kv head, chunks of 256 keys, K then V), widened to f32, prefetched 4 KiB ahead. `stream + G FMAs`: the same loop with each 16-lane vector fed to G FMAs instead (12 independent accumulator chains): the multiply-adds a kernel owes each K and each V element (G query heads per kv head), and nothing else, no scores stored, no softmax. int8 KV (`fdb_stream_dot`): the codes read the same way and every 64 of them fed to G x P int8 dot products (`vpdpbusd`, P = the planes of the kernel's key: an MSD kernel owes each K and each V vector that many), `stream` a byte sum (`vpsadbw`) instead, and the per-row scales read after each chunk's codes; the GB/s count the codes and the scales",
     ("- Read bandwidth (%s sum, %d MiB, all threads), sampled at the start and at the end: best **%.1f GB/s**, median %.1f GB/s (%s); before every timed call one more pass over the flush buffer (`fdb_call_bw_gbs`): the %% in each cell is the median over calls of GB/s / that sample")
       :format(i.bw_kernel, CFG.bw_bytes / 2 ^ 20, res.bw_best, res.bw_median, side.bw_line(res)),
     ("- Cold cache: before every timed call all threads read one word of each line of a %d MiB buffer; kernel, probe and stream are timed round-robin, %d rounds; buffers of 4 MiB and more ask for huge pages: %s")
       :format(i.flush / 2 ^ 20, CFG.rmax, i.hugepages and "yes" or "no"),
     "- Columns: GB/s of the KV bytes (K and V of every valid key, once) over the median cold time, with the median % of the bandwidth sampled before each call; kernel / probe = 1 / the median over rounds of kernel time / probe time of the same round, with its 95% sign-test interval; target = issue 18's bound in % of the bandwidth; finite out = no NaN or infinity in the kernel's out after its first call; n = rounds",
     side.load_line(i), "",
-    report.md_table({ "shape", "kv_len", "G", "kernel key", "KV MiB", "stream GB/s (% bw)", "stream + G FMAs GB/s (% bw)",
+    report.md_table({ "shape", "kv_len", "G", "kernel key", "KV MiB", "probe's arithmetic per vector", "stream GB/s (% bw)", "stream + arithmetic GB/s (% bw)",
       "kernel GB/s (% bw)", "kernel / probe [95% CI]", "target", "finite out", "n" }, rows), "" }
   if chart then L[#L + 1] = ("## Chart\n\n![GB/s of stream, probe and kernel per row](%s)\n"):format(chart) end
   return table.concat(L, "\n")
@@ -164,7 +190,7 @@ end
 -- The chart's data (one line per row: stream, probe, kernel GB/s) and its gnuplot script.
 local function chart_script(res)
   local dir, name = CFG.plot_dir .. "/" .. res.info.name, res.info.name
-  local lines = { "# row\tstream\tstream+G FMAs\tkernel" }
+  local lines = { "# row\tstream\tstream+arithmetic\tkernel" }
   for _, r in ipairs(res.rows) do
     local g = {}
     for k = 3, 1, -1 do g[#g + 1] = ("%.4g"):format(gbs(r.vs[k], r.bytes) or 0) end
@@ -174,11 +200,11 @@ local function chart_script(res)
   local body = table.concat({ "set grid ytics", "set key inside top right vertical opaque box font ',9'",
     "set style data histograms", "set style histogram clustered gap 1", "set style fill solid 0.85 border -1",
     "set xtics rotate by -20 font ',9'", ("set yrange [0:%.4g]"):format(res.bw_best * 1.3),
-    ("set title 'cold GB/s of the KV read: stream, stream + G FMAs, kernel (%s, %s)'"):format(res.info.machine.slug, res.info.commit),
+    ("set title 'cold GB/s of the KV read: stream, stream + G FMAs (int8: G x P dots), kernel (%s, %s)'"):format(res.info.machine.slug, res.info.commit),
     "set ylabel 'GB/s (KV bytes / median cold time)'",
     ("set arrow from graph 0, first %.4g to graph 1, first %.4g nohead lw 2 dt 2 lc rgb 'black'"):format(res.bw_median, res.bw_median),
     ("set label 'median bandwidth sample %.1f GB/s' at graph 0.01, first %.4g offset 0,0.6 font ',9'"):format(res.bw_median, res.bw_median),
-    ("plot '%s/gbs.dat' using 2:xtic(1) title 'stream' lc rgb '#8da0cb', '' using 3 title 'stream + G FMAs' lc rgb '#66c2a5', '' using 4 title 'kernel' lc rgb '#fc8d62'"):format(dir) }, "\n")
+    ("plot '%s/gbs.dat' using 2:xtic(1) title 'stream' lc rgb '#8da0cb', '' using 3 title 'stream + G FMAs (int8: G x P dots)' lc rgb '#66c2a5', '' using 4 title 'kernel' lc rgb '#fc8d62'"):format(dir) }, "\n")
   return side.chart_script(dir, CFG.out, name, body)
 end
 
