@@ -6,10 +6,10 @@
 -- a kernel owes each K element; V owes the same), nothing else; for int8 KV
 -- (MSD kernels) it feeds every 64 codes to G x P int8 dot products (P = the
 -- kernel key's planes) and reads the per-row scales. "stream" is the same
--- loop with one add per vector instead. Where the
--- machine cannot overlap arithmetic with its reads, the probe falls below the
--- read bandwidth, and the kernel (which also keeps a softmax) below the
--- probe: kernel / probe is the share of that loop's rate the kernel reaches.
+-- loop with one add per vector instead. Where the machine cannot overlap
+-- arithmetic with its reads, the probe falls below the read bandwidth, and
+-- the kernel (which also keeps a softmax) below the probe: kernel / probe is
+-- the share of that loop's rate the kernel reaches.
 -- Writes results/bench/stream-<machine>[-quick].md and a chart of GB/s per
 -- row (.svg, .png). Never asserts a time; fails only when a call fails or an
 -- output holds a NaN (a sanity check).
@@ -64,6 +64,8 @@ end
 -- int8 kernel without MSD planes (its arithmetic is not the probe's).
 local UNSERVED = "not measured: the probe needs AVX-512 (int8: AVX512-VNNI) and G in 1, 2, 4, 8, 16 (int8: P 2 or 3)"
 local NO_PLANES = "not measured: the kernel takes no MSD planes"
+local NO_KERNEL = "not measured: no kernel planned (its MSD planes unknown)"
+local NOT_MEASURED = { [UNSERVED] = true, [NO_PLANES] = true, [NO_KERNEL] = true }
 
 -- Probe n of the row over heads x keys of its buffers b: 0 when it ran.
 local function probe(row, b, heads, keys, n, threads)
@@ -86,12 +88,13 @@ local function probe_runner(row, b, n, threads, v)
 end
 
 -- The probe's multiply-adds per vector for the row's kernel (key, or nil when
--- not planned): G FMAs; for int8, G x P dots (nil: the key takes no planes);
--- and their label.
+-- not planned): G FMAs; for int8, G x P dots; and their label; or nil, the
+-- label and why the probe does not run (int8 without a key or without planes).
 local function probe_work(row, G, kkey)
   if PROBE_DTYPES[row.shape.kv_dtype] == "fma" then return G, ("stream + %d FMAs"):format(G) end
-  local P = kkey and key.decode(kkey).planes or 0
-  if P == 0 then return nil, "stream + int8 dots" end
+  if not kkey then return nil, "stream + int8 dots", NO_KERNEL end
+  local P = key.decode(kkey).planes
+  if P == 0 then return nil, "stream + int8 dots", NO_PLANES end
   return G * P, ("stream + %d int8 dots (%d x %d planes)"):format(G * P, G, P)
 end
 
@@ -111,9 +114,9 @@ local function variants(ctx, row, b, keep, threads)
     k.status = "plan: " .. tostring(plan)
   end
   -- the probe on one key of one head: refused without AVX-512 (VNNI) or for another n
-  local n, label = probe_work(row, G, k.info and k.info.key)
+  local n, label, why = probe_work(row, G, k.info and k.info.key)
   local served = n and probe(row, b, 1, 1, n, 1) == 0
-  local p = { name = label, status = served and "ok" or n and UNSERVED or NO_PLANES, times = {} }
+  local p = { name = label, status = served and "ok" or why or UNSERVED, times = {} }
   local z = { name = "stream", status = p.status, times = {} }
   if served then p.fn, z.fn = probe_runner(row, b, n, threads, p), probe_runner(row, b, 0, threads, z) end
   return { k, p, z }, G
@@ -148,7 +151,7 @@ local function gbs(v, bytes) return v.cold and bytes / (v.cold.median * 1e-3) * 
 
 -- "23.4 (71%)": GB/s and the median share of the bandwidth sampled before each call.
 local function rate_cell(v, bytes)
-  if v.status == UNSERVED or v.status == NO_PLANES then return v.status end
+  if NOT_MEASURED[v.status] then return v.status end
   if not v.cold then return v.status ~= "ok" and (("failed: " .. tostring(v.status)):gsub("|", "/")) or "-" end
   return ("%s (%s%%)"):format(side.num(gbs(v, bytes), 1), side.num(v.share and v.share * 100, 0))
 end
@@ -213,7 +216,7 @@ local function failures(rows)
   local bad = {}
   for _, r in ipairs(rows) do
     for _, v in ipairs(r.vs) do
-      if v.status ~= "ok" and v.status ~= UNSERVED then bad[#bad + 1] = ("%s %s %s: %s"):format(r.row.name, report.klen(r.row.len), v.name, v.status) end
+      if v.status ~= "ok" and not NOT_MEASURED[v.status] then bad[#bad + 1] = ("%s %s %s: %s"):format(r.row.name, report.klen(r.row.len), v.name, v.status) end
     end
     if r.vs[1].status == "ok" and not r.vs[1].finite then
       bad[#bad + 1] = ("%s %s kernel: NaN or infinity in out"):format(r.row.name, report.klen(r.row.len))
