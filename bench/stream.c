@@ -13,9 +13,38 @@
    on the 2-core Xeon (bf16, g 0-8). */
 enum { STREAM_CHUNK = 256, STREAM_AHEAD = 4096, STREAM_ACCS = 12 };
 
+#if defined(__AVX512F__)
 static volatile float stream_sink;
 
-#if defined(__AVX512F__)
+/* What one probe call reads: K and V (int8: and their row scales ks, vs),
+   keys rows of D elements per head. */
+typedef struct { const char *k, *v; const float *ks, *vs; long keys; int D; } stream_job;
+
+/* One thread's share of a call: heads [h0, h1), returning its sum. */
+typedef double (*stream_fn)(const stream_job *, long h0, long h1);
+
+/* fn over heads split across threads (0 = all), its sums added into *sum. */
+static int run_heads(stream_fn fn, const stream_job *j, long heads, int threads, double *sum) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    long t = omp_get_thread_num(), nt = omp_get_num_threads();
+    long h0 = heads * t / nt, h1 = heads * (t + 1) / nt;
+    if (h1 > h0) total += fn(j, h0, h1);
+  }
+  stream_sink = (float)total;
+  if (sum) *sum = total;
+  return 0;
+}
+
+/* Prefetch (into L1) the line STREAM_AHEAD bytes past offset off of a block
+   of n bytes at p, running on into next, the block read after it. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const char *p, const char *next, long off, long n) {
+  long ahead = off + STREAM_AHEAD;
+  _mm_prefetch(ahead < n ? p + ahead : next + (ahead - n), _MM_HINT_T0);
+}
+
 /* Element i*16.. of a row of dtype dt at p as 16 f32 lanes. */
 static inline __attribute__((always_inline)) __m512 widen(const char *p, int dt, long i) {
   if (dt == 0) return _mm512_loadu_ps((const float *)p + i);
@@ -31,8 +60,7 @@ static inline __attribute__((always_inline)) void stream_block(const char *p, co
                                                               int G, __m512 *acc, const __m512 *q) {
   const int per_line = dt == 0 ? 1 : 2;
   for (long off = 0; off < n; off += 64) {
-    long ahead = off + STREAM_AHEAD;
-    _mm_prefetch(ahead < n ? p + ahead : next + (ahead - n), _MM_HINT_T0);
+    prefetch_ahead(p, next, off, n);
     for (int u = 0; u < per_line; u++) {
       __m512 x = widen(p + off, dt, 16 * u);
       if (G == 0) acc[u] = _mm512_add_ps(acc[u], x);
@@ -45,12 +73,13 @@ static inline __attribute__((always_inline)) void stream_block(const char *p, co
 }
 
 /* One thread's heads [h0, h1): chunks of K then V, as a kernel walks them. */
-static inline __attribute__((always_inline)) float stream_heads(const char *k, const char *v, long h0, long h1,
-                                                               long keys, int D, int dt, int G) {
-  const long row = (long)D * (dt == 0 ? 4 : 2), per_head = keys * row;
+static inline __attribute__((always_inline)) double stream_heads(const stream_job *j, long h0, long h1, int dt,
+                                                                int G) {
+  const char *k = j->k, *v = j->v;
+  const long keys = j->keys, row = (long)j->D * (dt == 0 ? 4 : 2), per_head = keys * row;
   __m512 acc[STREAM_ACCS], q[16];
   for (int c = 0; c < STREAM_ACCS; c++) acc[c] = _mm512_setzero_ps();
-  for (int j = 0; j < 16; j++) q[j] = _mm512_set1_ps(1.0f / (float)(j + 2));   /* the g multipliers */
+  for (int i = 0; i < 16; i++) q[i] = _mm512_set1_ps(1.0f / (float)(i + 2));   /* the g multipliers */
   for (long h = h0; h < h1; h++) {
     for (long s = 0; s < keys; s += STREAM_CHUNK) {
       long n = (keys - s < STREAM_CHUNK ? keys - s : STREAM_CHUNK) * row;
@@ -67,15 +96,12 @@ static inline __attribute__((always_inline)) float stream_heads(const char *k, c
 
 /* The body for one (dtype, g): each a constant, so the loops unroll. */
 #define STREAM_BODY(DT, G) \
-  static float body_##DT##_##G(const char *k, const char *v, long h0, long h1, long keys, int D) { \
-    return stream_heads(k, v, h0, h1, keys, D, DT, G); }
+  static double body_##DT##_##G(const stream_job *j, long h0, long h1) { return stream_heads(j, h0, h1, DT, G); }
 #define STREAM_BODIES(DT) STREAM_BODY(DT, 0) STREAM_BODY(DT, 1) STREAM_BODY(DT, 2) STREAM_BODY(DT, 4) \
   STREAM_BODY(DT, 8) STREAM_BODY(DT, 16)
 STREAM_BODIES(0)
 STREAM_BODIES(1)
 STREAM_BODIES(2)
-
-typedef float (*stream_fn)(const char *, const char *, long, long, long, int);
 
 /* The table of bodies: [dtype][index of g in 0, 1, 2, 4, 8, 16]. */
 static const stream_fn BODIES[3][6] = {
@@ -97,17 +123,8 @@ int fdb_stream_fma(const void *k, const void *v, long heads, long keys, int head
                    int threads, double *sum) {
   stream_fn fn = body_for(dtype, g);
   if (!fn || heads < 1 || keys < 1 || head_dim < 32 || head_dim % 32) return -1;
-  if (threads <= 0) threads = omp_get_max_threads();
-  double total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-  {
-    long t = omp_get_thread_num(), nt = omp_get_num_threads();
-    long h0 = heads * t / nt, h1 = heads * (t + 1) / nt;
-    if (h1 > h0) total += fn((const char *)k, (const char *)v, h0, h1, keys, head_dim);
-  }
-  stream_sink = (float)total;
-  if (sum) *sum = total;
-  return 0;
+  stream_job j = { (const char *)k, (const char *)v, 0, 0, keys, head_dim };
+  return run_heads(fn, &j, heads, threads, sum);
 }
 #else
 int fdb_stream_fma(const void *k, const void *v, long heads, long keys, int head_dim, int dtype, int g,
@@ -125,8 +142,7 @@ static inline __attribute__((always_inline)) void dot_block(const char *p, const
                                                            __m512i *acc) {
   const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
   for (long off = 0; off < n; off += 64) {
-    long ahead = off + STREAM_AHEAD;
-    _mm_prefetch(ahead < n ? p + ahead : next + (ahead - n), _MM_HINT_T0);
+    prefetch_ahead(p, next, off, n);
     __m512i x = _mm512_loadu_si512((const void *)(p + off));
     if (N == 0) acc[0] = _mm512_add_epi64(acc[0], _mm512_sad_epu8(x, zero));
 #pragma GCC unroll 48
@@ -156,9 +172,10 @@ static double dot_total(const __m512i *acc, int N) {
 
 /* One thread's heads [h0, h1): per chunk K codes, K scales, V codes, V scales;
    returns max(N, 1) x the codes' byte sum plus the scales' sum. */
-static inline __attribute__((always_inline)) double dot_heads(const char *k, const char *v, const float *ks,
-                                                             const float *vs, long h0, long h1, long keys, int D,
-                                                             int N) {
+static inline __attribute__((always_inline)) double dot_heads(const stream_job *j, long h0, long h1, int N) {
+  const char *k = j->k, *v = j->v;
+  const float *ks = j->ks, *vs = j->vs;
+  const long keys = j->keys, D = j->D;
   __m512i acc[STREAM_ACCS];
   __m512 f = _mm512_setzero_ps();
   for (int c = 0; c < STREAM_ACCS; c++) acc[c] = _mm512_setzero_si512();
@@ -181,16 +198,13 @@ static inline __attribute__((always_inline)) double dot_heads(const char *k, con
 
 /* The body for one n: a constant, so the loops unroll. */
 #define DOT_BODY(N) \
-  static double dot_##N(const char *k, const char *v, const float *ks, const float *vs, long h0, long h1, long keys, \
-                        int D) { return dot_heads(k, v, ks, vs, h0, h1, keys, D, N); }
+  static double dot_##N(const stream_job *j, long h0, long h1) { return dot_heads(j, h0, h1, N); }
 DOT_BODY(0) DOT_BODY(2) DOT_BODY(3) DOT_BODY(4) DOT_BODY(6) DOT_BODY(8) DOT_BODY(12) DOT_BODY(16) DOT_BODY(24)
 DOT_BODY(32) DOT_BODY(48)
 
-typedef double (*dot_fn)(const char *, const char *, const float *, const float *, long, long, long, int);
-
 /* The body for n (0 or G x P, G in 1..16 by powers of 2, P in 2, 3), or NULL. */
-static dot_fn dot_for(int n) {
-  static const struct { int n; dot_fn fn; } T[] = {
+static stream_fn dot_for(int n) {
+  static const struct { int n; stream_fn fn; } T[] = {
     { 0, dot_0 }, { 2, dot_2 }, { 3, dot_3 }, { 4, dot_4 }, { 6, dot_6 }, { 8, dot_8 }, { 12, dot_12 },
     { 16, dot_16 }, { 24, dot_24 }, { 32, dot_32 }, { 48, dot_48 },
   };
@@ -201,20 +215,11 @@ static dot_fn dot_for(int n) {
 
 int fdb_stream_dot(const void *k, const void *v, const float *ks, const float *vs, long heads, long keys,
                    int head_dim, int n, int threads, double *sum) {
-  dot_fn fn = dot_for(n);
+  stream_fn fn = dot_for(n);
   if (!fn || heads < 1 || keys < 1 || head_dim < 64 || head_dim % 64 || !__builtin_cpu_supports("avx512vnni"))
     return -1;
-  if (threads <= 0) threads = omp_get_max_threads();
-  double total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-  {
-    long t = omp_get_thread_num(), nt = omp_get_num_threads();
-    long h0 = heads * t / nt, h1 = heads * (t + 1) / nt;
-    if (h1 > h0) total += fn((const char *)k, (const char *)v, ks, vs, h0, h1, keys, head_dim);
-  }
-  stream_sink = (float)total;
-  if (sum) *sum = total;
-  return 0;
+  stream_job j = { (const char *)k, (const char *)v, ks, vs, keys, head_dim };
+  return run_heads(fn, &j, heads, threads, sum);
 }
 #else
 int fdb_stream_dot(const void *k, const void *v, const float *ks, const float *vs, long heads, long keys,
