@@ -9,6 +9,7 @@ local fd = require("flashdecode")
 local fdb = require("bench.lib")
 local machine = require("tuner.machine")
 local report = require("bench.report")
+local measure = require("bench.measure")
 local stats = require("tuner.stats")
 
 local M = {}
@@ -159,7 +160,7 @@ function M.buffers(name, s, len, list)
   b.k, b.v = M.alloc(name, list, b.nkv * M.esize(s.kv_dtype)), M.alloc(name, list, b.nkv * M.esize(s.kv_dtype))
   fdb.fdb_fill(b.q, b.nq, fd.enum("dtype", s.q_dtype), 1, -1, 1)
   if s.kv_dtype == "i8" then   -- codes and per-row scales, as tuner/bench.lua's
-    require("bench.measure").fill_i8(b, b.nkv, s.head_dim, function(bytes) return M.alloc(name, list, bytes) end)
+    measure.fill_i8(b, b.nkv, s.head_dim, function(bytes) return M.alloc(name, list, bytes) end)
   else
     fdb.fdb_fill(b.k, b.nkv, fd.enum("dtype", s.kv_dtype), 2, -1, 1)
     fdb.fdb_fill(b.v, b.nkv, fd.enum("dtype", s.kv_dtype), 3, -1, 1)
