@@ -1,5 +1,6 @@
-/* cc backend: `cc -O3 -march=native -shared -fPIC` into a cache directory
-   named by key + source hash + compiler hash, reused across runs; dlopen. */
+/* cc backend: `cc -O3 -march=native -shared -fPIC` (and -g under $FD_CC_DEBUG)
+   into a cache directory named by key + source hash + compiler hash, reused
+   across runs; dlopen. */
 #include "cc.h"
 #include "hash.h"
 #include <dlfcn.h>
@@ -38,6 +39,14 @@ static void probe_version(void) {
 const char *fd_cc_version(void) {
   pthread_once(&version_once, probe_version);
   return version[0] ? version : NULL;
+}
+
+/* Whether $FD_CC_DEBUG (set, not "0") asks for kernels a profiler or debugger
+   maps back to the templates: generated with #line directives, compiled with -g
+   (the same machine code: -g adds only debug sections). */
+int fd_cc_debug(void) {
+  const char *e = getenv("FD_CC_DEBUG");
+  return e && *e && strcmp(e, "0") != 0;
 }
 
 /* FNV-1a of a string. */
@@ -90,7 +99,8 @@ static int write_file(const char *path, const char *src) {
 /* Run the compiler on csrc into so; its messages go to err. */
 static int run_compiler(const char *csrc, const char *so, char *err, size_t errlen) {
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "%s -O3 -march=native -shared -fPIC -w -o '%s' '%s' 2>&1", compiler(), so, csrc);
+  snprintf(cmd, sizeof cmd, "%s -O3 -march=native -shared -fPIC -w%s -o '%s' '%s' 2>&1", compiler(),
+           fd_cc_debug() ? " -g" : "", so, csrc);
   FILE *p = popen(cmd, "r");
   if (!p) { snprintf(err, errlen, "cc backend: cannot run %s", compiler()); return -1; }
   size_t n = (size_t)snprintf(err, errlen, "cc backend: %s failed: ", compiler());

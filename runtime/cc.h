@@ -15,6 +15,8 @@ void fd_cc_free(fd_cc_unit *unit);
 /* Whether dir (NULL: the default) can hold the cache (created if missing);
    0, or -1 with the reason in why. */
 int fd_cc_check_dir(const char *dir, char *why, size_t whylen);
+/* Whether $FD_CC_DEBUG asks for #line directives and -g in cc kernels. */
+int fd_cc_debug(void);
 /* The cache directory a NULL config value means. */
 const char *fd_cc_default_dir(void);
 

@@ -222,13 +222,16 @@ static int compile_src(unit *u, int backend, const char *cache_dir, const char *
 /* Generate (or read from src_dir) and compile key into a new unit (NULL with
    err); a kept source that does not compile is generated again. Sources are
    generated without #line directives; one that does not compile is generated
-   and compiled again with them, so the error names template lines. build_lock held. */
+   and compiled again with them, so the error names template lines. Under
+   $FD_CC_DEBUG a cc kernel is generated with them from the start (and no kept
+   source is read or written), so its debug lines name the templates. build_lock held. */
 static unit *unit_compile(int backend, const char *cache_dir, const char *src_dir, const char *key,
                           const char *id, char *err, size_t errlen) {
   unit *u = calloc(1, sizeof *u);
   if (!u || !(u->id = strdup(id))) { free(u); snprintf(err, errlen, "out of memory"); return NULL; }
   double t0 = now_ms();
-  char *src = src_dir ? src_read(src_dir, key) : NULL;
+  int debug = backend == 1 && fd_cc_debug();
+  char *src = src_dir && !debug ? src_read(src_dir, key) : NULL;
   int from_disk = src != NULL, rc = -1;
   void *addr = NULL;
   double t1 = now_ms();
@@ -238,11 +241,11 @@ static unit *unit_compile(int backend, const char *cache_dir, const char *src_di
     from_disk = 0;
     t0 = t1 = now_ms();
   }
-  for (int lines = 0; !src && lines < 2; lines++) {   /* a failure again with #line, for its message */
+  for (int lines = debug; !src && lines < 2; lines++) {   /* a failure again with #line, for its message */
     if (!(src = generate_locked(key, lines, err, errlen))) { unit_free(u); return NULL; }
     t1 = now_ms();
     rc = compile_src(u, backend, cache_dir, key, src, &addr, err, errlen);
-    if (rc == 0 && src_dir) src_write(src_dir, key, src);
+    if (rc == 0 && src_dir && !lines) src_write(src_dir, key, src);
     if (rc != 0 && lines == 0) { free(src); src = NULL; }
   }
   if (rc == 0) record(key, src, from_disk, t1 - t0, now_ms() - t1);

@@ -4,7 +4,7 @@
 # machine of this kind lacks), for CI to purge before it proves the README.
 set -euo pipefail
 project=(lua5.4 liblua5.4-dev luajit libluajit-5.1-dev tcc libtcc-dev gnuplot-nox python3-numpy openmpi-bin libopenmpi-dev)
-base=(gcc make binutils pkg-config python3 clang libclang-rt-14-dev)
+base=(gcc make binutils pkg-config python3 clang libclang-rt-14-dev linux-perf)
 if [ "${1:-}" = "--list" ]; then echo "${project[*]}"; exit 0; fi
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

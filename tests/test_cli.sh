@@ -52,6 +52,17 @@ out=$($F run --shape "batch=2,n_q_heads=8,n_kv_heads=2,head_dim=80,kv_dtype=fp8,
 check "run with an inline shape, fp8 BSHD" has "$out" ": ok"
 out=$($F run --shape "batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,q_dtype=bf16,kv_dtype=e5m2,out_dtype=f16,kv_len=300" --splits 3)
 check "run with an inline shape, fp8 e5m2" has "$out" ": ok"
+# FD_CC_DEBUG: a cc kernel carries debug lines naming the template statements
+# (#line, -g) and still matches the reference; without it, no debug lines.
+shape="batch=1,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtype=bf16,kv_len=300"
+out=$(FD_CC_DEBUG=1 FD_CACHE_DIR="$tmp/ccdbg" $F run --shape "$shape" --backend cc --splits 2)
+check "run --backend cc under FD_CC_DEBUG=1 checks against the reference" has "$out" ": ok"
+check "FD_CC_DEBUG=1: the cc kernel's debug lines name decode.c.tpl@LINE" \
+  bash -c "readelf --debug-dump=decodedline $tmp/ccdbg/fd_k*.so | grep -q 'decode.c.tpl@[0-9]'"
+out=$(FD_CC_DEBUG=0 FD_CACHE_DIR="$tmp/ccnodbg" $F run --shape "$shape" --backend cc --splits 2)
+check "run --backend cc with FD_CC_DEBUG=0 checks against the reference" has "$out" ": ok"
+check "FD_CC_DEBUG=0: the cc kernel has no debug lines" \
+  bash -c "ls $tmp/ccnodbg/fd_k*.so >/dev/null && ! readelf -S $tmp/ccnodbg/fd_k*.so | grep -q debug_line"
 out=$($F run --shape nosuch 2>&1)
 check "run refuses an unknown shape" has "$out" "no shape called nosuch"
 out=$($F run --shape llama3-8b --tile 3 2>&1)
