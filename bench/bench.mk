@@ -13,13 +13,15 @@
 # `make bench-stream`: issue 18's bound rows beside a loop that only reads the same K and V and does
 # their multiply-adds (f32 FMAs, or int8 dots for int8 KV; bench/stream.lua, about 70 s);
 # `QUICK=1 make bench-stream`: the 16k/4k/2k rows, 7 rounds.
+# `make bench-phases`: issue 18's bound rows under `perf record`, each sample named by the template
+# statement it ran in (bench/phases.lua; needs perf, about 60 s); `QUICK=1`: the quick lengths, 1 s each.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
 FDB_SRC    := bench/bw.c bench/stream.c bench/vanilla.c bench/util.c
 FDB_HDR    := bench/bw.h bench/stream.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream
+.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream bench-phases
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -70,3 +72,9 @@ bench-plot:
 bench-stream: lib $(B)/libfdbench.so
 	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
 	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-stream" $(LUAJIT) bench/stream.lua
+
+# Issue 18's bound rows by template statement (perf cpu-clock samples of cc kernels built with
+# #line and -g): results/bench/phases-<machine>[-quick].{md,svg,png}.
+bench-phases: lib $(B)/libfdbench.so
+	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
+	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-phases" $(LUAJIT) bench/phases.lua
