@@ -163,14 +163,7 @@ local function phase_columns(rows)
       if not seen[id] then seen[id] = true; cols[#cols + 1] = id end
     end
   end
-  local pos = {}
-  for i, p in ipairs(profile.PHASES) do pos[p.id] = i end
-  table.sort(cols, function(a, b)
-    local x, y = pos[a] or math.huge, pos[b] or math.huge
-    if x ~= y then return x < y end
-    return a < b
-  end)
-  return cols
+  return profile.sort(cols)
 end
 
 -- The kernel's hottest C lines of a row: "decode.c.tpl:359 0.5%, ...".

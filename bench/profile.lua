@@ -35,6 +35,16 @@ function M.label(id)
   return i and M.PHASES[i].label or id
 end
 
+-- Sort a list of phase ids into report order (M.PHASES, then others by name).
+function M.sort(ids)
+  table.sort(ids, function(a, b)
+    local x, y = ORDER[a] or (#M.PHASES + 1), ORDER[b] or (#M.PHASES + 1)
+    if x ~= y then return x < y end
+    return a < b
+  end)
+  return ids
+end
+
 -- The chart colour of phase id (grey for one not in M.PHASES).
 function M.color(id)
   local i = ORDER[id]
@@ -92,11 +102,7 @@ function M.aggregate(text, read)
     order[#order + 1] = id
     shares[id] = n / total * 100
   end
-  table.sort(order, function(a, b)
-    local x, y = ORDER[a] or (#M.PHASES + 1), ORDER[b] or (#M.PHASES + 1)
-    if x ~= y then return x < y end
-    return a < b
-  end)
+  M.sort(order)
   local c_lines = {}
   for where, n in pairs(c) do c_lines[#c_lines + 1] = { where, n / total * 100 } end
   table.sort(c_lines, function(a, b) return a[2] > b[2] or (a[2] == b[2] and a[1] < b[1]) end)

@@ -77,6 +77,9 @@ T.eq(a.c_lines[1][1], "decode.c.tpl:2", "aggregate: the hottest C line first")
 near(a.c_lines[1][2], 15, "aggregate: ... at 30 of 200 = 15%")
 T.eq(#profile.aggregate("", read).order, 0, "aggregate: an empty report has no phases")
 
+T.eq(table.concat(profile.sort { "outside", "zz", "pv", "aa", "scores" }, ","), "scores,pv,outside,aa,zz",
+     "sort: known phases in report order, then others by name")
+
 -- labels: a known phase's words, an unknown one its own name.
 T.eq(profile.label("pv"), "P·V", "label: pv")
 T.eq(profile.label("decode.c.tpl@7"), "decode.c.tpl@7", "label: an unknown phase keeps its name")
