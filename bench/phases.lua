@@ -30,7 +30,7 @@ local report = require("bench.report")
 local M = require("bench.measure")
 local side = require("bench.side")
 local profile = require("bench.profile")
-local space = require("space")
+local sys = require("tuner.sys")
 
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
@@ -40,19 +40,8 @@ local CFG = side.config(root, QUICK, {
 })
 CFG.work = CFG.plot_dir .. "/phases"
 
--- The rows: each shape of the set with issue 18's target, at each length of
--- its target (QUICK: those among its quick lengths).
-local function bound_rows(path)
-  local rows = {}
-  for _, s in ipairs(space.load_shapes(path)) do
-    local quick = {}
-    for _, len in ipairs(s.quick or {}) do quick[len] = true end
-    for _, len in ipairs(s.target and s.target.at or {}) do
-      if not QUICK or quick[len] then rows[#rows + 1] = { name = s.name, shape = s, len = len, target = s.target.pct } end
-    end
-  end
-  return rows
-end
+-- The rows: issue 18's bound rows of the set (side.bound_rows).
+local function bound_rows(path) return side.bound_rows(path, QUICK) end
 
 -- Write line to the perf control FIFO and wait for its ack.
 local function perf_control(line)
@@ -108,8 +97,7 @@ local function capture(what, cmd)
   return text
 end
 
--- Shell-quote s.
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local q = sys.quote
 
 -- Whether perf can sample this process's children: nil, or why not.
 local function perf_missing()

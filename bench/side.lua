@@ -11,14 +11,13 @@ local machine = require("tuner.machine")
 local report = require("bench.report")
 local measure = require("bench.measure")
 local stats = require("tuner.stats")
+local sys = require("tuner.sys")
+local space = require("space")
 
 local M = {}
 
 -- $k, or d when it is unset or empty.
-function M.env(k, d)
-  local v = os.getenv(k)
-  return (v and v ~= "") and v or d
-end
+M.env = sys.env
 
 -- The settings every side benchmark shares (out, plot_dir, backend and the
 -- bandwidth samples' size and repetitions, from $FDB_OUT, $FDB_PLOT_DIR,
@@ -56,6 +55,23 @@ function M.bw_summary(bw)
   for i, s in ipairs(bw) do t[i] = s.gbs end
   table.sort(t)
   return t[#t], stats.median(t)
+end
+
+-- Issue 18's bound rows of the shape set at path: each shape with a target
+-- (and keep(s), when given), at each length of its target; quick: only those
+-- among its quick lengths. Rows { name, shape, len, target = its pct }.
+function M.bound_rows(path, quick, keep)
+  local rows = {}
+  for _, s in ipairs(space.load_shapes(path)) do
+    local quick_len = {}
+    for _, len in ipairs(s.quick or {}) do quick_len[len] = true end
+    if s.target and (not keep or keep(s)) then
+      for _, len in ipairs(s.target.at) do
+        if not quick or quick_len[len] then rows[#rows + 1] = { name = s.name, shape = s, len = len, target = s.target.pct } end
+      end
+    end
+  end
+  return rows
 end
 
 -- The context every plan comes from: the tuned table ($FDB_TABLE or the

@@ -29,7 +29,6 @@ local report = require("bench.report")
 local M = require("bench.measure")
 local side = require("bench.side")
 local roof = require("bench.roof")
-local space = require("space")
 local key = require("key")
 
 local env = side.env
@@ -40,23 +39,11 @@ local CFG = side.config(root, QUICK, {
   shapes = env("SHAPES", root .. "/tuner/shapes/bench.lua"),
 })
 
--- The measured rows: each shape of the benchmark's set (tuner/shapes/bench.lua)
--- with issue 18's target (pct % of the bandwidth) and a KV dtype the probe
--- reads (its arithmetic: f32 FMAs, or int8 dots), at each length of its
--- target; QUICK: those among its quick lengths.
+-- The measured rows: the bound rows (side.bound_rows) with a KV dtype the
+-- probe reads (its arithmetic: f32 FMAs, or int8 dots).
 local PROBE_DTYPES = { f32 = "fma", f16 = "fma", bf16 = "fma", i8 = "dot" }
 local function measured_rows(path)
-  local rows = {}
-  for _, s in ipairs(space.load_shapes(path)) do
-    local quick = {}
-    for _, len in ipairs(s.quick or {}) do quick[len] = true end
-    if s.target and PROBE_DTYPES[s.kv_dtype] then
-      for _, len in ipairs(s.target.at) do
-        if not QUICK or quick[len] then rows[#rows + 1] = { name = s.name, shape = s, len = len, target = s.target.pct } end
-      end
-    end
-  end
-  return rows
+  return side.bound_rows(path, QUICK, function(s) return PROBE_DTYPES[s.kv_dtype] ~= nil end)
 end
 
 -- The status of the probe's variants where it refuses: a build without

@@ -300,7 +300,7 @@ local function run_parts(cfg)
   for k = 1, cfg.procs - 1 do
     local upto = math.floor(k * cfg.rounds / cfg.procs)
     if upto >= 1 then
-      local q = function(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
+      local q = sys.quote
       local cmd = ("SWEEP_ROUNDS_UPTO=%d SWEEP_REPORT=%s SWEEP_TABLE=%s %s %s %s"):format(upto, q(cfg.report), q(cfg.table),
         q(arg[-1] or "luajit"), q(arg[0]), q(cfg.shapes))
       local ok, how, code = os.execute(cmd)

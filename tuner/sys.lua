@@ -26,6 +26,11 @@ function M.env(k, d)
   return (v and v ~= "") and v or d
 end
 
+-- s single-quoted for the shell.
+function M.quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
 -- The tuner's cache flush is the benchmark's (bench/bw.c fdb_flush_caches:
 -- all threads read a buffer of 4x the last-level cache), so the tuner and
 -- `make bench` time the same cold state. libfdbench ($FDB_LIB, else build/)

@@ -198,7 +198,7 @@ end
 
 -- Export the table to the header with `fdgen export`; "written" or "unchanged".
 local function export_header(cfg)
-  local q = function(p) return "'" .. p:gsub("'", "'\\''") .. "'" end
+  local q = sys.quote
   local cmd = ("%s export %s -o %s"):format(q(cfg.fdgen), q(cfg.table), q(cfg.header))
   local p = io.popen(cmd .. " 2>&1; echo \"exit $?\"")
   local out = p:read("*a")
