@@ -129,6 +129,7 @@ local function add_simd(p)
   end
   p.HL = simd.head_lanes(p.ISA, p)
   p.Q_SPLIT = simd.bf16_split(p.ISA, p)
+  p.QLOAD_SPLIT = simd.qload_split(p.ISA, p)
   p.DPBF16 = simd.dpbf16(p.ISA, p)
   p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
   -- MSD P.V (gen/simd.lua msd_pv): its buffer and, per P.V call, its preparation
@@ -154,6 +155,9 @@ local function add_simd(p)
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end
   p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end
+  p.simd_init_records = function() return simd.init_records(p.ISA, p) end
+  p.Q_COLUMNS = simd.q_columns_simd(p.ISA, p)
+  p.simd_q_columns = function() return simd.q_columns(p.ISA, p) end
   p.simd_softcap = function() return simd.softcap(p.ISA, p) end
   p.simd_alibi = function() return simd.alibi(p.ISA, p) end
 end

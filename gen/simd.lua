@@ -12,6 +12,8 @@
 -- restores the callee-saved ones it uses (save_regs) and ends with vzeroupper.
 -- Statements, each for the whole group tile of T heads:
 --   qload         q (f32/f16/bf16) times the scale -> f32 rows
+--   init_records  empty state records (acc 0, m -inf, l 0) for the call's heads
+--   q_columns     a head-lane tile's f32 q rows as columns (16 x 16 transposes)
 --   scores        q tile . K rows of the chunk -> score rows (row-major
 --                 sc[t][i], or key-major sc[i][t] for head-lane tiles)
 --   max           running max of every head's scores, starting at in[t]
@@ -68,6 +70,7 @@ M.CONST_INTS = {
   { "abs", 0x7fffffff }, { "sign", 0x80000000 },                    -- f32 magnitude, sign
   { "nibble", 0x0f },                                               -- q4_0's low nibble
   { "x80", 0x80808080 },                                            -- int8 -> u8 (+128) for vpdpbusd
+  { "ninf", 0xff800000 },                                           -- an empty record's running max
 }
 local C = {}
 for i, row in ipairs(M.CONST_FLOATS) do C[row[1]] = (i - 1) * 64 end
@@ -804,6 +807,29 @@ local function transpose_columns()
 end
 local MSD_COLS = transpose_columns()
 
+-- Whether qload's f32 rows of a head-lane tile are transposed by q_columns:
+-- 16 heads of 16 lanes (else the template's C loop does it).
+function M.q_columns_simd(isa, p)
+  return p.HL == true and GEOM[isa].W == 16 and p.T == 16
+end
+
+-- Head-lane q columns (M.q_columns_simd): the T = 16 f32 rows of D floats at
+-- src into ptr[d][t] = src[t][d], by 16 x 16 transposes.
+function M.q_columns(isa, p)
+  local b = new_block(isa, p)
+  prologue(b, { "src", "ptr" })
+  for blk = 0, p.D / 16 - 1 do
+    local L = {}
+    for i = 0, 15 do
+      L[i] = i
+      b.v("vmovups", b.r(i), mem("rsi", i * p.D * 4 + 64 * blk))
+    end
+    L = transpose_pass(b, L, 16)
+    for k = 0, 15 do b.v("vmovups", mem("rdi", 64 * (16 * blk + MSD_COLS[k])), b.r(L[k])) end
+  end
+  return M.statement(b)
+end
+
 -- Stage the group's rows (count in r12) as u8 at rbx and their scales at
 -- rbx + 32 D (register 30 holds 0x80 bytes), prefetching the other stream.
 local function msd_stage(b, p)
@@ -1142,10 +1168,49 @@ function M.alibi(isa, p)
     end)
 end
 
+-- Whether qload leaves q in the split scores' order itself (M.bf16_split with
+-- bf16 q: a pair's 32-bit word holds an even and an odd element), else the
+-- template permutes the f32 rows after it.
+function M.qload_split(isa, p)
+  return M.bf16_split(isa, p) and facts.dtypes[p.Q_DTYPE].name == "bf16"
+end
+
+-- qload of M.qload_split: per head (n / D of them), each whole 32 elements as
+-- their 16 even ones then their 16 odd ones (an odd last 16 kept in order),
+-- times the scale at *in.
+local function qload_split(b, p)
+  prologue(b, { "src", "ptr", "n", "consts" })
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.inp))
+  b.v("vbroadcastss", b.r(1), mem("rdx", 0))
+  b.gp("1:")
+  local d = 0
+  while d + 32 <= p.D do
+    b.v("vmovups", b.r(0), mem("rsi", 2 * d))
+    b.v("vpslld", b.r(2), b.r(0), 16)                       -- even elements
+    b.v("vpandd", b.r(0), b.r(0), mem("r11", C.hi16))      -- odd elements
+    b.v("vmulps", b.r(2), b.r(2), b.r(1))
+    b.v("vmulps", b.r(0), b.r(0), b.r(1))
+    b.v("vmovups", mem("rdi", 4 * d), b.r(2))
+    b.v("vmovups", mem("rdi", 4 * d + 64), b.r(0))
+    d = d + 32
+  end
+  if d < p.D then
+    load_kv(b, p.Q_DTYPE, b.r(0), mem("rsi", 2 * d))
+    b.v("vmulps", b.r(0), b.r(0), b.r(1))
+    b.v("vmovups", mem("rdi", 4 * d), b.r(0))
+  end
+  b.gp(("add $%d, %%rsi"):format(2 * p.D))
+  b.gp(("add $%d, %%rdi"):format(4 * p.D))
+  b.gp(("sub $%d, %%rcx"):format(p.D))
+  b.gp("jnz 1b")
+  return M.statement(b)
+end
+
 -- q times the softmax scale as f32: n elements (a multiple of W) of the q
--- dtype at src into ptr, the scale at *in.
+-- dtype at src into ptr, the scale at *in (M.qload_split: in the split order).
 function M.qload(isa, p)
   local b = new_block(isa, p)
+  if M.qload_split(isa, p) then return qload_split(b, p) end
   local W, qsize = b.g.W, ELEM[p.Q_DTYPE]
   prologue(b, { "src", "ptr", "n" })
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.inp))
@@ -1209,6 +1274,27 @@ function M.store_out(isa, p)
   b.gp("add $" .. W * osize .. ", %rdx")
   b.gp(("sub $%d, %%rcx"):format(W))
   b.gp("jnz 1b")
+  return M.statement(b)
+end
+
+-- Empty state records: for each of n heads, the D floats at ptr + h * REC
+-- floats set to 0, then m = -inf and l = 0 (the two floats after them).
+function M.init_records(isa, p)
+  local b = new_block(isa, p)
+  local W = b.g.W
+  prologue(b, { "ptr", "n", "consts" })
+  b.v(b.x and "vpxord" or "vpxor", b.r(0), b.r(0), b.r(0))
+  b.v("vmovss", b.r(1, "xmm"), mem("r11", C.ninf))
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 9f")
+  b.gp("1:")
+  for c = 0, p.D / W - 1 do b.v("vmovups", mem("rdi", c * W * 4), b.r(0)) end
+  b.v("vmovss", mem("rdi", p.D * 4), b.r(1, "xmm"))
+  b.v("vmovss", mem("rdi", (p.D + 1) * 4), b.r(0, "xmm"))
+  b.gp(("add $%d, %%rdi"):format(p.REC * 4))
+  b.gp("dec %rcx")
+  b.gp("jnz 1b")
+  b.gp("9:")
   return M.statement(b)
 end
 

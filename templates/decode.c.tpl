@@ -66,6 +66,7 @@ void fd_k$(KEY)(const fd_work *w) {
 @ end
   const int th = w->tok_heads;
   int h, d, tp;
+  (void)h; (void)d;   /* kernels whose per-call work is all statements use neither */
 @ if ISA > 0 and not HL and not DPBF16 then
   int tk;
 @ end
@@ -94,8 +95,14 @@ void fd_k$(KEY)(const fd_work *w) {
       aa.ptr = stage;
       aa.n = $(T * D);
 $(simd_qload())
+@     if Q_COLUMNS then
+      aa.src = stage;
+      aa.ptr = qbuf + tp * $(D);
+$(simd_q_columns())
+@     else
       for (h = 0; h < $(T); h++)
         for (d = 0; d < $(D); d++) qbuf[tp * $(D) + d * $(T) + h] = stage[h * $(D) + d];
+@     end
     }
 @   elseif DPBF16 then
     /* vdpbf16ps scores read q as bf16 pairs: each head's row of qbuf holds its
@@ -121,8 +128,9 @@ $(simd_qload())
     for (h = 0; h < nh; h++)
       for (d = 0; d < $(D); d++) qbuf[h * $(D) + d] *= w->k_scale[d];
 @     end
-@     if Q_SPLIT then
-    /* bf16 K is read as even and odd elements of 64-byte pairs: q alike */
+@     if Q_SPLIT and not QLOAD_SPLIT then
+    /* bf16 K is read as even and odd elements of 64-byte pairs: q alike
+       (bf16 q: qload stores it so, gen/simd.lua qload_split) */
     for (h = 0; h < nh; h++)
       for (d = 0; d + 32 <= $(D); d += 32) {
         float *qr = qbuf + h * $(D) + d;
@@ -184,12 +192,22 @@ $(simd_qload())
     }
   }
 @ end
+@ if ISA > 0 then
+  {
+    fd_asm_args aa;
+    aa.consts = &fd_simd_c;
+    aa.ptr = state;
+    aa.n = nh;
+$(simd_init_records())
+  }
+@ else
   for (h = 0; h < nh; h++) {
     float *st = state + (fd_i64)h * $(REC);
     for (d = 0; d < $(D); d++) st[d] = 0.0f;
     st[$(D)] = ninf;
     st[$(D + 1)] = 0.0f;
   }
+@ end
   for (c = w->begin; c < end; c += $(CHUNK)) {
     n = end - c < $(CHUNK) ? end - c : $(CHUNK);
     for (tp = 0; tp < nh; tp += $(T)) {
