@@ -14,6 +14,7 @@ M.PHASES = {
   { id = "qload", label = "q load", color = "#9e9ac8" },
   { id = "q_columns", label = "q columns", color = "#54278f" },
   { id = "init_records", label = "state init", color = "#fdbf6f" },
+  { id = "q_planes", label = "q planes (MSD)", color = "#cab2d6" },
   { id = "scores", label = "scores (K staged, q·K)", color = "#1b9e77" },
   { id = "softcap", label = "softcap", color = "#66a61e" },
   { id = "alibi", label = "ALiBi", color = "#a6761d" },

@@ -158,6 +158,7 @@ local function add_simd(p)
   p.simd_init_records = function() return simd.init_records(p.ISA, p) end
   p.Q_COLUMNS = simd.q_columns_simd(p.ISA, p)
   p.simd_q_columns = function() return simd.q_columns(p.ISA, p) end
+  p.simd_q_planes = function() return simd.q_planes(p.ISA, p) end
   p.simd_softcap = function() return simd.softcap(p.ISA, p) end
   p.simd_alibi = function() return simd.alibi(p.ISA, p) end
 end

@@ -14,6 +14,7 @@
 --   qload         q (f32/f16/bf16) times the scale -> f32 rows
 --   init_records  empty state records (acc 0, m -inf, l 0) for the call's heads
 --   q_columns     a head-lane tile's f32 q rows as columns (16 x 16 transposes)
+--   q_planes      MSD: each head's f32 q row as int8 planes, their biases and scales
 --   scores        q tile . K rows of the chunk -> score rows (row-major
 --                 sc[t][i], or key-major sc[i][t] for head-lane tiles)
 --   max           running max of every head's scores, starting at in[t]
@@ -1677,6 +1678,85 @@ local function head_planes(b, p, l, t)
     b.v("vcvtps2dq", x, x)
     b.v("vmovss", mem("rbx", wb(j)), x)
   end
+end
+
+-- MSD q planes (M.msd): for each of n heads, its f32 q row at ptr + h D
+-- floats (scaled, any K scales folded) becomes P int8 planes in place, the
+-- weights' recipe (head_planes): s = max |q| / 127, q / s rounded to nearest
+-- (even), the remainder times 128 for the next plane (f32: exact after the
+-- first product), so q ~= s (q0 + q1 2^-7 + q2 2^-14); after the P planes (D
+-- bytes each), per plane -128 sum(plane) (int32), then its scale s 2^-7j
+-- (f32). A non-finite q gives NaN scales (NaN scores, as the f32 kernel's).
+-- The row is staged at stage first: the planes overwrite it.
+function M.q_planes(isa, p)
+  local b = new_block(isa, p)
+  local D, P = p.D, p.PLANES
+  prologue(b, { "ptr", "n", "consts", "stage" }, true)
+  b.v("vmovups", "zmm31", mem("r11", C.sixteen_f))
+  b.v("vmulps", "zmm31", "zmm31", mem("r11", C.eight_f))    -- 128.0
+  b.v("vpxord", "zmm30", "zmm30", "zmm30")
+  b.v("vmovups", "zmm29", mem("r11", C.abs))
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 9f")
+  b.gp("1:")
+  b.v("vpxord", "zmm8", "zmm8", "zmm8")                         -- max |q|
+  b.v("vpxord", "zmm9", "zmm9", "zmm9")                         -- sum of q - q: 0, or NaN
+  b.gp("xor %r12, %r12")
+  b.gp("2:")
+  b.v("vmovups", "zmm0", mem("rdi", 0, "r12", 1))
+  b.v("vmovups", mem("rbx", 0, "r12", 1), "zmm0")
+  b.v("vsubps", "zmm1", "zmm0", "zmm0")
+  b.v("vaddps", "zmm9", "zmm9", "zmm1")
+  b.v("vpandd", "zmm0", "zmm0", "zmm29")
+  b.v("vmaxps", "zmm8", "zmm8", "zmm0")
+  b.gp("add $64, %r12")
+  b.gp(("cmp $%d, %%r12"):format(4 * D))
+  b.gp("jb 2b")
+  reduce(b, 8, 10, "vmaxps")
+  reduce(b, 9, 10, "vaddps")
+  b.v("vsubss", "xmm11", "xmm31", mem("r11", C.one_f))        -- 127
+  b.v("vdivss", "xmm12", "xmm11", "xmm8")                      -- 127 / max (inf for 0: capped)
+  b.v("vminss", "xmm12", "xmm12", mem("r11", C.two120))
+  b.v("vbroadcastss", "zmm12", "xmm12")
+  b.v("vdivss", "xmm13", "xmm8", "xmm11")                      -- s
+  b.v("vaddss", "xmm13", "xmm13", "xmm9")                      -- NaN for a non-finite q
+  for j = 0, P - 1 do
+    b.v("vmovss", mem("rdi", P * D + 4 * P + 4 * j), "xmm13")
+    b.v("vdivss", "xmm13", "xmm13", "xmm31")
+    b.v("vpxord", b.r(14 + j), b.r(14 + j), b.r(14 + j))
+  end
+  b.gp("xor %r12, %r12")
+  b.gp("xor %r9, %r9")
+  b.gp("3:")
+  b.v("vmulps", "zmm0", "zmm12", mem("rbx", 0, "r12", 1))
+  for j = 0, P - 1 do
+    b.v("vcvtps2dq", "zmm1", "zmm0")
+    b.v("vpmovdb", mem("rdi", j * D, "r9", 1), "zmm1")
+    b.v("vcvtdq2ps", "zmm1", "zmm1")
+    b.v("vaddps", b.r(14 + j), b.r(14 + j), "zmm1")
+    if j < P - 1 then
+      b.v("vsubps", "zmm0", "zmm0", "zmm1")
+      b.v("vmulps", "zmm0", "zmm0", "zmm31")
+    end
+  end
+  b.gp("add $64, %r12")
+  b.gp("add $16, %r9")
+  b.gp(("cmp $%d, %%r12"):format(4 * D))
+  b.gp("jb 3b")
+  for j = 0, P - 1 do
+    local x = b.r(14 + j, "xmm")
+    reduce(b, 14 + j, 10, "vaddps")
+    b.v("vmulss", x, x, "xmm31")
+    b.v("vsubss", x, "xmm30", x)
+    b.v("vcvtps2dq", x, x)
+    b.v("vmovss", mem("rdi", P * D + 4 * j), x)
+  end
+  b.gp(("add $%d, %%rdi"):format(4 * D))
+  b.gp("dec %rcx")
+  b.gp("jnz 1b")
+  b.gp("9:")
+  restore_regs(b)
+  return M.statement(b)
 end
 
 -- The MSD P.V preparation statement of one call (see above): v scales, the

@@ -148,31 +148,10 @@ $(simd_qload())
        q1 2^-7 + q2 2^-14), s = max |q| / 127: the planes (D bytes each), then
        per plane -128 sum(plane) (int32) and its scale s 2^-7j (f32). A
        non-finite q gives NaN scales: NaN scores, as the f32 kernel's. */
-    for (h = 0; h < nh; h++) {
-      float *qr = qbuf + h * $(D), m = 0.0f;
-      signed char *pl = (signed char *)qr;
-      int *bias = (int *)(pl + $(PLANES * D)), j, v, bad = 0;
-      float *psc = (float *)(bias + $(PLANES));
-      double r, inv;
-      for (d = 0; d < $(D); d++) {
-        float a = qr[d] < 0 ? -qr[d] : qr[d];
-        stage[d] = qr[d];
-        if (!(a <= 3.4028234e38f)) bad = 1;
-        else if (a > m) m = a;
-      }
-      inv = m > 0.0f ? 127.0 / (double)m : 0.0;
-      for (j = 0; j < $(PLANES); j++) bias[j] = 0;
-      for (d = 0; d < $(D); d++) {
-        r = bad ? 0.0 : (double)stage[d] * inv;
-        for (j = 0; j < $(PLANES); j++) {
-          v = (int)(r < 0 ? r - 0.5 : r + 0.5);
-          pl[j * $(D) + d] = (signed char)v;
-          bias[j] -= 128 * v;
-          r = (r - v) * 128.0;
-        }
-      }
-      for (j = 0; j < $(PLANES); j++) psc[j] = bad ? ninf - ninf : (float)((double)m / 127.0 / (double)(1 << 7 * j));
-    }
+    aa.ptr = qbuf;
+    aa.n = nh;
+    aa.stage = stage;
+$(simd_q_planes())
 @     end
 @   end
   }

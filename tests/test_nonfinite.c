@@ -225,13 +225,15 @@ static void f32_matrix(fd_ctx *ctx, int n_shapes, const char *tag) {
 }
 
 /* The 16-bit and 8-bit KV encodings: NaN and +-Inf codes in K and V (f16,
-   bf16, fp8 e5m2), the fp8 e4m3 NaN code, NaN and +Inf int8/fp8 row scales. */
+   bf16, fp8 e5m2), the fp8 e4m3 NaN code, NaN and +Inf int8/fp8 row scales;
+   NaN and +-Inf q over int8 K (on isa 3 the MSD scores split q into planes). */
 static void dtype_cases(fd_ctx *ctx) {
   static const struct { int dt, at; float x; } C[] = {
     { FD_F16, AT_K, NAN }, { FD_F16, AT_K, INFINITY }, { FD_F16, AT_V, NAN }, { FD_F16, AT_V, -INFINITY },
     { FD_BF16, AT_K, NAN }, { FD_BF16, AT_K, -INFINITY }, { FD_BF16, AT_V, NAN }, { FD_BF16, AT_V, INFINITY },
     { FD_FP8_E4M3, AT_K, NAN }, { FD_FP8_E4M3, AT_V, NAN }, { FD_FP8_E4M3, AT_KSCALE, NAN },
     { FD_FP8_E4M3, AT_VSCALE, INFINITY }, { FD_I8, AT_KSCALE, NAN }, { FD_I8, AT_VSCALE, NAN },
+    { FD_I8, AT_Q, NAN }, { FD_I8, AT_Q, INFINITY }, { FD_I8, AT_Q, -INFINITY },   /* MSD: q's planes */
     { FD_FP8_E5M2, AT_K, NAN }, { FD_FP8_E5M2, AT_K, INFINITY }, { FD_FP8_E5M2, AT_K, -INFINITY },
     { FD_FP8_E5M2, AT_V, NAN }, { FD_FP8_E5M2, AT_V, INFINITY }, { FD_FP8_E5M2, AT_V, -INFINITY },
     { FD_FP8_E5M2, AT_KSCALE, NAN }, { FD_FP8_E5M2, AT_VSCALE, INFINITY },
