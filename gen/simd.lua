@@ -1621,6 +1621,57 @@ local function head_weights(b, p, l, t)
   b.v("vmulps", "zmm0", "zmm0", mem("rbx", l.vs, "r12", 1))
 end
 
+-- Registers 31 = 128.0 and 30 = 0, for the MSD planes.
+local function planes_consts(b)
+  b.v("vmovups", "zmm31", mem("r11", C.sixteen_f))
+  b.v("vmulps", "zmm31", "zmm31", mem("r11", C.eight_f))    -- 128.0
+  b.v("vpxord", "zmm30", "zmm30", "zmm30")
+end
+
+-- MSD planes of P from max (xmm8) and 0 or NaN (xmm9): zmm12 = 127 / max
+-- (capped: inf for 0), the plane scales max / 127 2^-7j (NaN for a NaN xmm9)
+-- stored at scale(j), plane sums zmm14.. zeroed (registers 31: 128.0).
+local function planes_scales(b, P, scale)
+  b.v("vsubss", "xmm11", "xmm31", mem("r11", C.one_f))        -- 127
+  b.v("vdivss", "xmm12", "xmm11", "xmm8")                      -- 127 / max (inf for 0: capped)
+  b.v("vminss", "xmm12", "xmm12", mem("r11", C.two120))
+  b.v("vbroadcastss", "zmm12", "xmm12")
+  b.v("vdivss", "xmm13", "xmm8", "xmm11")                      -- sigma
+  b.v("vaddss", "xmm13", "xmm13", "xmm9")                      -- NaN for a non-finite value
+  for j = 0, P - 1 do
+    b.v("vmovss", scale(j), "xmm13")
+    b.v("vdivss", "xmm13", "xmm13", "xmm31")
+    b.v("vpxord", b.r(14 + j), b.r(14 + j), b.r(14 + j))
+  end
+end
+
+-- The P planes of zmm0 (values times 127 / max): plane j's 16 bytes at
+-- plane(j), its values added to zmm14 + j; each remainder times 128 is the next.
+local function planes_split(b, P, plane)
+  for j = 0, P - 1 do
+    b.v("vcvtps2dq", "zmm1", "zmm0")
+    b.v("vpmovdb", plane(j), "zmm1")
+    b.v("vcvtdq2ps", "zmm1", "zmm1")
+    b.v("vaddps", b.r(14 + j), b.r(14 + j), "zmm1")
+    if j < P - 1 then
+      b.v("vsubps", "zmm0", "zmm0", "zmm1")
+      b.v("vmulps", "zmm0", "zmm0", "zmm31")
+    end
+  end
+end
+
+-- Each plane's bias, -128 sum(plane) from zmm14 + j, stored as int32 at bias(j).
+local function planes_biases(b, P, bias)
+  for j = 0, P - 1 do
+    local x = b.r(14 + j, "xmm")
+    reduce(b, 14 + j, 10, "vaddps")
+    b.v("vmulss", x, x, "xmm31")
+    b.v("vsubss", x, "xmm30", x)
+    b.v("vcvtps2dq", x, x)
+    b.v("vmovss", bias(j), x)
+  end
+end
+
 -- Head t's weight planes, biases and scales (registers 31: 128.0, 30: 0).
 local function head_planes(b, p, l, t)
   local P = p.PLANES
@@ -1638,46 +1689,20 @@ local function head_planes(b, p, l, t)
   b.gp("jg 4b")
   reduce(b, 8, 10, "vmaxps")
   reduce(b, 9, 10, "vaddps")
-  b.v("vsubss", "xmm11", "xmm31", mem("r11", C.one_f))        -- 127
-  b.v("vdivss", "xmm12", "xmm11", "xmm8")                      -- 127 / max (inf for 0: capped)
-  b.v("vminss", "xmm12", "xmm12", mem("r11", C.two120))
-  b.v("vbroadcastss", "zmm12", "xmm12")
-  b.v("vdivss", "xmm13", "xmm8", "xmm11")                      -- sigma
   b.v("vsubss", "xmm9", "xmm9", "xmm9")                        -- 0, or NaN for a non-finite sum
-  b.v("vaddss", "xmm13", "xmm13", "xmm9")
-  for j = 0, P - 1 do
-    b.v("vmovss", mem("rbx", wb(j) + 4), "xmm13")
-    b.v("vdivss", "xmm13", "xmm13", "xmm31")
-    b.v("vpxord", b.r(14 + j), b.r(14 + j), b.r(14 + j))
-  end
+  planes_scales(b, P, function(j) return mem("rbx", wb(j) + 4) end)
   b.gp("xor %r12, %r12")
   b.gp("xor %r9, %r9")
   b.gp("mov %r14, %rax")
   b.gp("6:")
   head_weights(b, p, l, t)
   b.v("vmulps", "zmm0", "zmm0", "zmm12")
-  for j = 0, P - 1 do
-    b.v("vcvtps2dq", "zmm1", "zmm0")
-    b.v("vpmovdb", mem("rbx", l.wp + (t * P + j) * l.NK, "r9", 1), "zmm1")
-    b.v("vcvtdq2ps", "zmm1", "zmm1")
-    b.v("vaddps", b.r(14 + j), b.r(14 + j), "zmm1")
-    if j < P - 1 then
-      b.v("vsubps", "zmm0", "zmm0", "zmm1")
-      b.v("vmulps", "zmm0", "zmm0", "zmm31")
-    end
-  end
+  planes_split(b, P, function(j) return mem("rbx", l.wp + (t * P + j) * l.NK, "r9", 1) end)
   b.gp("add $64, %r12")
   b.gp("add $16, %r9")
   b.gp("sub $16, %rax")
   b.gp("jg 6b")
-  for j = 0, P - 1 do
-    local x = b.r(14 + j, "xmm")
-    reduce(b, 14 + j, 10, "vaddps")
-    b.v("vmulss", x, x, "xmm31")
-    b.v("vsubss", x, "xmm30", x)
-    b.v("vcvtps2dq", x, x)
-    b.v("vmovss", mem("rbx", wb(j)), x)
-  end
+  planes_biases(b, P, function(j) return mem("rbx", wb(j)) end)
 end
 
 -- MSD q planes (M.msd): for each of n heads, its f32 q row at ptr + h D
@@ -1692,9 +1717,7 @@ function M.q_planes(isa, p)
   local b = new_block(isa, p)
   local D, P = p.D, p.PLANES
   prologue(b, { "ptr", "n", "consts", "stage" }, true)
-  b.v("vmovups", "zmm31", mem("r11", C.sixteen_f))
-  b.v("vmulps", "zmm31", "zmm31", mem("r11", C.eight_f))    -- 128.0
-  b.v("vpxord", "zmm30", "zmm30", "zmm30")
+  planes_consts(b)
   b.v("vmovups", "zmm29", mem("r11", C.abs))
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
@@ -1714,43 +1737,17 @@ function M.q_planes(isa, p)
   b.gp("jb 2b")
   reduce(b, 8, 10, "vmaxps")
   reduce(b, 9, 10, "vaddps")
-  b.v("vsubss", "xmm11", "xmm31", mem("r11", C.one_f))        -- 127
-  b.v("vdivss", "xmm12", "xmm11", "xmm8")                      -- 127 / max (inf for 0: capped)
-  b.v("vminss", "xmm12", "xmm12", mem("r11", C.two120))
-  b.v("vbroadcastss", "zmm12", "xmm12")
-  b.v("vdivss", "xmm13", "xmm8", "xmm11")                      -- s
-  b.v("vaddss", "xmm13", "xmm13", "xmm9")                      -- NaN for a non-finite q
-  for j = 0, P - 1 do
-    b.v("vmovss", mem("rdi", P * D + 4 * P + 4 * j), "xmm13")
-    b.v("vdivss", "xmm13", "xmm13", "xmm31")
-    b.v("vpxord", b.r(14 + j), b.r(14 + j), b.r(14 + j))
-  end
+  planes_scales(b, P, function(j) return mem("rdi", P * D + 4 * P + 4 * j) end)
   b.gp("xor %r12, %r12")
   b.gp("xor %r9, %r9")
   b.gp("3:")
   b.v("vmulps", "zmm0", "zmm12", mem("rbx", 0, "r12", 1))
-  for j = 0, P - 1 do
-    b.v("vcvtps2dq", "zmm1", "zmm0")
-    b.v("vpmovdb", mem("rdi", j * D, "r9", 1), "zmm1")
-    b.v("vcvtdq2ps", "zmm1", "zmm1")
-    b.v("vaddps", b.r(14 + j), b.r(14 + j), "zmm1")
-    if j < P - 1 then
-      b.v("vsubps", "zmm0", "zmm0", "zmm1")
-      b.v("vmulps", "zmm0", "zmm0", "zmm31")
-    end
-  end
+  planes_split(b, P, function(j) return mem("rdi", j * D, "r9", 1) end)
   b.gp("add $64, %r12")
   b.gp("add $16, %r9")
   b.gp(("cmp $%d, %%r12"):format(4 * D))
   b.gp("jb 3b")
-  for j = 0, P - 1 do
-    local x = b.r(14 + j, "xmm")
-    reduce(b, 14 + j, 10, "vaddps")
-    b.v("vmulss", x, x, "xmm31")
-    b.v("vsubss", x, "xmm30", x)
-    b.v("vcvtps2dq", x, x)
-    b.v("vmovss", mem("rdi", P * D + 4 * j), x)
-  end
+  planes_biases(b, P, function(j) return mem("rdi", P * D + 4 * j) end)
   b.gp(("add $%d, %%rdi"):format(4 * D))
   b.gp("dec %rcx")
   b.gp("jnz 1b")
@@ -1806,9 +1803,7 @@ local function pv_msd_prep(isa, p, gather)
   b.gp(("add $%d, %%rdi"):format(4 * p.D))
   b.gp("sub $4, %rax")
   b.gp("jg 3b")
-  b.v("vmovups", "zmm31", mem("r11", C.sixteen_f))
-  b.v("vmulps", "zmm31", "zmm31", mem("r11", C.eight_f))    -- 128.0
-  b.v("vpxord", "zmm30", "zmm30", "zmm30")
+  planes_consts(b)
   for t = 0, p.T - 1 do head_planes(b, p, l, t) end
   b.gp("9:")
   restore_regs(b)
