@@ -149,6 +149,8 @@ local function add_simd(p)
   end
   p.simd_max = function() return simd.max(p.ISA, p) end
   p.simd_exp = function() return simd.exp(p.ISA, p) end
+  p.simd_grow_lanes = function() return simd.grow_lanes(p.ISA, p) end
+  p.simd_sums_lanes = function() return simd.sums_lanes(p.ISA, p) end
   -- fast precision (key digit precision): bf16 weights in place, then P.V by key pairs
   p.simd_pv = function(blk) return (p.PRECISION == 1 and simd.pv_dpbf16 or simd.pv)(p.ISA, p, blk) end
   p.simd_pround = function() return simd.pround(p.ISA, p) end

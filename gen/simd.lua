@@ -55,6 +55,7 @@ M.CONST_FLOATS = {
   { "c7", coef("1.98412698e-4f") }, { "c6", coef("1.38888889e-3f") }, { "c5", coef("8.33333333e-3f") },
   { "c4", coef("4.16666667e-2f") }, { "c3", coef("0.166666667f") }, { "c2", coef("0.5f") }, { "c1", coef("1.0f") },
   { "c0", coef("1.0f") }, { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
+  { "x_lo", "-87.0f" },                                             -- fd_expf's 0 below it
   -- softcap's tanh: the odd polynomial below tanh_small, the exponent limit above it
   { "t4", "-5.70498872745e-3f" }, { "t3", "2.06390887954e-2f" }, { "t2", "-5.37397155531e-2f" },
   { "t1", "1.33314422036e-1f" }, { "t0", "-3.33332819422e-1f" }, { "tanh_small", "0.625f" },
@@ -800,13 +801,31 @@ local function transpose_columns()
   for k = 0, 15 do
     for l = 0, 15 do
       local v = vals[k][l + 1]
-      assert(v.row == l and v.col == vals[k][1].col, "simd: the MSD transpose does not put key i in lane i")
+      assert(v.row == l and v.col == vals[k][1].col, "simd: the 16 x 16 transpose does not put row i in lane i")
     end
     cols[k] = vals[k][1].col
   end
   return cols
 end
-local MSD_COLS = transpose_columns()
+local TRANSPOSE_COLS = transpose_columns()
+
+-- 16 x 16 dword transposes of nblk blocks: block blk's 16 rows loaded from
+-- row_at(i, blk) (memory operands), and its output column col (16 blk + the
+-- column an output register holds) stored at col_at(col) where col < ncols.
+local function transpose_blocks(b, nblk, row_at, col_at, ncols)
+  for blk = 0, nblk - 1 do
+    local L = {}
+    for i = 0, 15 do
+      L[i] = i
+      b.v("vmovups", b.r(i), row_at(i, blk))
+    end
+    L = transpose_pass(b, L, 16)
+    for k = 0, 15 do
+      local col = 16 * blk + TRANSPOSE_COLS[k]
+      if col < ncols then b.v("vmovups", col_at(col), b.r(L[k])) end
+    end
+  end
+end
 
 -- Whether qload's f32 rows of a head-lane tile are transposed by q_columns:
 -- 16 heads of 16 lanes (else the template's C loop does it).
@@ -819,15 +838,8 @@ end
 function M.q_columns(isa, p)
   local b = new_block(isa, p)
   prologue(b, { "src", "ptr" })
-  for blk = 0, p.D / 16 - 1 do
-    local L = {}
-    for i = 0, 15 do
-      L[i] = i
-      b.v("vmovups", b.r(i), mem("rsi", i * p.D * 4 + 64 * blk))
-    end
-    L = transpose_pass(b, L, 16)
-    for k = 0, 15 do b.v("vmovups", mem("rdi", 64 * (16 * blk + MSD_COLS[k])), b.r(L[k])) end
-  end
+  transpose_blocks(b, p.D / 16, function(i, blk) return mem("rsi", i * p.D * 4 + 64 * blk) end,
+    function(col) return mem("rdi", 64 * col) end, p.D)
   return M.statement(b)
 end
 
@@ -861,19 +873,8 @@ end
 -- Transpose the staged rows by dwords into rbx + 16 D: vector c = dword c of the 16 rows.
 local function msd_transpose(b, p)
   local D, nd = p.D, p.D / 4
-  for blk = 0, math.ceil(nd / 16) - 1 do
-    local L = {}
-    for i = 0, 15 do
-      L[i] = i
-      b.v("vmovups", b.r(i), mem("rbx", i * D + 64 * blk))
-    end
-    local spare
-    L, spare = transpose_pass(b, L, 16)
-    for k = 0, 15 do
-      local col = 16 * blk + MSD_COLS[k]
-      if col < nd then b.v("vmovups", mem("rbx", 16 * D + 64 * col), b.r(L[k])) end
-    end
-  end
+  transpose_blocks(b, math.ceil(nd / 16), function(i, blk) return mem("rbx", i * D + 64 * blk) end,
+    function(col) return mem("rbx", 16 * D + 64 * col) end, nd)
 end
 
 -- The int32 sums of heads [h0, h1) over the staged group, recombined per head
@@ -1017,14 +1018,140 @@ local function softmax_statement(isa, p, fields, start, step, finish, rows, pre)
   return M.statement(b)
 end
 
+-- Accumulators of the head-lane running max: one vmaxps chain each, so a
+-- chunk's keys wait on a quarter of the vmaxps latencies of one chain.
+M.MAX_CHAINS = 4
+
+-- The T floats of the tile's records at (rsi) + off bytes, head t's REC
+-- floats after head t - 1's, into lanes 0..T-1 of register n, through the T
+-- floats at (rdx) + at.
+local function records_lanes(b, p, off, n, at)
+  for t = 0, p.T - 1 do
+    b.v("vmovss", b.r(n, "xmm"), mem("rsi", off + t * p.REC * 4))
+    b.v("vmovss", mem("rdx", at + t * 4), b.r(n, "xmm"))
+  end
+  b.v("vmovups", b.r(n), mem("rdx", at))
+end
+
+-- Running max of a head-lane tile's key-major row (n floats, a multiple of
+-- W: one vector per key, its lanes the heads), from the maxima in the tile's
+-- records (in: head 0's m, the heads REC floats apart): out[0..T-1] the new
+-- maxima, out[T..2T-1] the old. M.MAX_CHAINS chains over runs of that many
+-- keys, the rest on chain 0.
+local function max_lanes(isa, p)
+  local b = new_block(isa, p)
+  local W, K = b.g.W, M.MAX_CHAINS
+  prologue(b, { "ptr", "n" })
+  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
+  records_lanes(b, p, 0, 0, W * 4)
+  for k = 1, K - 1 do b.v("vmovaps", b.r(k), b.r(0)) end
+  b.gp(("cmp $%d, %%rcx"):format(K * W))
+  b.gp("jb 2f")
+  b.gp("1:")
+  for k = 0, K - 1 do b.v("vmaxps", b.r(k), b.r(k), mem("rdi", k * W * 4)) end
+  b.gp(("add $%d, %%rdi"):format(K * W * 4))
+  b.gp(("sub $%d, %%rcx"):format(K * W))
+  b.gp(("cmp $%d, %%rcx"):format(K * W))
+  b.gp("jae 1b")
+  b.gp("2:")
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 4f")
+  b.gp("3:")
+  b.v("vmaxps", b.r(0), b.r(0), mem("rdi", 0))
+  b.gp(("add $%d, %%rdi"):format(W * 4))
+  b.gp(("sub $%d, %%rcx"):format(W))
+  b.gp("jnz 3b")
+  b.gp("4:")
+  for k = 1, K - 1 do b.v("vmaxps", b.r(0), b.r(0), b.r(k)) end
+  b.v("vmovups", mem("rdx", 0), b.r(0))
+  return M.statement(b)
+end
+
 -- Running max of each head's padded score row (n floats, a multiple of W), from
 -- in[t] into out[t]. Head-lane tiles: one key-major row of n floats, in and out
 -- T-float vectors.
 function M.max(isa, p)
+  if M.head_lanes(isa, p) then return max_lanes(isa, p) end
   return softmax_statement(isa, p, { "ptr", "n" },
     function(b, hl, t) head_value(b, hl, 0, t) end,
     function(b) b.v("vmaxps", b.r(0), b.r(0), mem("r9", 0)) end,
     function(b, hl, t) head_result(b, hl, 0, t, 1, "vmaxps") end)
+end
+
+-- The online-softmax step of a head-lane tile after its max statement (in:
+-- its out, the new maxima then the old; ptr: the tile's records): out[0..T-1]
+-- = each head's exp base (its new max, 0 where that is -inf: a head whose keys
+-- are all masked keeps weights 0). Where some head's max grew, every head's
+-- record takes m = its new max, l and acc times c, out[T..2T-1] = c = e^(old -
+-- new) (0 below x_lo and for an old -inf, NaN for NaN, 1 where it did not grow),
+-- as portable C's fd_expf with the softmax's polynomial; else nothing changes.
+function M.grow_lanes(isa, p)
+  local b = new_block(isa, p)
+  local r, W = b.r, b.g.W
+  prologue(b, { "ptr", "consts" })
+  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
+  b.v("vmovups", r(0), mem("rsi", 0))                       -- 0: new max
+  b.v("vmovups", r(1), mem("rsi", W * 4))                   -- 1: old max
+  b.v("vcmpps", "k1", r(0), mem("r11", C.ninf), 4)          -- NEQ_UQ: not -inf
+  b.v("vmovaps", r(2) .. "{k1}{z}", r(0))
+  b.v("vmovups", mem("rdx", 0), r(2))
+  b.v("vcmpps", "k1", r(1), r(0), 4)                        -- grew (both -inf: no)
+  b.v("kortestw", "k1", "k1")
+  b.gp("jz 9f")
+  b.v("kmovw", "r8d", "k1")
+  b.v("vsubps", r(3), r(1), r(0))                           -- 3: x = old - new
+  b.v("vcmpps", "k1", r(3), mem("r11", C.x_lo), 0x15)       -- NLT_UQ: x_lo <= x, or NaN
+  b.v("vmulps", r(4), r(3), mem("r11", C.log2e))            -- 4: n
+  b.v("vrndscaleps", r(4), r(4), 8)
+  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
+  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
+  b.v("vmovups", r(5), mem("r11", C.c7))                    -- 5: e^x * 2^-P_SHIFT
+  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
+    b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
+  end
+  b.v("vaddps", r(4), r(4), mem("r11", C.p_shift))
+  b.v("vscalefps", r(5), r(5), r(4))
+  b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
+  b.v("kmovw", "k1", "r8d")
+  b.v("vmovups", r(6), mem("r11", C.one_f))
+  b.v("vmovaps", r(6) .. "{k1}", r(5))                      -- 6: c
+  b.v("vmovups", mem("rdx", W * 4), r(6))
+  b.gp(("mov $%d, %%rax"):format(p.T))
+  b.gp("2:")
+  b.v("vmovss", r(2, "xmm"), mem("rsi", 0))
+  b.v("vmovss", mem("rdi", p.D * 4), r(2, "xmm"))
+  b.v("vbroadcastss", r(2), mem("rdx", W * 4))
+  b.v("vmulss", r(3, "xmm"), r(2, "xmm"), mem("rdi", (p.D + 1) * 4))
+  b.v("vmovss", mem("rdi", (p.D + 1) * 4), r(3, "xmm"))
+  for c = 0, p.D / W - 1 do
+    local a, m = r(4 + c % 2), mem("rdi", c * W * 4)
+    b.v("vmulps", a, r(2), m)
+    b.v("vmovups", m, a)
+  end
+  b.gp("add $4, %rsi")
+  b.gp("add $4, %rdx")
+  b.gp(("add $%d, %%rdi"):format(p.REC * 4))
+  b.gp("dec %rax")
+  b.gp("jnz 2b")
+  b.gp("9:")
+  return M.statement(b)
+end
+
+-- A head-lane tile's sums of weights into its records: l of head t (at ptr
+-- + t REC + D + 1 floats) += in[t].
+function M.sums_lanes(isa, p)
+  local b = new_block(isa, p)
+  prologue(b, { "ptr" })
+  b.gp(("mov %d(%%rax), %%rsi"):format(ARG.inp))
+  for t = 0, p.T - 1 do
+    local l = mem("rdi", (t * p.REC + p.D + 1) * 4)
+    b.v("vmovss", b.r(t % 4, "xmm"), mem("rsi", t * 4))
+    b.v("vaddss", b.r(t % 4, "xmm"), b.r(t % 4, "xmm"), l)
+    b.v("vmovss", l, b.r(t % 4, "xmm"))
+  end
+  return M.statement(b)
 end
 
 -- p = e^x * 2^-P_SHIFT in place for the vector at r9, x = (it - register 1),
@@ -1983,7 +2110,7 @@ end
 local MEMO_MAX = 256
 local memo, memo_n = {}, 0
 for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_dpbf16", "pround", "pv_msd_prep",
-                        "pv_msd_gather", "qload", "store_out", "scale_records" } do
+                        "pv_msd_gather", "qload", "store_out", "scale_records", "grow_lanes", "sums_lanes" } do
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,

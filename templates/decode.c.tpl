@@ -194,7 +194,9 @@ $(simd_init_records())
 @   if ISA == 0 or t == 0 then
       const float *q$(t) = qbuf + (tp + $(t)) * $(D);
 @   end
+@   if not HL or t == 0 then
       float *FD_RESTRICT st$(t) = state + (fd_i64)(tp + $(t)) * $(REC);
+@   end
 @   if MASK then
       const float *mrow$(t) = w->mask + (fd_i64)((tp + $(t)) / th) * w->mask_tok_stride
                               + (fd_i64)((tp + $(t)) % th) * w->mask_stride + c;
@@ -338,21 +340,47 @@ $(simd_alibi())
         /* one max, one rescale and one exp statement for all T heads (score
            rows padded with -inf to whole vectors; head-lane tiles: lane t is
            head t); a head whose keys are all masked takes base 0, so its p are 0 */
+@   if HL then
+        /* head-lane tiles: the records' maxima gathered by the max statement,
+           whose out holds the new then the old maxima; the rescale of every
+           record where one grew (gen/simd.lua grow_lanes); the sums added */
+        {
+          float hm[$(2 * T)], hw[$(2 * T)], hs[$(T)];
+          aa.ptr = sc;
+          aa.n = n * $(T);
+          aa.in = st0 + $(D);
+          aa.out = hm;
+$(simd_max())
+          aa.ptr = st0;
+          aa.in = hm;
+          aa.out = hw;
+$(simd_grow_lanes())
+          aa.ptr = sc;
+          aa.in = hw;
+          aa.out = hs;
+$(simd_exp())
+          aa.ptr = st0;
+          aa.in = hs;
+$(simd_sums_lanes())
+@     if PRECISION == 1 then
+          aa.ptr = sc;
+$(simd_pround())
+@     end
+        }
+@   else
         {
           float hm[$(T)], hb[$(T)], hs[$(T)], hc[$(T)];
           int grew = 0;
-@   for t = 0, T - 1 do
+@     for t = 0, T - 1 do
           hm[$(t)] = st$(t)[$(D)];
-@     if not HL then
           for (i = n; i < npad; i++) sc[$(t * SCW) + i] = ninf;
 @     end
-@   end
           aa.ptr = sc;
-          aa.n = $(HL and "n * " .. T or "npad");
+          aa.n = npad;
           aa.in = hm;
           aa.out = hm;
 $(simd_max())
-@   for t = 0, T - 1 do
+@     for t = 0, T - 1 do
           hb[$(t)] = hm[$(t)] == ninf ? 0.0f : hm[$(t)];
           hc[$(t)] = 1.0f;
           if (hm[$(t)] != ninf && st$(t)[$(D)] != hm[$(t)]) {
@@ -361,7 +389,7 @@ $(simd_max())
             st$(t)[$(D + 1)] *= hc[$(t)];
             grew = 1;
           }
-@   end
+@     end
           if (grew) {
             aa.ptr = st0;
             aa.in = hc;
@@ -371,16 +399,17 @@ $(simd_scale_records())
           aa.in = hb;
           aa.out = hs;
 $(simd_exp())
-@   for t = 0, T - 1 do
+@     for t = 0, T - 1 do
           st$(t)[$(D + 1)] += hs[$(t)];
-@   end
-@   if PRECISION == 1 then
+@     end
+@     if PRECISION == 1 then
           /* fast precision: each head's weights rounded to bf16 in place (the
              f32 sums above stay the denominators); P.V pairs keys by vdpbf16ps */
           aa.ptr = sc;
 $(simd_pround())
-@   end
+@     end
         }
+@   end
 @   if QUANT and K_PER_CHANNEL == 1 then
         aa.scl_stride = $(PAGED and "4" or "w->scale_stride * 4");
 @   end

@@ -299,6 +299,31 @@ static void huge_logit(void) {
   }
 }
 
+/* A score of 200 for one head at each key of a running-max chain and of the
+   remainder (head-lane tiles: the max of a chunk's keys in 4 chains, keys
+   mod 4, then one at a time): a missed maximum overflows e^(s - m). */
+static void huge_logit_lanes(void) {
+  static const int rows[] = { 0, 1, 2, 3, 61, 64, 65, 66, 67, 69 };
+  int tile = fd_isa_table[isa].head_lane_tile;
+  if (tile == 0) return;                          /* no head-lane tiles on this isa */
+  for (size_t w = 0; w < sizeof rows / sizeof *rows; w++) {
+    kproblem p;
+    int row = rows[w], head = (int)w % tile;
+    kp_init(&p, 1, tile, 1, 64, 70, 0, 0, 0, 2, 0, 4250 + w);
+    const float *q = p.qf + head * 64;
+    double qq = 0;
+    for (int d = 0; d < 64; d++) qq += (double)q[d] * q[d];
+    for (int d = 0; d < 64; d++) p.kf[row * 64 + d] = (float)(q[d] * 200.0 / (p.ref.scale * qq));
+    kp_sync(&p);
+    float out[32 * 64], lse[32];
+    char name[64];
+    snprintf(name, sizeof name, "isa%d tile %d: score 200 at key %d, head %d", isa, tile, row, head);
+    run_and_compare(&p, (kconfig){ 64, tile, 1, 0, 1, isa }, out, lse, name);
+    t_check(fabs(lse[head] - 200) < 1e-3, "%s: lse %g is about 200", name, lse[head]);
+    kp_free(&p);
+  }
+}
+
 /* Output rounding, bit for bit: with one key the output row is exactly its V
    row (p = 1, l = 1), so an f16 or bf16 output must equal the test's own
    round-to-nearest-even encoding of each V value: ties, f16 subnormals and
@@ -397,6 +422,7 @@ int main(void) {
     merge_splits();
     masked_rows();
     huge_logit();
+    huge_logit_lanes();
     output_rounding();
     long_chunks();
   }
