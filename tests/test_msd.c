@@ -420,14 +420,19 @@ static void refusals(void) {
           "needs an isa with int8 dot products (avx512bf16), not isa avx512", "isa avx512");
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
   s.features = FD_K_PER_CHANNEL | FD_BEAMS;
-  refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED, "with shape.features FD_K_PER_CHANNEL and FD_BEAMS",
+  /* plan.c checks the dtype, then the context's isa, then the features: on a
+     CPU without isa 3 (AVX512-VNNI but no AVX512-BF16 among them) the isa is refused first */
+  refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED,
+          fd_cpu_max_isa() >= ISA3 ? "with shape.features FD_K_PER_CHANNEL and FD_BEAMS"
+                                   : "needs an isa with int8 dot products (avx512bf16), not isa",
           "per-channel K + beams");
   fd_destroy(ctx);
 }
 
 int main(void) {
   if (fd_cpu_max_isa() < ISA3) {
-    printf("skipped the MSD kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n", fd_cpu_max_isa());
+    printf("skipped the MSD kernels: this CPU lacks isa 3 (AVX512-BF16 and AVX512-VNNI), the only record with "
+           "int8 dot products (isa digit %d at most)\n", fd_cpu_max_isa());
   } else {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
     score_errors(ctx, "tcc");
