@@ -1022,6 +1022,24 @@ end
 -- chunk's keys wait on a quarter of the vmaxps latencies of one chain.
 M.MAX_CHAINS = 4
 
+-- The end of a loop over a tile's state records: rdi to the next record,
+-- the counter register down by one, and back to label while it is not 0.
+local function next_record(b, p, counter, label)
+  b.gp(("add $%d, %%rdi"):format(p.REC * 4))
+  b.gp(("dec %%%s"):format(counter))
+  b.gp("jnz " .. label)
+end
+
+-- The D accumulators of the state record at rdi times vector register f,
+-- in place, through registers r0 and r0 + 1.
+local function scale_row(b, p, f, r0)
+  for c = 0, p.D / b.g.W - 1 do
+    local a, m = b.r(r0 + c % 2), mem("rdi", c * b.g.W * 4)
+    b.v("vmulps", a, b.r(f), m)
+    b.v("vmovups", m, a)
+  end
+end
+
 -- The T floats of the tile's records at (rsi) + off bytes, head t's REC
 -- floats after head t - 1's, into lanes 0..T-1 of register n, through the T
 -- floats at (rdx) + at.
@@ -1125,16 +1143,10 @@ function M.grow_lanes(isa, p)
   b.v("vbroadcastss", r(2), mem("rdx", W * 4))
   b.v("vmulss", r(3, "xmm"), r(2, "xmm"), mem("rdi", (p.D + 1) * 4))
   b.v("vmovss", mem("rdi", (p.D + 1) * 4), r(3, "xmm"))
-  for c = 0, p.D / W - 1 do
-    local a, m = r(4 + c % 2), mem("rdi", c * W * 4)
-    b.v("vmulps", a, r(2), m)
-    b.v("vmovups", m, a)
-  end
+  scale_row(b, p, 2, 4)
   b.gp("add $4, %rsi")
   b.gp("add $4, %rdx")
-  b.gp(("add $%d, %%rdi"):format(p.REC * 4))
-  b.gp("dec %rax")
-  b.gp("jnz 2b")
+  next_record(b, p, "rax", "2b")
   b.gp("9:")
   return M.statement(b)
 end
@@ -1419,9 +1431,7 @@ function M.init_records(isa, p)
   for c = 0, p.D / W - 1 do b.v("vmovups", mem("rdi", c * W * 4), b.r(0)) end
   b.v("vmovss", mem("rdi", p.D * 4), b.r(1, "xmm"))
   b.v("vmovss", mem("rdi", (p.D + 1) * 4), b.r(0, "xmm"))
-  b.gp(("add $%d, %%rdi"):format(p.REC * 4))
-  b.gp("dec %rcx")
-  b.gp("jnz 1b")
+  next_record(b, p, "rcx", "1b")
   b.gp("9:")
   return M.statement(b)
 end
@@ -1437,15 +1447,9 @@ function M.scale_records(isa, p)
   b.gp(("mov $%d, %%rax"):format(p.T))
   b.gp("2:")
   b.v("vbroadcastss", b.r(2), mem("rsi", 0))
-  for c = 0, p.D / W - 1 do
-    local r, m = b.r(c % 2), mem("rdi", c * W * 4)
-    b.v("vmulps", r, b.r(2), m)
-    b.v("vmovups", m, r)
-  end
+  scale_row(b, p, 2, 0)
   b.gp("add $4, %rsi")
-  b.gp(("add $%d, %%rdi"):format(p.REC * 4))
-  b.gp("dec %rax")
-  b.gp("jnz 2b")
+  next_record(b, p, "rax", "2b")
   return M.statement(b)
 end
 
