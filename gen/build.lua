@@ -29,7 +29,7 @@ end
 local function c_isas(out)
   out[#out + 1] = "typedef struct fd_isa_caps {"
   out[#out + 1] = "  const char *name, *text, *cpuid;  /* key name, words, CPU features (space-separated) */"
-  out[#out + 1] = "  int width, nregs, max_tile, head_lane_tile, fallback;"
+  out[#out + 1] = "  int width, nregs, max_tile, head_lane_tile, fallback, rank;  /* rank: depth on the fallback chain */"
   out[#out + 1] = "  unsigned long long xcr0;"
   out[#out + 1] = "  unsigned cpuid_mask;                /* bit i: needs fd_cpuid_bits[i] */"
   out[#out + 1] = "  unsigned char " .. table.concat(facts.GROUPS, ", ") .. ";"
@@ -50,8 +50,8 @@ local function c_isas(out)
   for i = 0, #facts.isas do
     local r, g = facts.isas[i], {}
     for _, name in ipairs(facts.GROUPS) do g[#g + 1] = r.groups[name] and 1 or 0 end
-    out[#out + 1] = ('  { "%s", "%s", "%s", %d, %d, %d, %d, %d, 0x%xull, 0x%xu, %s },'):format(r.name, r.text,
-      table.concat(r.cpuid, " "), r.W, r.nregs, r.max_tile, r.head_lane_tile or 0, r.fallback, r.xcr0,
+    out[#out + 1] = ('  { "%s", "%s", "%s", %d, %d, %d, %d, %d, %d, 0x%xull, 0x%xu, %s },'):format(r.name, r.text,
+      table.concat(r.cpuid, " "), r.W, r.nregs, r.max_tile, r.head_lane_tile or 0, r.fallback, facts.isa_rank(i), r.xcr0,
       math.floor(masks[i]), table.concat(g, ", "))
     asserts[#asserts + 1] = ('_Static_assert(%s == %d, "%s: gen/facts.lua");'):format(r.enum, i + 1, r.enum)
   end
@@ -274,6 +274,10 @@ local function python()
   names("MASK_MODE_NAMES", facts.mask_modes)
   names("LAYOUT_NAMES", facts.layouts)
   names("ISA_NAMES", facts.isas)
+  local rank = {}
+  for i = 0, #facts.isas do rank[#rank + 1] = tostring(facts.isa_rank(i)) end
+  out[#out + 1] = "# Per isa digit, its rank (depth on the fallback chain): a CPU with a record has every record of lower rank."
+  out[#out + 1] = ("ISA_RANK = (%s)"):format(table.concat(rank, ", "))
   local enums = {}
   for _, t in ipairs { { facts.dtypes, 0 }, { facts.mask_modes, 0 }, { facts.layouts, 0 }, { facts.isas, 1 } } do
     for i = 0, #t[1] do enums[#enums + 1] = ('    "%s": %d,'):format(t[1][i].enum, i + t[2]) end

@@ -69,7 +69,12 @@ M.features = {
 -- shape without a variant here steps down to (-1: none); groups: instruction
 -- groups the micro-kernels may use; cpuid: the CPU features it needs (names
 -- as in tuned-table headers), xcr0: the register state the OS must save.
--- Adding an ISA variant is one record here plus its micro-kernels.
+-- Adding an ISA variant is one record here plus its micro-kernels. The
+-- records form one chain by fallback (3 -> 4 -> 2 -> 1 -> 0), so a record's
+-- rank (its depth on the chain: M.isa_rank) orders them by what they need:
+-- a CPU with a record has every record of lower rank, and "at most isa d"
+-- (fd_config.isa_limit, $FD_MAX_ISA, a context's best) means rank at most
+-- d's, not digit at most d.
 M.isas = {
   [0] = { name = "c", enum = "FD_ISA_C", text = "portable C", W = 1, nregs = 0, max_tile = 99, fallback = -1,
           groups = {}, cpuid = {}, xcr0 = 0 },
@@ -84,10 +89,37 @@ M.isas = {
   -- against bf16 K with exact products; vpdpbusd (AVX512-VNNI) is reserved for
   -- the int8 kernels. cpuid lists what it adds to its fallback's features.
   { name = "avx512bf16", enum = "FD_ISA_AVX512_BF16", text = "AVX-512+BF16+VNNI", short = "AVX-512-BF16", W = 16,
-    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 2,
+    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 4,
     groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true, bf16 = true, vnni = true },
-    cpuid = { "avx512_bf16", "avx512_vnni" }, xcr0 = 0xe6 },
+    cpuid = { "avx512_bf16" }, xcr0 = 0xe6 },
+  -- AVX-512 with vpdpbusd (AVX512-VNNI) but no bf16 dot products (Ice Lake and
+  -- Cascade Lake servers): the int8 kernels' MSD planes; bf16 q and K take the
+  -- f32 FMA scores of AVX-512. Digit 4 although it ranks below digit 3.
+  { name = "avx512vnni", enum = "FD_ISA_AVX512_VNNI", text = "AVX-512+VNNI", short = "AVX-512-VNNI", W = 16,
+    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 2,
+    groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true, vnni = true },
+    cpuid = { "avx512_vnni" }, xcr0 = 0xe6 },
 }
+
+-- The rank of isa digit d: its depth on the fallback chain (portable C 0).
+function M.isa_rank(d)
+  local n = 0
+  while M.isas[d].fallback >= 0 do d, n = M.isas[d].fallback, n + 1 end
+  return n
+end
+
+-- Whether isa digit d ranks at most max_isa (a context of best digit max_isa may use it).
+function M.isa_within(d, max_isa)
+  return M.isa_rank(d) <= M.isa_rank(max_isa)
+end
+
+-- The isa digits of rank at most max_isa's, lowest rank first.
+function M.isas_upto(max_isa)
+  local out = {}
+  for d = 0, #M.isas do if M.isa_rank(d) <= M.isa_rank(max_isa) then out[#out + 1] = d end end
+  table.sort(out, function(a, b) return M.isa_rank(a) < M.isa_rank(b) end)
+  return out
+end
 -- The instruction groups a record may name, in this order in generated C.
 M.GROUPS = { "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "bf16", "vnni" }
 -- Where CPUID reports each feature: leaf, subleaf, register (0 eax .. 3 edx), bit.
@@ -117,7 +149,7 @@ M.Q_LEN_MAX = 16
 M.H_CHUNK, M.H_CHUNK_SIMD = 128, 256
 -- The planner heuristic's MSD planes (key digit planes) for int8 K on an isa
 -- with the vnni group (0: f32 FMA scores there too). So the tuner's isa digit
--- chooses between f32 FMA scores (isa 2) and MSD (isa 3) for int8 K.
+-- chooses between f32 FMA scores (isa 2) and MSD (isa 3 or 4) for int8 K.
 M.H_PLANES = 3
 
 -- Whether n MSD planes of head_dim D fit a head's q row (4 D bytes: the
@@ -162,11 +194,12 @@ M.MODEL_FEATURES = {
   { "tiles", "ln(G / tile)" }, { "tiles2", "ln(G / tile) * ln(G / tile)" },
   { "tiles_c", "ln(G / tile) * eq(isa, 0)" }, { "tiles_avx2", "ln(G / tile) * eq(isa, 1)" },
   { "tiles_d", "ln(G / tile) * ln(D)" }, { "tiles_q", "ln(G / tile) * ln(q)" },
-  { "tile_lane", "eq(tile, 16) * eq(isa, 2)" }, { "isa_dp", "eq(isa, 3)" },
+  { "tile_lane", "eq(tile, 16) * (eq(isa, 2) + eq(isa, 4))" }, { "isa_dp", "eq(isa, 3)" },
   { "idle", "ln(max(1, threads / (rows * splits)))" },
   { "threads", "ln(threads)" }, { "threads_rows", "ln(threads) * ln(rows)" }, { "threads_len", "ln(threads) * ln(len)" },
   { "splits", "ln(splits)" }, { "splits_len", "ln(splits) * ln(len)" }, { "splits_rows", "ln(splits) * ln(rows)" },
   { "short", "ln(max(1, chunk * splits / len))" },
+  { "isa_vnni", "eq(isa, 4)" },
 }
 -- items_max: the most split work items per thread (batch x n_kv_heads x
 -- splits / threads) among the measurements with splits > 1; a candidate with

@@ -342,7 +342,7 @@ local function fill(cd, t, kinds, what)
 end
 
 -- A context handle from a table of fd_config fields { threads, backend ("tcc"|"cc"),
--- table, cache_dir, isa_limit ("auto"|"c"|"avx2"|"avx512" or the FD_ISA_* number),
+-- table, cache_dir, isa_limit ("auto" or an isa name of M.ISA_NAMES, or the FD_ISA_* number),
 -- deterministic (1: batch-invariant results, fd_config.deterministic), precision (1:
 -- FD_PRECISION_FAST, bf16 weights in P.V where a kernel serves it) };
 -- missing fields are zero. Destroyed at collection. Or nil and why.
@@ -740,7 +740,7 @@ function Context:errmsg()
   return self.handle and M.errmsg(self.handle) or ""
 end
 
--- { threads, backend ("tcc"|"cc"), max_isa ("c"|"avx2"|"avx512") }.
+-- { threads, backend ("tcc"|"cc"), max_isa (an isa name of M.ISA_NAMES: the best the context may use) }.
 function Context:info()
   local i = M.ctx_info(live(self, "ctx:info"))
   return { threads = i.threads, backend = i.backend == 1 and "cc" or "tcc", max_isa = M.ISA_NAMES[i.max_isa] }

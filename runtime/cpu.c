@@ -62,12 +62,21 @@ static int isa_present(int isa) {
   return 1;
 }
 
-/* The highest isa digit whose record's features the CPU has and whose
-   register state the OS saves (xcr0); 0 = portable C. */
+/* The isa digit of the highest rank whose record's features the CPU has and
+   whose register state the OS saves (xcr0); 0 = portable C. */
 int fd_cpu_max_isa(void) {
   int best = 0;
-  for (int isa = 1; isa < FD_ISA_COUNT; isa++) if (isa_present(isa)) best = isa;
+  for (int isa = 1; isa < FD_ISA_COUNT; isa++)
+    if (isa_present(isa) && fd_isa_table[isa].rank > fd_isa_table[best].rank) best = isa;
   return best;
+}
+
+/* Whether the CPU and OS support isa (cpu.h). */
+int fd_cpu_has_isa(int isa) { return isa >= 0 && isa < FD_ISA_COUNT && isa_present(isa); }
+
+/* Whether isa ranks at most max (cpu.h): the records form one fallback chain. */
+int fd_isa_within(int isa, int max) {
+  return isa >= 0 && isa < FD_ISA_COUNT && max >= 0 && max < FD_ISA_COUNT && fd_isa_table[isa].rank <= fd_isa_table[max].rank;
 }
 
 static pthread_once_t name_once = PTHREAD_ONCE_INIT;

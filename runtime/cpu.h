@@ -6,8 +6,13 @@
 const char *fd_cpu_model(void);
 /* The SIMD features the kernels may use, space-separated, e.g. "avx2 fma f16c avx512f". */
 const char *fd_cpu_features(void);
-/* The highest ISA digit this CPU and OS support: 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512. */
+/* The best ISA digit this CPU and OS support (of the highest rank, gen/facts.lua
+   isa_rank): 0 portable C, 1 AVX2+FMA+F16C, 2 AVX-512, 4 AVX-512+VNNI, 3 AVX-512+BF16+VNNI. */
 int fd_cpu_max_isa(void);
+/* Whether this CPU and OS support isa digit isa (its record and those it falls back to). */
+int fd_cpu_has_isa(int isa);
+/* Whether isa digit isa is one a context of best digit max may use: rank at most max's. */
+int fd_isa_within(int isa, int max);
 /* The machine slug of result file names (fd_machine_name) into out: the model
    lowercased, up to any '@' (the clock), without the words (R), (TM),
    Processor, CPU and "N-Core", its words joined by '-', then "-<cores>c"

@@ -8,13 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The highest isa digit allowed by cfg, the CPU and $FD_MAX_ISA; -1 if cfg asks for more than the CPU has. */
+/* The best isa digit (highest rank) allowed by cfg, the CPU and $FD_MAX_ISA; -1 if cfg asks for more than the CPU has. */
 static int isa_allowed(const fd_config *cfg) {
   int best = fd_cpu_max_isa();
   const char *env = getenv("FD_MAX_ISA");
-  if (env && *env >= '0' && *env < '0' + FD_ISA_COUNT && !env[1] && *env - '0' < best) best = *env - '0';
+  if (env && *env >= '0' && *env < '0' + FD_ISA_COUNT && !env[1] && fd_isa_within(*env - '0', best)) best = *env - '0';
   if (cfg->isa_limit == FD_ISA_AUTO) return best;
-  return cfg->isa_limit - 1 <= fd_cpu_max_isa() ? cfg->isa_limit - 1 : -1;
+  return fd_isa_within(cfg->isa_limit - 1, fd_cpu_max_isa()) ? cfg->isa_limit - 1 : -1;
 }
 
 static void fd_ctx_free(fd_ctx *ctx);

@@ -77,8 +77,10 @@ typedef enum fd_mask_mode { FD_CAUSAL = 0, FD_MASK = 1, FD_FULL = 2 } fd_mask_mo
 typedef enum fd_layout { FD_BHSD = 0, FD_BSHD = 1, FD_PAGED = 2 } fd_layout;
 typedef enum fd_backend { FD_BACKEND_TCC = 0, FD_BACKEND_CC = 1 } fd_backend;
 /* ISA choices for fd_config.isa_limit and fd_plan_opts.isa: the tiling-key isa
-   digit plus one, so that 0 (a zeroed struct) means "best available". */
-enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3, FD_ISA_AVX512_BF16 = 4 };
+   digit plus one, so that 0 (a zeroed struct) means "best available". By what
+   they need they rank C < AVX2 < AVX512 < AVX512_VNNI < AVX512_BF16 (which
+   has VNNI too): "at most" and "highest" below follow that order. */
+enum { FD_ISA_AUTO = 0, FD_ISA_C = 1, FD_ISA_AVX2 = 2, FD_ISA_AVX512 = 3, FD_ISA_AVX512_BF16 = 4, FD_ISA_AVX512_VNNI = 5 };
 /* fd_shape.features bits (docs/DESIGN.md "What serving engines need"). This
    build serves all six and their combinations but FD_BEAMS with FD_SHARED_KV
    (FD_EINVAL). FD_BEAMS with FD_K_PER_CHANNEL: key s uses the channel scales
@@ -96,8 +98,9 @@ typedef struct fd_config {
                                else ~/.cache/flashdecode. Created if missing; when no compiler runs or
                                it cannot be created or written, the context uses tcc and fd_errmsg(ctx)
                                says why (also on stderr) */
-  int isa_limit;            /* FD_ISA_AUTO: best supported (lowered by $FD_MAX_ISA=0|1|2|3, a key digit);
-                               FD_ISA_C / FD_ISA_AVX2 / FD_ISA_AVX512 / FD_ISA_AVX512_BF16: the highest allowed */
+  int isa_limit;            /* FD_ISA_AUTO: best supported (lowered by $FD_MAX_ISA=0|1|2|3|4, a key digit);
+                               FD_ISA_C / FD_ISA_AVX2 / FD_ISA_AVX512 / FD_ISA_AVX512_VNNI / FD_ISA_AVX512_BF16:
+                               the highest allowed */
   int max_kernels;          /* kernel-cache bound; 0 = none: the least recently used kernel no live
                                plan uses is evicted (recompiled on next use); in-use ones never are */
   int check_inputs;         /* 1: fd_run first reads every q, K, V, scale and mask value the run will use and
@@ -209,9 +212,9 @@ typedef struct fd_plan_opts {
   int splits;               /* splits of every (batch, kv head) range; above kv_len it is rounded down to
                                kv_len; batch x n_kv_heads x splits at most FD_MAX_SPLIT_ITEMS */
   int threads;              /* at most the context's threads (so at most FD_MAX_THREADS) */
-  int isa;                  /* FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512 or FD_ISA_AVX512_BF16 */
+  int isa;                  /* FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512, FD_ISA_AVX512_VNNI or FD_ISA_AVX512_BF16 */
   int planes;               /* MSD int8 scores (the key's planes digit): 2 or 3 int8 planes of q through
-                               vpdpbusd, int8 K on FD_ISA_AVX512_BF16 only; -1 off (f32 FMA scores);
+                               vpdpbusd, int8 K on FD_ISA_AVX512_VNNI or _BF16 only; -1 off (f32 FMA scores);
                                0 the planner's choice (a tuned row's, else FD_H_PLANES for int8 K on
                                an isa with int8 dot products) */
   int precision;            /* fast precision (the key's precision digit): 0 the context's config.precision
@@ -235,7 +238,7 @@ typedef struct fd_plan_info {
 } fd_plan_info;
 int fd_plan_info_get(const fd_plan *plan, int64_t kv_len, fd_plan_info *info);
 
-/* Context facts: its threads, the backend in use (cc falls back to tcc), the highest isa digit it may use. */
+/* Context facts: its threads, the backend in use (cc falls back to tcc), the best isa digit it may use (of the highest rank: FD_ISA_AUTO's order above). */
 int fd_ctx_threads(const fd_ctx *ctx);
 int fd_ctx_backend(const fd_ctx *ctx);
 int fd_ctx_max_isa(const fd_ctx *ctx);

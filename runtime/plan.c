@@ -2,6 +2,7 @@
    and threads per kv-length bucket (tuned table row or heuristic), compiles
    the keys it needs and sizes the scratch fd_run uses. It never runs kernels. */
 #include "internal.h"
+#include "cpu.h"
 #include "key.h"
 #include "model.h"
 #include <limits.h>
@@ -300,7 +301,7 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
                    fd_dtype_names[s->kv_dtype]);
   int isa = o->isa ? o->isa - 1 : ctx->max_isa;
   if (!fd_isa_table[isa].vnni)
-    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs an isa with int8 dot products (avx512bf16), not isa %s",
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa %s",
                    o->planes, fd_isa_table[isa].name);
   if ((s->features & FD_K_PER_CHANNEL) && (s->features & FD_BEAMS))
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d with shape.features FD_K_PER_CHANNEL and FD_BEAMS is not "
@@ -350,9 +351,10 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
   if (o->threads < 0 || o->threads > ctx->threads)
     return fd_fail(ctx, FD_EINVAL, "opts.threads %d is outside 0..%d (the context's threads)", o->threads, ctx->threads);
   if (o->isa < 0 || o->isa > FD_ISA_COUNT)
-    return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512, FD_ISA_AVX512_BF16 or 0)", o->isa);
-  if (o->isa - 1 > ctx->max_isa)
-    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.isa %d is not available in this context (isa digit %d at most)", o->isa, ctx->max_isa);
+    return fd_fail(ctx, FD_EINVAL, "opts.isa %d is unknown (FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512, FD_ISA_AVX512_BF16, FD_ISA_AVX512_VNNI or 0)", o->isa);
+  if (o->isa && !fd_isa_within(o->isa - 1, ctx->max_isa))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.isa %d is not available in this context (isa digit %d, %s, at most)", o->isa, ctx->max_isa,
+                   fd_isa_table[ctx->max_isa].text);
   int rc = check_planes(ctx, s, o);
   return rc ? rc : check_precision(ctx, s, o);
 }
@@ -509,7 +511,7 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   char err[4096];
   int v[FD_KF_COUNT];
   const fd_shape *s = &p->shape;
-  int usable = !fd_table_key_fits(row->key, s, v, err, sizeof err) && v[FD_KF_ISA] <= p->ctx->max_isa;
+  int usable = !fd_table_key_fits(row->key, s, v, err, sizeof err) && fd_isa_within(v[FD_KF_ISA], p->ctx->max_isa);
   const fd_kernel_desc *d = usable ? fd_kcache_get(p->ctx->kernels, row->key, &p->compile_ms, &p->kernels_compiled,
                                                    err, sizeof err) : NULL;
   if (!d) {

@@ -25,9 +25,9 @@
    fd_run (see its flashdecode.h), and fdt_run refuses what fd_plan_create and
    fd_run refuse, with the same codes (paged layouts and several query tokens
    included). Kernels whose
-   key has isa digit (digit 6) 1, 2 or 3 execute AVX2+FMA+F16C, AVX-512 or
-   AVX-512+BF16+VNNI instructions: run this header on a CPU with the features
-   listed above. */
+   key has isa digit (digit 6) 1, 2, 4 or 3 execute AVX2+FMA+F16C, AVX-512,
+   AVX-512+VNNI or AVX-512+BF16+VNNI instructions: run this header on a CPU
+   with the features listed above. */
 #ifndef FLASHDECODE_TUNED_H
 #define FLASHDECODE_TUNED_H
 #include <stddef.h>

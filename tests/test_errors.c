@@ -457,6 +457,47 @@ static void isa_choice(void) {
   }
 }
 
+/* The ISA records' order by what they need (one fallback chain): AVX-512+VNNI
+   (digit 4) ranks between AVX-512 and AVX-512+BF16+VNNI (digit 3). A context
+   limited to AVX-512+VNNI refuses a forced isa 3; a CPU with VNNI but no BF16
+   is limited to it by default and refuses isa_limit AVX-512+BF16. */
+static void isa_ranks(void) {
+  static const struct { int isa, max, within; } c[] = {
+    { 4, 3, 1 }, { 3, 4, 0 }, { 2, 4, 1 }, { 4, 2, 0 }, { 3, 3, 1 }, { 0, 4, 1 }, { 1, 0, 0 }, { 5, 4, 0 }, { 2, -1, 0 },
+  };
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++)
+    t_check(fd_isa_within(c[i].isa, c[i].max) == c[i].within, "fd_isa_within(%d, %d) is %d", c[i].isa, c[i].max,
+            c[i].within);
+  t_check(!fd_cpu_has_isa(3) || fd_cpu_has_isa(4), "a CPU with isa 3 has isa 4 (its fallback)");
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
+    t_check(fd_cpu_has_isa(isa) == fd_isa_within(isa, fd_cpu_max_isa()),
+            "isa %d: present exactly when it ranks at most the best (%d)", isa, fd_cpu_max_isa());
+  fd_shape s = { 1, 8, 2, 128, 300, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  if (!fd_cpu_has_isa(4)) { printf("note: this CPU lacks AVX-512+VNNI: its context checks skipped\n"); return; }
+  fd_ctx *c4 = fd_create(&(fd_config){ .threads = 1, .isa_limit = FD_ISA_AVX512_VNNI });
+  t_check(c4 && fd_ctx_max_isa(c4) == 4, "config.isa_limit FD_ISA_AVX512_VNNI: best isa 4");
+  fd_plan *p = NULL;
+  int rc = c4 ? fd_plan_create_opts(c4, &s, &(fd_plan_opts){ .isa = FD_ISA_AVX512_BF16 }, &p) : -1;
+  t_check(rc == FD_EUNSUPPORTED && !p && strstr(fd_errmsg(c4), "not available in this context"),
+          "isa_limit AVX-512+VNNI refuses a forced AVX-512+BF16 (rc %d: %s)", rc, c4 ? fd_errmsg(c4) : "");
+  t_check(c4 && plan_isa(c4, s, FD_ISA_AVX512) == 2, "isa_limit AVX-512+VNNI allows a forced AVX-512");
+  fd_destroy(c4);
+  setenv("FD_MAX_ISA", "4", 1);
+  c4 = fd_create(&(fd_config){ .threads = 1 });
+  t_check(c4 && fd_ctx_max_isa(c4) == 4, "FD_MAX_ISA=4: best isa 4 (got %d)", c4 ? fd_ctx_max_isa(c4) : -1);
+  fd_destroy(c4);
+  setenv("FD_MAX_ISA", "3", 1);
+  c4 = fd_create(&(fd_config){ .threads = 1 });
+  t_check(c4 && fd_ctx_max_isa(c4) == (fd_cpu_has_isa(3) ? 3 : 4), "FD_MAX_ISA=3 raises no context above its CPU");
+  fd_destroy(c4);
+  unsetenv("FD_MAX_ISA");
+  if (!fd_cpu_has_isa(3)) {
+    t_check(fd_cpu_max_isa() == 4, "VNNI without BF16: the best isa is 4");
+    t_check(!fd_create(&(fd_config){ .isa_limit = FD_ISA_AVX512_BF16 }) && strstr(fd_errmsg(NULL), "lacks"),
+            "VNNI without BF16: config.isa_limit FD_ISA_AVX512_BF16 is refused");
+  }
+}
+
 /* Machine slugs (fd_machine_slug, fd_machine_name's rule): brand strings as
    CPUs give them, the corner cases, and a buffer too short. */
 static void machine_slugs(void) {
@@ -496,6 +537,7 @@ int main(void) {
   concurrent_runs();
   big_cache();
   isa_choice();
+  isa_ranks();
   fd_destroy(ctx);
   kx_cleanup();
   return t_done();

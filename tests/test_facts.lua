@@ -101,7 +101,7 @@ for isa = 0, #facts.isas do
   T.ok(r.name and r.enum and r.text and r.max_tile >= 1 and r.max_tile <= facts.MAX_TILE, "isa " .. isa .. " record")
   if isa > 0 then
     T.ok(r.W >= 8 and r.W % 4 == 0 and r.reg and r.nregs >= 16 and r.short, "isa " .. isa .. " vector geometry")
-    T.ok(r.fallback >= 0 and r.fallback < isa, "isa " .. isa .. " falls back to a lower digit")
+    T.ok(r.fallback >= 0 and r.fallback <= #facts.isas and r.fallback ~= isa, "isa " .. isa .. " falls back to another record")
     for _, n in ipairs(r.cpuid) do T.ok(facts.CPUID[n] ~= nil, "isa " .. isa .. " CPUID bit of " .. n) end
     T.eq(simd.vector(isa), true, "isa " .. isa .. " runs the micro-kernels")
   end
@@ -116,6 +116,20 @@ for isa = 0, #facts.isas do
   end
 end
 T.eq(facts.isas[0].fallback, -1, "portable C is the last fallback")
+-- One chain: every record's chain ends at portable C, and no two share a rank.
+local ranks = {}
+for isa = 0, #facts.isas do
+  local d, steps = isa, 0
+  while d > 0 and steps <= #facts.isas do d, steps = facts.isas[d].fallback, steps + 1 end
+  T.eq(d, 0, "isa " .. isa .. "'s fallback chain ends at portable C")
+  local r = facts.isa_rank(isa)
+  T.ok(ranks[r] == nil, ("isa %d's rank %d is its own"):format(isa, r))
+  ranks[r] = isa
+  T.eq(facts.isa_within(facts.isas[isa].fallback >= 0 and facts.isas[isa].fallback or 0, isa), true,
+       "isa " .. isa .. " may use its fallback")
+end
+T.eq(table.concat(facts.isas_upto(3), ","), "0,1,2,4,3", "AVX-512+BF16+VNNI has AVX-512+VNNI below it")
+T.eq(table.concat(facts.isas_upto(4), ","), "0,1,2,4", "AVX-512+VNNI has no bf16 dot products")
 T.eq(simd.vector(0), false, "portable C runs no micro-kernel")
 T.eq(key.by_name.isa.max, #facts.isas, "the key's isa field spans the records")
 T.eq(key.by_name.kv_dtype.max, #facts.dtypes, "the key's kv_dtype field spans the dtypes")

@@ -272,7 +272,7 @@ static int planned(int prec, int kd, int G, fd_plan_opts o) {
 /* FAST is a permission: bf16 V on isa 3 takes it; f16 V, the head-lane tile
    (16 heads), a context at the default or opts.precision -1 do not. */
 static void permission(void) {
-  int want = fd_cpu_max_isa() >= ISA3, p;
+  int want = fd_cpu_has_isa(ISA3), p;
   p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ 0 });
   t_check(p == want, "FAST, bf16 V, 4 heads: precision %d (want %d)", p, want);
   p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ 0 });
@@ -336,7 +336,7 @@ static void refusals(void) {
           "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa avx512", "isa avx512");
   refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
   s.n_q_heads = 2 * 16;
-  if (fd_cpu_max_isa() >= ISA3)
+  if (fd_cpu_has_isa(ISA3))
     refused(ctx, s, (fd_plan_opts){ .precision = 1, .group_tile = 16 }, FD_EUNSUPPORTED,
             "opts.precision 1 is not served with opts.group_tile 16", "tile 16");
   s.n_q_heads = 8;
@@ -349,7 +349,7 @@ static void refusals(void) {
 int main(void) {
   refusals();
   permission();
-  if (fd_cpu_max_isa() < ISA3) {
+  if (!fd_cpu_has_isa(ISA3)) {
     printf("skipped the fast-precision kernels: this CPU has no AVX512-BF16 (isa digit %d at most)\n", fd_cpu_max_isa());
     return t_done();
   }

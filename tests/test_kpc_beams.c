@@ -249,7 +249,7 @@ static void mode_of(int m, int *mode, int *q_len) {
    the row's own), each in every mode variant, unsplit and 3 splits. */
 static void sweep(void) {
   int idx = 0, mode, q_len;
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa)) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int m = 0; m < 4; m++)
       for (int sp = 0; sp < 2; sp++) {

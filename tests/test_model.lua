@@ -42,7 +42,7 @@ for si, sig in ipairs(shapes) do
   local G = s.n_q_heads / s.n_kv_heads
   for _, len in ipairs { 200, 1024, 5000 } do
     local job_const = si * 0.7 + len / 1000
-    for _, isa in ipairs { 0, 1, 2, 3 } do
+    for _, isa in ipairs { 0, 1, 2, 3, 4 } do
       for _, chunk in ipairs { 32, 64, 128, 256, 512 } do
         for tile = 1, G do
           if G % tile == 0 and tile <= facts.isas[isa].max_tile then

@@ -19,7 +19,8 @@
      unsplit and 3 splits, per-row and per-channel K scales, 2 and 3 planes;
      each plan's key must carry the planes digit;
    - the refusals: a sentence naming opts.planes, nothing run.
-   Needs AVX512-VNNI (isa digit 3); without it only the refusals run. */
+   Runs on the best record with int8 dot products this CPU has (isa digit 3,
+   AVX-512+BF16+VNNI, or 4, AVX-512+VNNI); without one only the refusals run. */
 #include "compare.h"
 #include "internal.h"
 #include "cpu.h"
@@ -36,7 +37,8 @@
 #define S_CAP 200
 #define PAGE 16
 #define PER_ROW ((S_CAP + PAGE - 1) / PAGE)
-#define ISA3 3
+/* The isa digit the MSD kernels run on (msd_record), -1 without one. */
+static int msd_isa = -1;
 /* the planes digit's place in a key (gen/facts.lua) */
 #define PLANES_POS ((size_t)fd_key_fields[FD_KF_PLANES].pos)
 
@@ -168,7 +170,7 @@ static void compare_tokens(const mcase *c, int planes, const void *out, const fl
   free(rout); free(rlse); free(got); free(glse);
 }
 
-/* One case against the reference on isa 3 with planes, each layout it takes
+/* One case against the reference on msd_isa with planes, each layout it takes
    (bhsd cases also paged; bshd cases as they are). */
 static void run_case(fd_ctx *ctx, int planes, int layout, int D, int tile, int mode, int q_len, int kpc, int splits,
                      int idx) {
@@ -179,7 +181,7 @@ static void run_case(fd_ctx *ctx, int planes, int layout, int D, int tile, int m
   size_t n = (size_t)NB * q_len * HKV * tile * D;
   void *out = malloc(n * t_dtype_size(od));
   float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
-  fd_plan_opts o = { chunk, tile, splits, 2, ISA3 + 1, planes };
+  fd_plan_opts o = { chunk, tile, splits, 2, msd_isa + 1, planes };
   for (int paged = 0; paged <= (layout == FD_BHSD); paged++) {
     char name[256];
     snprintf(name, sizeof name, "planes %d q%s out%s %s %s q_len %d window %d%s splits %d chunk %d D %d tile %d", planes,
@@ -277,7 +279,7 @@ static void guard_tail(fd_ctx *ctx, int planes, int chunk) {
   double rout[G * 80], rlse[G];
   fd_shape s = { 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
   fd_args a = { kp.q, kp.k, v, kp.cur_pos, NULL, kp.k_scale, vs, NULL, 0, out, lse };
-  fd_plan_opts o = { chunk, G, 1, 1, ISA3 + 1, planes };
+  fd_plan_opts o = { chunk, G, 1, 1, msd_isa + 1, planes };
   char name[64];
   snprintf(name, sizeof name, "guarded V tail, planes %d, chunk %d", planes, chunk);
   int rc = run_planes(ctx, &s, &o, &a, name);
@@ -322,7 +324,7 @@ static double score_error(fd_ctx *ctx, int planes, int kpc, int D) {
     s.features = kpc ? FD_K_PER_CHANNEL : 0;
     fd_args a = { c.qp.q, c.kp.k, c.kp.v, c.kp.cur_pos, c.kp.mask, c.kp.k_scale, c.kp.v_scale, NULL, 0, out, lse };
     if (kpc) a.k_scale = c.kch;
-    fd_plan_opts o = { 64, G, 1, 1, ISA3 + 1, planes ? planes : -1 };
+    fd_plan_opts o = { 64, G, 1, 1, msd_isa + 1, planes ? planes : -1 };
     char name[96];
     snprintf(name, sizeof name, "score error, planes %d%s, shift %d", planes, kpc ? ", per-channel K" : "", shift);
     int rc = run_planes(ctx, &s, &o, &a, name);
@@ -377,11 +379,11 @@ static int planned_planes(int isa_limit, int kd, int D, fd_plan_opts o) {
   return len > PLANES_POS ? info.key[len - 1 - PLANES_POS] - '0' : 0;
 }
 
-/* The heuristic: FD_H_PLANES for int8 K on isa 3 (where the planes fit), 0
+/* The heuristic: FD_H_PLANES for int8 K on an isa with int8 dots (where the planes fit), 0
    elsewhere; opts.planes -1 turns it off, 2 forces 2; a forced isa without
    int8 dot products takes none. */
 static void heuristic(void) {
-  int want = fd_cpu_max_isa() >= ISA3 ? FD_H_PLANES : 0, p;
+  int want = msd_isa >= 0 ? FD_H_PLANES : 0, p;
   p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ 0 });
   t_check(p == want, "int8 K: planes %d (want %d)", p, want);
   p = planned_planes(FD_ISA_AUTO, FD_FP8_E4M3, 128, (fd_plan_opts){ 0 });
@@ -395,12 +397,12 @@ static void heuristic(void) {
           "forced isa avx512: planes %d", p);
   p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .planes = -1 });
   t_check(p == 0, "planes -1: %d", p);
-  if (fd_cpu_max_isa() >= ISA3) {
+  if (msd_isa >= 0) {
     p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .planes = 2 });
     t_check(p == 2, "planes 2 forced: %d", p);
   }
   p = planned_planes(FD_ISA_AUTO, FD_I8, 20, (fd_plan_opts){ 0 });
-  t_check(p == 0, "head_dim 20 (no isa 3 kernel): %d", p);
+  t_check(p == 0, "head_dim 20 (no vector kernel): %d", p);
 }
 
 /* opts.planes refusals: a bad count, a KV dtype or isa without MSD, per-channel K with beams. */
@@ -417,23 +419,33 @@ static void refusals(void) {
   refused(ctx, s, (fd_plan_opts){ .planes = 2 }, FD_EUNSUPPORTED, "not kv_dtype fp8", "fp8 K");
   s.kv_dtype = FD_I8;
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED,
-          "needs an isa with int8 dot products (avx512bf16), not isa avx512", "isa avx512");
+          "needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa avx512", "isa avx512");
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
   s.features = FD_K_PER_CHANNEL | FD_BEAMS;
   /* plan.c checks the dtype, then the context's isa, then the features: on a
-     CPU without isa 3 (AVX512-VNNI but no AVX512-BF16 among them) the isa is refused first */
+     CPU without int8 dot products the isa is refused first */
   refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED,
-          fd_cpu_max_isa() >= ISA3 ? "with shape.features FD_K_PER_CHANNEL and FD_BEAMS"
-                                   : "needs an isa with int8 dot products (avx512bf16), not isa",
+          msd_isa >= 0 ? "with shape.features FD_K_PER_CHANNEL and FD_BEAMS"
+                                   : "needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa",
           "per-channel K + beams");
   fd_destroy(ctx);
 }
 
+/* The present isa record with int8 dot products of the highest rank, or -1. */
+static int msd_record(void) {
+  int best = -1;
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
+    if (fd_isa_table[isa].vnni && fd_cpu_has_isa(isa) && (best < 0 || fd_isa_table[isa].rank > fd_isa_table[best].rank))
+      best = isa;
+  return best;
+}
+
 int main(void) {
-  if (fd_cpu_max_isa() < ISA3) {
-    printf("skipped the MSD kernels: this CPU lacks isa 3 (AVX512-BF16 and AVX512-VNNI), the only record with "
-           "int8 dot products (isa digit %d at most)\n", fd_cpu_max_isa());
+  msd_isa = msd_record();
+  if (msd_isa < 0) {
+    printf("skipped the MSD kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n", fd_cpu_max_isa());
   } else {
+    printf("MSD kernels on isa %d (%s)\n", msd_isa, fd_isa_table[msd_isa].text);
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
     score_errors(ctx, "tcc");
     output_errors(ctx, "tcc");

@@ -9,6 +9,7 @@
 #include "fd_keydefs.h"
 #include "kexec.h"
 #include "tcheck.h"
+#include "cpu.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,7 +207,7 @@ static const int SPLITS[] = { 1, 4, 64 };      /* 64 > 40 keys: some splits are 
 
 /* The highest FD_ISA_* this context may use, and whether forcing isa on shape s can run. */
 static int isa_fits(fd_ctx *ctx, int isa, const nf_shape *s) {
-  if (isa - 1 > fd_ctx_max_isa(ctx)) return 0;
+  if (!fd_isa_within(isa - 1, fd_ctx_max_isa(ctx))) return 0;
   return !(isa == FD_ISA_AVX2 && s->tile > 12);
 }
 
@@ -292,7 +293,7 @@ static void each_config(fd_ctx *ctx, kproblem *p, const char *tag,
   double *rout = malloc(n * 8), *rlse = malloc(nl * 8);
   ref_attention(r, rout, rlse);
   for (int isa = FD_ISA_C; isa < FD_ISA_C + FD_ISA_COUNT; isa++) {
-    if (isa - 1 > fd_ctx_max_isa(ctx)) continue;
+    if (!fd_isa_within(isa - 1, fd_ctx_max_isa(ctx))) continue;
     for (int sp = 0; sp < 3; sp++) {
       char name[192];
       snprintf(name, sizeof name, "%s, isa %s, %d splits", tag, isa_name(isa), SPLITS[sp]);

@@ -143,7 +143,7 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int ps, int splits,
 /* Every isa, KV dtype, mask mode, page size and split setting. */
 static void sweep(void) {
   int idx = 0;
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa)) {
     fd_config cfg = { .threads = 2, .isa_limit = isa + 1 };
     fd_ctx *ctx = fd_create(&cfg);
     for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)

@@ -125,7 +125,7 @@ static void refusal(fd_ctx *ctx) {
 
 int main(void) {
   int idx = 0;
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa)) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
       for (int sp = 0; sp < 2; sp++)

@@ -131,7 +131,7 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int q_len, int spli
 /* Every isa, KV dtype, mask mode, token count and split setting. */
 static void sweep(void) {
   int idx = 0;
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa)) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
       for (int mode = 0; mode < FD_MASK_MODE_COUNT; mode++)
@@ -218,7 +218,7 @@ static void new_kv_case(fd_ctx *ctx, int isa, int kd, int q_len, int splits, int
 static void new_kv_sweep(void) {
   int idx = 0;
   static const int qlens[] = { 1, 4, 7 }, windows[][2] = { { 0, 0 }, { 1, 0 }, { 3, 2 }, { 6, 1 }, { 64, 4 }, { 1000, 0 } };
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa)) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int kd = 0; kd <= FD_BF16; kd++)
       for (int qi = 0; qi < 3; qi++)

@@ -203,7 +203,7 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int q_len, int wi, int splits
 /* Every isa, KV dtype, token count, window and split setting. */
 static void sweep(void) {
   int idx = 0;
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa)) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
       for (int qi = 0; qi < N_Q_LENS; qi++)
@@ -254,7 +254,7 @@ static void softcap_case(fd_ctx *ctx, int isa, int kd, int mode, int v, int idx)
    on_grid, against the reference with the same softcap. */
 static void softcap_modes(void) {
   int idx = 0;
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa)) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });
     for (int kd = 0; kd < FD_DTYPE_COUNT; kd++)
       for (int mode = FD_CAUSAL; mode <= FD_FULL; mode++)
@@ -276,7 +276,7 @@ static void softcap_accuracy(void) {
   int32_t pos[1] = { 0 };
   for (int h = 0; h < NQ; h++)
     q[(size_t)h * D] = h < 7 ? EXTREMES[h] : roundf((-200.0f + 400.0f * (float)(h - 7) / (NQ - 8)) * 64) / 64;
-  for (int isa = 0; isa <= fd_cpu_max_isa(); isa++)
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) if (fd_cpu_has_isa(isa))
     for (int ci = 0; ci < 2; ci++) {
       float cap = ci ? 50.0f : 30.0f;
       fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa + 1 });

@@ -16,6 +16,7 @@ local fd = require("flashdecode")
 local machine = require("tuner.machine")
 local fdb = require("bench.lib")
 local space = require("space")
+local facts = require("facts")
 local report = require("bench.report")
 local plot = require("bench.plot")
 local M = require("bench.measure")
@@ -136,7 +137,7 @@ local function variants(info)
         :format(be, ci.backend, why ~= "" and ": " .. why or "")
     else
       vs[#vs + 1] = { name = be, backend = be, ctx = ctx, opts = nil, isa = "auto" }
-      for isa = 0, ci.max_isa or 0 do
+      for _, isa in ipairs(facts.isas_upto(ci.max_isa or 0)) do
         local n = fd.ISA_NAMES[isa]
         vs[#vs + 1] = { name = be .. "/" .. n, backend = be, ctx = ctx, opts = { isa = n }, isa = n }
       end

@@ -248,7 +248,7 @@ function M.score(model, x)
 end
 
 -- Every candidate configuration for shape s at len keys, in the order
--- runtime/model.c enumerates them: isa 0..max_isa, chunks of M.CHUNKS within
+-- runtime/model.c enumerates them: isa digits 0.. ranking at most max_isa, chunks of M.CHUNKS within
 -- the model's limits, tiles dividing G (up to M.MAX_TILE and the isa's
 -- max_tile), splits 1..the bound, threads 1..the bound; more than one split
 -- only within items_max split items per thread.
@@ -257,9 +257,9 @@ function M.candidates(model, s, len, max_isa, threads)
   local L = model.limits
   local smax = math.min(M.MAX_SPLITS, L.splits_max, len, rows >= M.MAX_SPLIT_ITEMS and 1 or math.floor(M.MAX_SPLIT_ITEMS / rows))
   local tmax = math.min(threads, L.threads_max)
-  for isa = 0, max_isa do
+  for isa = 0, #facts.isas do
     for _, chunk in ipairs(M.CHUNKS) do
-      if chunk >= L.chunk_min and chunk <= L.chunk_max then
+      if facts.isa_within(isa, max_isa) and chunk >= L.chunk_min and chunk <= L.chunk_max then
         for tile = 1, math.min(G, M.MAX_TILE, facts.isas[isa].max_tile) do
           if G % tile == 0 then
             for splits = 1, math.max(1, smax) do

@@ -83,7 +83,7 @@ local function kname(chunk, tile, isa) return ("c%d.t%d.i%d"):format(chunk, tile
 -- work of the half one; an isa above the context's or without a kernel for
 -- (D, tile) cannot run.
 function M.prune_reason(chunk, tile, isa, D, len, max_isa, isas_of)
-  if isa > max_isa then return ("isa %d above the context's %d"):format(isa, max_isa) end
+  if not facts.isa_within(isa, max_isa) then return ("isa %d above the context's %d"):format(isa, max_isa) end
   if not index_of(isas_of(D, tile), isa) then
     return ("isa %d has no kernel for head_dim %d, group tile %d (gen/simd.lua)"):format(isa, D, tile)
   end
@@ -104,7 +104,7 @@ function M.kernels(j, h, prior)
         local name = kname(chunk, tile, isa)
         local why = M.prune_reason(chunk, tile, isa, j.D, j.keys or j.len, j.max_isa, M.isas_of or space.isas)
         if why then
-          if isa <= j.max_isa then pruned[#pruned + 1] = { name = name, why = why } end
+          if facts.isa_within(isa, j.max_isa) then pruned[#pruned + 1] = { name = name, why = why } end
         else
           local dist = math.abs(ci - hc) + math.abs(ti - (index_of(tiles, h.tile) or 1)) + math.abs(isa - h.isa)
           local k = { chunk = chunk, tile = tile, isa = isa, name = name, ci = ci, ti = ti,

@@ -296,13 +296,13 @@ class Context(_Handle):
 
     @property
     def max_isa(self):
-        """The highest ISA the context may use: "c", "avx2", "avx512" or "avx512bf16"."""
+        """The best ISA the context may use (of the highest rank): "c", "avx2", "avx512", "avx512vnni" or "avx512bf16"."""
         return _ISA_DIGITS[self._lib.fd_ctx_max_isa(self._handle())]
 
     def plan(self, batch, n_q_heads, n_kv_heads, head_dim, kv_len, q_dtype="f32", kv_dtype="f32",
              out_dtype="f32", mask_mode="causal", layout="bhsd", page_size=0, opts=None, **options):
         """Validate a shape, plan it and compile its kernels; options chunk, group_tile, splits,
-        threads, isa ("c"|"avx2"|"avx512"|"avx512bf16"), planes (MSD int8 scores: 2 or 3, -1
+        threads, isa ("c"|"avx2"|"avx512"|"avx512vnni"|"avx512bf16"), planes (MSD int8 scores: 2 or 3, -1
         off) and precision (fast precision: 1, -1 off) force planner choices, as keywords or in opts; the
         other fd_shape fields (pool_pages, q_len, window, ...) are keywords too; features takes
         the FD_* bits, a name or a list of names (features=["alibi", "sink_logits"], see FEATURES)."""

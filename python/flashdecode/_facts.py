@@ -5,7 +5,9 @@ DTYPE_SIZE = (4, 2, 2, 1, 1, 1, 0, 0)
 DTYPE_BLOCK = ((1, 4), (1, 2), (1, 2), (1, 1), (1, 1), (1, 1), (32, 34), (32, 18))
 MASK_MODE_NAMES = ("causal", "mask", "full")
 LAYOUT_NAMES = ("bhsd", "bshd", "paged")
-ISA_NAMES = ("c", "avx2", "avx512", "avx512bf16")
+ISA_NAMES = ("c", "avx2", "avx512", "avx512bf16", "avx512vnni")
+# Per isa digit, its rank (depth on the fallback chain): a CPU with a record has every record of lower rank.
+ISA_RANK = (0, 1, 2, 4, 3)
 # fd_shape's fields in order: (name, C kind: int, i64, float or unsigned).
 SHAPE_FIELDS = (("batch", "int"), ("n_q_heads", "int"), ("n_kv_heads", "int"), ("head_dim", "int"), ("kv_len", "i64"), ("q_dtype", "int"), ("kv_dtype", "int"), ("out_dtype", "int"), ("mask_mode", "int"), ("layout", "int"), ("page_size", "int"), ("q_len", "int"), ("pool_pages", "i64"), ("window", "int"), ("sink_tokens", "int"), ("softcap", "float"), ("features", "unsigned"))
 # The C enum constants of flashdecode.h these name (FD_ISA_* is the isa digit + 1; features are bits).
@@ -28,6 +30,7 @@ ENUMS = {
     "FD_ISA_AVX2": 2,
     "FD_ISA_AVX512": 3,
     "FD_ISA_AVX512_BF16": 4,
+    "FD_ISA_AVX512_VNNI": 5,
     "FD_ALIBI": 1,
     "FD_SINK_LOGITS": 2,
     "FD_NEW_KV": 4,

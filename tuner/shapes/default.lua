@@ -80,7 +80,7 @@ return {
     q_dtype = "f32", kv_dtype = "q4_0", out_dtype = "f32", mask_mode = "causal", layout = "bhsd",
     kv_len = { 4 * K } },
   -- Llama-3.1-8B over an int8 KV cache with per-row scales (bf16 q and out): the
-  -- tuner's isa digit chooses MSD int8 scores (isa 3) or f32 FMA ones.
+  -- tuner's isa digit chooses MSD int8 scores (isa 3 or 4) or f32 FMA ones.
   { name = "llama3-8b-int8", batch = 1, n_q_heads = 32, n_kv_heads = 8, head_dim = 128,
     q_dtype = "bf16", kv_dtype = "i8", out_dtype = "bf16", mask_mode = "causal", layout = "bhsd",
     kv_len = { 16 * K, 64 * K } },
