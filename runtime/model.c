@@ -77,8 +77,9 @@ static void each_candidate(const fd_model *m, const fd_shape *s, int64_t len, in
   int64_t rows = (int64_t)s->batch * s->n_kv_heads, smax;
   int tmax;
   candidate_bounds(m, s, len, threads, &smax, &tmax);
-  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
-    for (int chunk = 32; fd_isa_within(isa, max_isa) && chunk <= FD_MAX_CHUNK; chunk *= 2) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++) {
+    if (!fd_isa_within(isa, max_isa)) continue;
+    for (int chunk = 32; chunk <= FD_MAX_CHUNK; chunk *= 2) {
       if (chunk < m->limit[FD_MODEL_CHUNK_MIN] || chunk > m->limit[FD_MODEL_CHUNK_MAX]) continue;
       for (int tile = 1; tile <= G && tile <= MODEL_MAX_TILE && tile <= fd_isa_table[isa].max_tile; tile++) {
         if (G % tile) continue;
@@ -91,6 +92,7 @@ static void each_candidate(const fd_model *m, const fd_shape *s, int64_t len, in
           }
       }
     }
+  }
 }
 
 /* fd_model_rank's state: the top-k list. */
