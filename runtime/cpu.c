@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static char model[64], features[128];
+static char model[64], features[128], vendor[13];
 
 /* XCR0: the register state the OS saves (0 when XGETBV is unavailable). */
 static unsigned long long xcr0(void) {
@@ -34,6 +34,7 @@ static int has_feature(const fd_cpuid_bit *f) {
 /* Fill model and features once. */
 static void probe(void) {
   unsigned r[12] = { 0 };
+  if (__get_cpuid(0, &r[0], &r[1], &r[3], &r[2])) memcpy(vendor, &r[1], 12);   /* ebx, edx, ecx */
   if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
     for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
     memcpy(model, r, 48);
@@ -51,6 +52,8 @@ static void probe(void) {
 
 /* The CPU brand string. */
 const char *fd_cpu_model(void) { pthread_once(&once, probe); return model; }
+/* Whether the vendor is Intel (cpu.h). */
+int fd_cpu_intel(void) { pthread_once(&once, probe); return strcmp(vendor, "GenuineIntel") == 0; }
 /* The SIMD features present. */
 const char *fd_cpu_features(void) { pthread_once(&once, probe); return features; }
 /* Whether every CPU feature of isa's record, and of each record on its

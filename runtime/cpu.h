@@ -4,6 +4,8 @@
 #include <stddef.h>
 /* The CPU brand string, trimmed ("AMD EPYC 9654 96-Core Processor"). */
 const char *fd_cpu_model(void);
+/* Whether the CPU's vendor is Intel (CPUID leaf 0: "GenuineIntel"). */
+int fd_cpu_intel(void);
 /* The SIMD features the kernels may use, space-separated, e.g. "avx2 fma f16c avx512f". */
 const char *fd_cpu_features(void);
 /* The best ISA digit this CPU and OS support (of the highest rank, gen/facts.lua

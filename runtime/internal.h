@@ -23,6 +23,7 @@ struct fd_ctx {
   int check_inputs;                /* fd_config.check_inputs: fd_run refuses NaN and infinities (exec.c) */
   int deterministic;               /* fd_config.deterministic: plans split rows at fixed key counts (plan.c) */
   int precision;                   /* fd_config.precision: FD_PRECISION_FAST lets kernels take bf16 weights (plan.c) */
+  int fma_bf16;                    /* the heuristic takes f32 FMA scores over bf16 dot products (an Intel CPU; plan.c) */
   fd_backend backend;
   fd_pool *pool;                   /* NULL once destroyed */
   fd_kcache *kernels;              /* kept until the last reference: plans hold kernels in it */
@@ -102,6 +103,8 @@ int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, ch
 /* fd_kernel_key with the planes digit (MSD int8 scores) and the precision digit set. */
 int fd_kernel_key_ext(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, int precision, char *key,
                       char *err, size_t errlen);
+/* The heuristic isa of shape s in a context of best isa max (plan.c). */
+int fd_heuristic_isa(const fd_shape *s, int max, int fast, int fma_bf16);
 /* Whether a kernel of shape s, isa and group tile can take fast precision (gen/key.lua precision_misfit). */
 int fd_precision_fits(const fd_shape *s, int isa, int tile);
 /* fd_kernel_key with the planes digit (MSD int8 scores) set. */

@@ -370,6 +370,22 @@ static int heuristic_tile(int G, int isa, fd_dtype kv) {
   return 1;
 }
 
+/* The heuristic isa of shape s in a context of best isa max: max, except that
+   on a CPU whose f32 FMAs outrun its bf16 dot products (fma_bf16: Intel's;
+   the context's fact) a shape of bf16 q and K without fast precision takes the
+   fallback of a record with bf16 dot products (the same kernels, f32 FMA
+   scores). `make bench-isa` on a 16-core Intel Xeon with AVX512-BF16
+   (results/bench/isa-intel-xeon-16c.md): the vdpbf16ps kernels took 1.27x
+   the FMA kernels' time on Falcon-40B bf16 (head-lane tile) and 1.14x on the
+   MQA batch (tile 8) at 1 thread, 1.16x and 1.07x at 16; on a Zen 5 EPYC
+   they gained 1.19x on the MQA batch (gen/simd.lua M.dpbf16). A tuned
+   table's rows and cost model choose the isa by measurement on every CPU. */
+int fd_heuristic_isa(const fd_shape *s, int max, int fast, int fma_bf16) {
+  if (!fma_bf16 || fast || !fd_isa_table[max].bf16) return max;
+  if (s->q_dtype != FD_BF16 || s->kv_dtype != FD_BF16) return max;
+  return fd_isa_table[max].fallback >= 0 ? fd_isa_table[max].fallback : max;
+}
+
 /* The heuristic planes digit (MSD int8 scores) for isa: FD_H_PLANES for int8
    K on a record with int8 dot products where the planes fit a head's q row
    (gen/generate.lua: planes x D + 8 planes <= 4 D) and not both per-channel
@@ -420,7 +436,9 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   const fd_ctx *ctx = p->ctx;
   const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || o->planes || p->split_keys ? NULL
                             : fd_table_find(ctx->table, sig, b->max_len);
-  b->isa = o->isa ? o->isa - 1 : ctx->max_isa;
+  int max = ctx->max_isa, max_tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, max, p->shape.kv_dtype);
+  int fast = p->fast && fd_precision_fits(&p->shape, max, max_tile);   /* fast precision would serve on max */
+  b->isa = o->isa ? o->isa - 1 : fd_heuristic_isa(&p->shape, max, fast, ctx->fma_bf16);
   b->chunk = o->chunk ? o->chunk : fd_isa_table[b->isa].width > 1 ? H_CHUNK_SIMD : H_CHUNK;
   b->tile_forced = o->group_tile != 0;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);

@@ -8,6 +8,7 @@
 #include "kexec.h"
 #include "tcheck.h"
 #include "cpu.h"
+#include "internal.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -498,6 +499,34 @@ static void isa_ranks(void) {
   }
 }
 
+/* The heuristic isa (fd_heuristic_isa): a record with bf16 dot products gives
+   way to its fallback (f32 FMA scores) for bf16 q and K on a CPU whose FMAs
+   are faster (Intel's), unless fast precision would serve; then, on a CPU with
+   AVX512-BF16, the plans' isa digits say the same. */
+static void heuristic_isas(void) {
+  static const struct { fd_dtype q, kv; int max, fast, fma_bf16, want; } c[] = {
+    { FD_BF16, FD_BF16, 3, 0, 1, 4 }, { FD_BF16, FD_BF16, 3, 0, 0, 3 }, { FD_BF16, FD_BF16, 3, 1, 1, 3 },
+    { FD_F32, FD_BF16, 3, 0, 1, 3 },  { FD_BF16, FD_F16, 3, 0, 1, 3 },  { FD_BF16, FD_I8, 3, 0, 1, 3 },
+    { FD_BF16, FD_BF16, 4, 0, 1, 4 }, { FD_BF16, FD_BF16, 2, 0, 1, 2 }, { FD_BF16, FD_BF16, 0, 0, 1, 0 },
+  };
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+    fd_shape s = { 1, 32, 8, 128, 300, c[i].q, c[i].kv, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+    int got = fd_heuristic_isa(&s, c[i].max, c[i].fast, c[i].fma_bf16);
+    t_check(got == c[i].want, "heuristic isa: q %d kv %d, best %d, fast %d, fma_bf16 %d: %d (want %d)", c[i].q, c[i].kv,
+            c[i].max, c[i].fast, c[i].fma_bf16, got, c[i].want);
+  }
+  if (!fd_cpu_has_isa(3)) { printf("note: this CPU lacks AVX512-BF16: the heuristic isa's plan checks skipped\n"); return; }
+  int fma = fd_cpu_intel() ? 4 : 3;
+  fd_shape hl = { 1, 64, 4, 64, 300, FD_BF16, FD_BF16, FD_BF16, FD_CAUSAL, FD_BHSD, 0 };   /* tile 16 */
+  fd_shape g4 = { 1, 16, 4, 64, 300, FD_BF16, FD_BF16, FD_BF16, FD_CAUSAL, FD_BHSD, 0 };   /* tile 4 */
+  t_check(plan_isa(ctx, hl, 0) == fma, "bf16 q and K, head-lane tile: isa %d (want %d)", plan_isa(ctx, hl, 0), fma);
+  t_check(plan_isa(ctx, hl, FD_ISA_AVX512_BF16) == 3, "a forced FD_ISA_AVX512_BF16 is honoured");
+  fd_ctx *fast = fd_create(&(fd_config){ .threads = 1, .precision = FD_PRECISION_FAST });
+  t_check(fast && plan_isa(fast, g4, 0) == 3, "fast precision served (tile 4): isa 3");
+  t_check(fast && plan_isa(fast, hl, 0) == fma, "fast precision not served (tile 16): isa %d", fma);
+  fd_destroy(fast);
+}
+
 /* Machine slugs (fd_machine_slug, fd_machine_name's rule): brand strings as
    CPUs give them, the corner cases, and a buffer too short. */
 static void machine_slugs(void) {
@@ -538,6 +567,7 @@ int main(void) {
   big_cache();
   isa_choice();
   isa_ranks();
+  heuristic_isas();
   fd_destroy(ctx);
   kx_cleanup();
   return t_done();
