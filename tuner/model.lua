@@ -257,20 +257,24 @@ function M.candidates(model, s, len, max_isa, threads)
   local L = model.limits
   local smax = math.min(M.MAX_SPLITS, L.splits_max, len, rows >= M.MAX_SPLIT_ITEMS and 1 or math.floor(M.MAX_SPLIT_ITEMS / rows))
   local tmax = math.min(threads, L.threads_max)
-  for isa = 0, #facts.isas do
-    for _, chunk in ipairs(M.CHUNKS) do
-      if facts.isa_within(isa, max_isa) and chunk >= L.chunk_min and chunk <= L.chunk_max then
-        for tile = 1, math.min(G, M.MAX_TILE, facts.isas[isa].max_tile) do
-          if G % tile == 0 then
-            for splits = 1, math.max(1, smax) do
-              for th = 1, math.max(1, tmax) do
-                if splits == 1 or rows * splits <= L.items_max * th then
-                  out[#out + 1] = { chunk = chunk, tile = tile, isa = isa, splits = splits, threads = th }
-                end
-              end
+  -- the tiles, splits and threads of one isa and chunk
+  local function add(isa, chunk)
+    for tile = 1, math.min(G, M.MAX_TILE, facts.isas[isa].max_tile) do
+      if G % tile == 0 then
+        for splits = 1, math.max(1, smax) do
+          for th = 1, math.max(1, tmax) do
+            if splits == 1 or rows * splits <= L.items_max * th then
+              out[#out + 1] = { chunk = chunk, tile = tile, isa = isa, splits = splits, threads = th }
             end
           end
         end
+      end
+    end
+  end
+  for isa = 0, #facts.isas do
+    if facts.isa_within(isa, max_isa) then
+      for _, chunk in ipairs(M.CHUNKS) do
+        if chunk >= L.chunk_min and chunk <= L.chunk_max then add(isa, chunk) end
       end
     end
   end
