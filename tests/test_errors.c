@@ -515,6 +515,14 @@ static void heuristic_isas(void) {
     t_check(got == c[i].want, "heuristic isa: q %d kv %d, best %d, fast %d, fma_bf16 %d: %d (want %d)", c[i].q, c[i].kv,
             c[i].max, c[i].fast, c[i].fma_bf16, got, c[i].want);
   }
+  char line[256], vendor[64] = "";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  while (f && !vendor[0] && fgets(line, sizeof line, f))
+    if (!strncmp(line, "vendor_id", 9) && strchr(line, ':')) sscanf(strchr(line, ':') + 1, "%63s", vendor);
+  if (f) fclose(f);
+  if (vendor[0])
+    t_check(fd_cpu_intel() == !strcmp(vendor, "GenuineIntel"), "fd_cpu_intel() %d for /proc/cpuinfo's vendor_id %s",
+            fd_cpu_intel(), vendor);
   if (!fd_cpu_has_isa(3)) { printf("note: this CPU lacks AVX512-BF16: the heuristic isa's plan checks skipped\n"); return; }
   int fma = fd_cpu_intel() ? 4 : 3;
   fd_shape hl = { 1, 64, 4, 64, 300, FD_BF16, FD_BF16, FD_BF16, FD_CAUSAL, FD_BHSD, 0 };   /* tile 16 */
