@@ -1,23 +1,23 @@
 /* `make bench-isa`: two plans of one shape that differ only in the isa (A: the
    planner's own choice, or a forced one; B: forced), timed cold and
    interleaved in one process (the order alternates each round; before each
-   call a 1 GiB buffer is read by all threads), for the bf16 grouped shapes of
+   call the caches are flushed as the benchmark's and the tuner's are:
+   fdb_flush_caches), for the bf16 grouped shapes of
    issue 18 at 1 thread and at all cores. Prints a Markdown report: each
    plan's key, median ms and GB/s, and the median of the per-round ratios
    B/A with its quartiles. It asserts no speed; it fails only when a plan or
    a call fails.
      isa_ab [ISA_A ISA_B [ROUNDS]]   fd_plan_opts.isa values (default 0 = the
                                      planner's choice, and FD_ISA_AVX512_BF16) */
+#include "bw.h"
 #include "flashdecode.h"
 #include "util.h"
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-enum { FLUSH_MIB = 1024, CALLS = 3 };
+enum { CALLS = 3 };
 
 /* One row: its name and shape (bf16 q, K, V and out, causal, BHSD). */
 typedef struct { const char *name; int batch, hq, hkv, d; long len; } isa_row;
@@ -27,43 +27,26 @@ static const isa_row ROWS[] = {
   { "llama3-8b-bf16", 1, 32, 8, 128, 65536 },
 };
 
-static volatile long flush_sink;
-
-/* Seconds on the monotonic clock. */
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
 /* Ascending doubles, for qsort. */
 static int by_value(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
 
-/* Read every cache line of the flush buffer with threads threads. */
-static void flush(const char *buf, size_t n, int threads) {
-  long acc = 0;
-#pragma omp parallel for reduction(+ : acc) num_threads(threads)
-  for (size_t i = 0; i < n; i += 64) acc += buf[i];
-  flush_sink += acc;
-}
-
 /* The median ms of CALLS cold calls of plan p. */
-static double cold_ms(const fd_plan *p, const fd_args *a, const char *fl, size_t fl_n, int threads, int *rc) {
+static double cold_ms(const fd_plan *p, const fd_args *a, int *rc) {
   double t[CALLS];
   for (int i = 0; i < CALLS; i++) {
-    flush(fl, fl_n, threads);
-    double s = now();
+    if (fdb_flush_caches()) *rc = 1;
+    double s = fdb_now();
     if (fd_run(p, a)) *rc = 1;
-    t[i] = (now() - s) * 1e3;
+    t[i] = (fdb_now() - s) * 1e3;
   }
   qsort(t, CALLS, sizeof *t, by_value);
   return t[CALLS / 2];
 }
 
-/* Plan row r with the isa forced (0: the planner's choice) into *p; its key into key. */
+/* Plan shape s with the isa forced (0: the planner's choice) into *p; its key into key. */
 static int plan_isa(fd_ctx *c, const fd_shape *s, int isa, int threads, fd_plan **p, char *key) {
   fd_plan_opts o = { .isa = isa, .threads = threads };
   fd_plan_info info;
@@ -76,8 +59,7 @@ static int plan_isa(fd_ctx *c, const fd_shape *s, int isa, int threads, fd_plan 
 }
 
 /* Time row r at threads threads, rounds rounds; print its table line. */
-static int run_row(fd_ctx *c, const isa_row *r, int isa_a, int isa_b, int threads, int rounds, const char *fl,
-                   size_t fl_n) {
+static int run_row(fd_ctx *c, const isa_row *r, int isa_a, int isa_b, int threads, int rounds) {
   fd_shape s = { .batch = r->batch, .n_q_heads = r->hq, .n_kv_heads = r->hkv, .head_dim = r->d, .kv_len = r->len,
                  .q_dtype = FD_BF16, .kv_dtype = FD_BF16, .out_dtype = FD_BF16, .mask_mode = FD_CAUSAL, .layout = FD_BHSD };
   size_t kv = (size_t)r->batch * r->hkv * r->len * r->d, qn = (size_t)r->batch * r->hq * r->d;
@@ -95,8 +77,7 @@ static int run_row(fd_ctx *c, const isa_row *r, int isa_a, int isa_b, int thread
   fd_args a = { .q = q, .k = k, .v = v, .cur_pos = pos, .out = out };
   for (int i = 0; !rc && i < rounds; i++) {
     int b_first = i & 1;
-    double x = b_first ? cold_ms(pb, &a, fl, fl_n, threads, &rc) : cold_ms(pa, &a, fl, fl_n, threads, &rc);
-    double y = b_first ? cold_ms(pa, &a, fl, fl_n, threads, &rc) : cold_ms(pb, &a, fl, fl_n, threads, &rc);
+    double x = cold_ms(b_first ? pb : pa, &a, &rc), y = cold_ms(b_first ? pa : pb, &a, &rc);
     ta[i] = b_first ? y : x;
     tb[i] = b_first ? x : y;
     ratio[i] = tb[i] / ta[i];
@@ -137,25 +118,22 @@ int main(int argc, char **argv) {
   if (rounds < 1) { fprintf(stderr, "isa_ab: ROUNDS %d is not positive\n", rounds); return 2; }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   fd_ctx *c = fd_create(&(fd_config){ .threads = (int)cores });
-  size_t fl_n = (size_t)FLUSH_MIB << 20;
-  char *fl = fdb_alloc(fl_n);
-  if (!c || !fl) { fprintf(stderr, "isa_ab: %s\n", c ? "out of memory" : fd_errmsg(NULL)); return 1; }
-  memset(fl, 1, fl_n);
+  if (!c) { fprintf(stderr, "isa_ab: %s\n", fd_errmsg(NULL)); return 1; }
   char model[128];
   printf("# isa A/B: %s\n\n- CPU: %s, %ld online cores; flashdecode templates `%s`\n", fd_machine_name(),
          cpu_model(model, sizeof model), cores, fd_build_templates_hash());
   printf("- A: opts.isa %d (0 = the planner's choice), B: opts.isa %d; each plan's chunk, tile and splits the planner's\n",
          isa_a, isa_b);
-  printf("- Method: bf16 q, K, V and out, causal; per round %d cold calls of each plan (a %d MiB read by all threads "
-         "before each call), the order alternating per round, %d rounds; ms = median of the rounds' medians; "
-         "B/A = median of the per-round ratios, with quartiles\n\n", CALLS, FLUSH_MIB, rounds);
+  printf("- Method: bf16 q, K, V and out, causal; per round %d cold calls of each plan (before each call all threads "
+         "read one word per line of %zu MiB: fdb_flush_caches), the order alternating per round, %d rounds; ms = median "
+         "of the rounds' medians; B/A = median of the per-round ratios, with quartiles\n\n", CALLS, fdb_flush_bytes() >> 20,
+         rounds);
   printf("| shape | kv_len | threads | key A | ms A | GB/s A | key B | ms B | GB/s B | B/A | quartiles |\n");
   printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   int rc = 0, counts[2] = { 1, (int)cores };
   for (int t = 0; t < 2 && !rc; t++)
     for (size_t r = 0; r < sizeof ROWS / sizeof *ROWS && !rc; r++)
-      rc = run_row(c, &ROWS[r], isa_a, isa_b, counts[t], rounds, fl, fl_n);
-  free(fl);
+      rc = run_row(c, &ROWS[r], isa_a, isa_b, counts[t], rounds);
   fd_destroy(c);
   return rc;
 }
