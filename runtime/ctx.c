@@ -97,7 +97,6 @@ fd_ctx *fd_create(const fd_config *cfg) {
   ctx->check_inputs = cfg->check_inputs != 0;
   ctx->deterministic = cfg->deterministic;
   ctx->precision = cfg->precision;
-  ctx->fma_bf16 = fd_cpu_intel();
   pthread_mutex_init(&ctx->run_lock, NULL);
   ctx->pool = fd_pool_create(ctx->threads);
   ctx->kernels = fd_kcache_create(cfg->backend, cfg->cache_dir, cfg->max_kernels);

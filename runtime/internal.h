@@ -23,7 +23,6 @@ struct fd_ctx {
   int check_inputs;                /* fd_config.check_inputs: fd_run refuses NaN and infinities (exec.c) */
   int deterministic;               /* fd_config.deterministic: plans split rows at fixed key counts (plan.c) */
   int precision;                   /* fd_config.precision: FD_PRECISION_FAST lets kernels take bf16 weights (plan.c) */
-  int fma_bf16;                    /* the heuristic takes f32 FMA scores over bf16 dot products (an Intel CPU; plan.c) */
   fd_backend backend;
   fd_pool *pool;                   /* NULL once destroyed */
   fd_kcache *kernels;              /* kept until the last reference: plans hold kernels in it */

@@ -371,8 +371,8 @@ static int heuristic_tile(int G, int isa, fd_dtype kv) {
 }
 
 /* The heuristic isa of shape s in a context of best isa max: max, except that
-   on a CPU whose f32 FMAs outrun its bf16 dot products (fma_bf16: Intel's;
-   the context's fact) a shape of bf16 q and K without fast precision takes the
+   on a CPU whose f32 FMAs outrun its bf16 dot products (fma_bf16: Intel's,
+   fd_cpu_intel) a shape of bf16 q and K without fast precision takes the
    fallback of a record with bf16 dot products (the same kernels, f32 FMA
    scores). `make bench-isa` on a 16-core Intel Xeon with AVX512-BF16
    (results/bench/isa-intel-xeon-16c.md): the vdpbf16ps kernels took 1.27x
@@ -438,7 +438,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
                             : fd_table_find(ctx->table, sig, b->max_len);
   int max = ctx->max_isa, max_tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, max, p->shape.kv_dtype);
   int fast = p->fast && fd_precision_fits(&p->shape, max, max_tile);   /* fast precision would serve on max */
-  b->isa = o->isa ? o->isa - 1 : fd_heuristic_isa(&p->shape, max, fast, ctx->fma_bf16);
+  b->isa = o->isa ? o->isa - 1 : fd_heuristic_isa(&p->shape, max, fast, fd_cpu_intel());
   b->chunk = o->chunk ? o->chunk : fd_isa_table[b->isa].width > 1 ? H_CHUNK_SIMD : H_CHUNK;
   b->tile_forced = o->group_tile != 0;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
