@@ -116,7 +116,8 @@ typedef struct fd_config {
                                follow the threads and the batch's longest row (faster on uneven batches) */
   int precision;            /* FD_PRECISION_DEFAULT (0): f32 softmax weights. FD_PRECISION_FAST (1): P.V takes the
                                weights rounded to bf16, two keys per vdpbf16ps, where a kernel can serve it (bf16 V,
-                               FD_ISA_AVX512_BF16, a group tile other than 16); other shapes run at the default
+                               FD_ISA_AVX512_BF16, a group tile other than 16); int8 K and V with MSD planes take 2
+                               planes of q and of the weights instead of 3; other shapes run at the default
                                precision (a permission, not a demand). README "Fast precision" has the errors */
 } fd_config;
 
@@ -217,9 +218,11 @@ typedef struct fd_plan_opts {
                                vpdpbusd, int8 K on FD_ISA_AVX512_VNNI or _BF16 only; -1 off (f32 FMA scores);
                                0 the planner's choice (a tuned row's, else FD_H_PLANES for int8 K on
                                an isa with int8 dot products) */
-  int precision;            /* fast precision (the key's precision digit): 0 the context's config.precision
-                               (where a kernel can serve it), -1 off, 1 forced: FD_EUNSUPPORTED where it cannot
-                               apply (V not bf16, an isa without bf16 dot products, group tile 16) */
+  int precision;            /* fast precision (the key's precision digit for bf16 V, 2 MSD planes for int8 K and
+                               V): 0 the context's config.precision (where a kernel can serve it), -1 off, 1
+                               forced: FD_EUNSUPPORTED where it cannot apply (V neither bf16 nor int8; bf16: an
+                               isa without bf16 dot products, group tile 16; int8: an isa without int8 dot
+                               products, opts.planes -1 or 3, a shape without MSD planes) */
 } fd_plan_opts;
 
 int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **plan);

@@ -50,6 +50,7 @@ struct fd_plan {
   fd_ctx *ctx;
   fd_shape shape;
   int G, rec, n_buckets, forced_splits, max_splits, max_threads;
+  int forced_planes;               /* opts.planes: nonzero keeps fast precision off the planes digit (plan.c fast_digits) */
   int q_len;                       /* query tokens per row (shape.q_len, at least 1) */
   int heads;                       /* query rows per kernel call: G x q_len */
   int new_kv;                      /* FD_NEW_KV: each (row, kv head) gets one more split, its new keys */
@@ -58,7 +59,8 @@ struct fd_plan {
   int k_per_channel;               /* FD_K_PER_CHANNEL: k_scale [B, Hkv, D], folded into q by the kernels */
   int beams;                       /* FD_BEAMS: key s of row b from cache row beam_src[b * kv_len + s] */
   int fast;                        /* fast precision wanted (opts.precision, else config.precision): kernels that can
-                                      serve it take key digit precision 1 (plan.c compile_variants) */
+                                      serve it take key digit precision 1 (bf16 V) or FD_FAST_PLANES MSD planes
+                                      (int8 K and V; plan.c fast_digits) */
   int64_t split_keys;              /* deterministic context: keys per split (items.h.tpl); 0: default mode */
   int merge_in_pass;               /* FD_MERGE=pass: merge in a second pass, not by the last worker */
   fd_bucket buckets[FD_MAX_BUCKETS];
@@ -104,7 +106,12 @@ int fd_kernel_key_ext(const fd_shape *s, int chunk, int tile, int isa, int flags
                       char *err, size_t errlen);
 /* The heuristic isa of shape s in a context of best isa max (plan.c). */
 int fd_heuristic_isa(const fd_shape *s, int max, int fast, int fma_bf16);
-/* Whether a kernel of shape s, isa and group tile can take fast precision (gen/key.lua precision_misfit). */
+/* Fast precision's MSD plane count for int8 K and V: q and the softmax
+   weights in 2 int8 planes instead of FD_H_PLANES (plan.c fast_digits;
+   README "Fast precision" has the errors). */
+enum { FD_FAST_PLANES = 2 };
+/* Whether a kernel of shape s, isa and group tile can take fast precision's
+   digit, bf16 weights (gen/key.lua precision_misfit). */
 int fd_precision_fits(const fd_shape *s, int isa, int tile);
 /* fd_kernel_key with the planes digit (MSD int8 scores) set. */
 int fd_kernel_key_planes(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, char *key, char *err,

@@ -289,6 +289,17 @@ static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
   return FD_OK;
 }
 
+/* The heuristic planes digit (MSD int8 scores) for isa: FD_H_PLANES for int8
+   K on a record with int8 dot products where the planes fit a head's q row
+   (gen/generate.lua: planes x D + 8 planes <= 4 D) and not both per-channel
+   K and beams, else 0 (f32 FMA scores). */
+static int heuristic_planes(const fd_shape *s, int isa) {
+  int n = FD_H_PLANES, D = s->head_dim;
+  if (!n || s->kv_dtype != FD_I8 || !fd_isa_table[isa].vnni || n * D + 8 * n > 4 * D) return 0;
+  if ((s->features & FD_K_PER_CHANNEL) && (s->features & FD_BEAMS)) return 0;   /* planes_misfit */
+  return n;
+}
+
 /* opts.planes: 0 (planner's choice), -1 (off), or 2 or 3 with int8 K and an
    isa with int8 dot products (the forced one, else the context's highest;
    gen/key.lua planes_misfit). */
@@ -309,18 +320,37 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
   return FD_OK;
 }
 
+/* opts.precision 1 on int8 K and V: fast precision takes FD_FAST_PLANES MSD
+   planes, so it needs an isa with int8 dot products, a shape that takes
+   planes (heuristic_planes) and no other count forced by opts.planes. */
+static int check_fast_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, int isa) {
+  if (!fd_isa_table[isa].vnni)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V (%d MSD planes) needs an isa with int8 dot "
+                   "products (avx512vnni, avx512bf16), not isa %s", FD_FAST_PLANES, fd_isa_table[isa].name);
+  if (o->planes && o->planes != FD_FAST_PLANES)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V takes %d MSD planes, but opts.planes %d "
+                   "forces %s", FD_FAST_PLANES, o->planes, o->planes < 0 ? "f32 FMA scores" : "another count");
+  if (!o->planes && !heuristic_planes(s, isa))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V needs MSD planes, which this shape does not "
+                   "take (shape.head_dim %d too small for %d planes of q, or FD_K_PER_CHANNEL with FD_BEAMS)",
+                   s->head_dim, FD_H_PLANES);
+  return FD_OK;
+}
+
 /* opts.precision: 0 (the context's config.precision), -1 (off), or 1 with
    bf16 V, an isa with bf16 dot products and a group tile other than the
-   head-lane one where one is forced (gen/key.lua precision_misfit). */
+   head-lane one where one is forced (gen/key.lua precision_misfit), or with
+   int8 K and V where MSD planes serve (check_fast_planes). */
 static int check_precision(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
   if (o->precision == 0 || o->precision == -1) return FD_OK;
   if (o->precision != 1)
     return fd_fail(ctx, FD_EINVAL, "opts.precision %d is not 0 (the context's config.precision), -1 (off) or 1 (fast)",
                    o->precision);
-  if (s->kv_dtype != FD_BF16)
-    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 (bf16 weights) needs bf16 V, not kv_dtype %s",
-                   fd_dtype_names[s->kv_dtype]);
   int isa = o->isa ? o->isa - 1 : ctx->max_isa;
+  if (s->kv_dtype == FD_I8) return check_fast_planes(ctx, s, o, isa);
+  if (s->kv_dtype != FD_BF16)
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 needs bf16 V (bf16 weights) or int8 K and V (%d MSD planes), "
+                   "not kv_dtype %s", FD_FAST_PLANES, fd_dtype_names[s->kv_dtype]);
   if (!fd_isa_table[isa].bf16)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa %s",
                    fd_isa_table[isa].name);
@@ -384,17 +414,6 @@ int fd_heuristic_isa(const fd_shape *s, int max, int fast, int fma_bf16) {
   if (!fma_bf16 || fast || !fd_isa_table[max].bf16) return max;
   if (s->q_dtype != FD_BF16 || s->kv_dtype != FD_BF16) return max;
   return fd_isa_table[max].fallback >= 0 ? fd_isa_table[max].fallback : max;
-}
-
-/* The heuristic planes digit (MSD int8 scores) for isa: FD_H_PLANES for int8
-   K on a record with int8 dot products where the planes fit a head's q row
-   (gen/generate.lua: planes x D + 8 planes <= 4 D) and not both per-channel
-   K and beams, else 0 (f32 FMA scores). */
-static int heuristic_planes(const fd_shape *s, int isa) {
-  int n = FD_H_PLANES, D = s->head_dim;
-  if (!n || s->kv_dtype != FD_I8 || !fd_isa_table[isa].vnni || n * D + 8 * n > 4 * D) return 0;
-  if ((s->features & FD_K_PER_CHANNEL) && (s->features & FD_BEAMS)) return 0;   /* planes_misfit */
-  return n;
 }
 
 /* The heuristic split count for rows of up to len keys: none when the
@@ -468,15 +487,24 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   if (!o->planes) b->planes = heuristic_planes(&p->shape, b->isa);   /* the model's isa */
 }
 
+/* Fast precision where wanted and the bucket's final isa and tile serve it
+   (a tuned row's key, precision 0 and FD_H_PLANES planes, takes it like the
+   features): the precision digit returned, 1 for bf16 V (fd_precision_fits);
+   for int8 K and V the planes digit lowered to FD_FAST_PLANES unless
+   opts.planes forced a count (0 stays 0: no MSD). */
+static int fast_digits(const fd_plan *p, fd_bucket *b) {
+  if (!p->fast) return 0;
+  if (!p->forced_planes && b->planes > FD_FAST_PLANES) b->planes = FD_FAST_PLANES;
+  return fd_precision_fits(&p->shape, b->isa, b->tile);
+}
+
 /* Compile the three variants (plain, lse, split) of a bucket's chunk, tile and isa. */
 static int compile_variants(fd_plan *p, fd_bucket *b, char *err, size_t errlen) {
   char key[FD_KEY_BUFSZ];
   const fd_kernel_desc **slot[] = { &b->plain, &b->with_lse, &b->split };
   _Static_assert(FD_VARIANTS == 3, "fd_bucket has one slot per variant of gen/facts.lua");
   fd_ctx_put_kernels(p->ctx, b, 1);            /* what an earlier attempt for this bucket took */
-  /* fast precision where wanted and the bucket's final isa and tile serve it
-     (a tuned row's key, precision 0, takes the digit like the features) */
-  int prec = p->fast && fd_precision_fits(&p->shape, b->isa, b->tile);
+  int prec = fast_digits(p, b);
   for (int i = 0; i < FD_VARIANTS; i++) {
     if (fd_kernel_key_ext(&p->shape, b->chunk, b->tile, b->isa, fd_variant_flags[i], b->planes, prec, key, err, errlen))
       return FD_EINVAL;
@@ -634,6 +662,7 @@ static int create_plan(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *o
   p->k_per_channel = (p->shape.features & FD_K_PER_CHANNEL) != 0;
   p->beams = (p->shape.features & FD_BEAMS) != 0;
   p->forced_splits = opts->splits;
+  p->forced_planes = opts->planes;
   p->fast = opts->precision > 0 || (opts->precision == 0 && ctx->precision == FD_PRECISION_FAST);
   p->split_keys = ctx->deterministic ? det_split_keys(&p->shape) : 0;
   const char *merge = getenv("FD_MERGE");

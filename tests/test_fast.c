@@ -1,21 +1,26 @@
-/* Fast precision (fd_config.precision FD_PRECISION_FAST, key digit precision:
-   the softmax weights rounded to bf16 and two keys per vdpbf16ps in P.V)
-   through the public API, against the double-precision reference
-   (tools/fdgen/ref.c):
+/* Fast precision (fd_config.precision FD_PRECISION_FAST) through the public
+   API, against the double-precision reference (tools/fdgen/ref.c), in its
+   two arms: bf16 V (key digit precision: the softmax weights rounded to
+   bf16 and two keys per vdpbf16ps in P.V) and int8 K and V (the planes
+   digit FD_FAST_PLANES, 2 MSD planes of q and of the weights, instead of
+   FD_H_PLANES); for each arm:
    - the outputs of every mask mode (causal with q_len 1 and 3, a window with
      sinks, mask, full), the layouts (bhsd, bshd, paged; windows start
      chunks and pages at odd keys), odd groups (tiles 1, 3, 5, 7, and 4 and 8),
      head_dims 48, 64, 80, 96, 128, unsplit and 3 splits, f32/f16/bf16 q and
      out, a third of them through beam_src (runs of 1..40 keys from random
-     rows: P.V pieces start at odd keys), within FAST_TOL of the largest |output| (the default kernels' own
-     tolerance is t_tolerance); each plan's key must carry precision 1;
+     rows: P.V pieces start at odd keys), within the arm's tolerance of the
+     largest |output| (FAST_TOL, FAST_I8_TOL; the default kernels' own
+     tolerance is t_tolerance); each plan's key must carry the arm's digit;
    - the largest error of each mode on Llama-3.1-8B's group (4 heads, D 128)
      at 4096 keys, printed (README "Fast precision");
-   - FAST on a shape it cannot serve (f16 V; group tile 16) plans the default
-     key (precision 0) and runs it; opts.precision -1 turns it off;
+   - FAST on a shape it cannot serve (f16 V; group tile 16; an isa without
+     int8 dot products) plans the default key and runs it; opts.precision -1
+     turns it off, a forced opts.planes keeps its count;
    - the refusals: config.precision 2 / -1 (no context), opts.precision 2, and
      opts.precision 1 where it cannot apply, each naming the field.
-   Needs AVX512-BF16 (isa digit 3); without it only the refusals run. */
+   The bf16 arm needs AVX512-BF16 (isa digit 3), the int8 arm AVX512-VNNI
+   (digit 3 or 4); without them only the refusals and plans run. */
 #include "compare.h"
 #include "internal.h"
 #include "cpu.h"
@@ -34,7 +39,12 @@
 /* bf16 weights: each weight within 2^-9 relative, the output within 2^-9 of
    the largest |V| (here below 4x the largest |output|), plus out rounding */
 #define FAST_TOL 8e-3
+/* 2 MSD planes: q and the weights to about 2^-15 of their largest element
+   (tests/test_msd.c holds its 2-plane outputs and lse to 1e-3 likewise) */
+#define FAST_I8_TOL 1e-3
 
+/* The isa digit of the best record with int8 dot products this CPU has, -1 without one. */
+static int msd_isa = -1;
 /* The largest error of a sweep's cases (printed: the margin below FAST_TOL). */
 static double sweep_worst;
 
@@ -62,13 +72,14 @@ static void beam_runs(fcase *c, uint64_t seed) {
   }
 }
 
-/* Build a case of bf16 K/V (layout FD_BHSD or FD_BSHD; paged cases are built dense and pooled). */
-static void make(fcase *c, int layout, int Hq, int D, int qd, int od, int mode, int q_len, int window, int sinks,
+/* Build a case of K/V dtype kd, bf16 or int8 with row scales (layout FD_BHSD
+   or FD_BSHD; paged cases are built dense and pooled). */
+static void make(fcase *c, int kd, int layout, int Hq, int D, int qd, int od, int mode, int q_len, int window, int sinks,
                  uint64_t seed) {
   memset(c, 0, sizeof *c);
   c->q_len = q_len; c->mode = mode; c->window = window; c->sinks = sinks; c->layout = layout;
-  kp_init(&c->kp, NB, Hq, HKV, D, S_CAP, qd, FD_BF16, od, mode, layout, seed);
-  kp_init(&c->qp, NB * q_len, Hq, HKV, D, 1, qd, FD_BF16, od, FD_FULL, FD_BHSD, seed + 1);
+  kp_init(&c->kp, NB, Hq, HKV, D, S_CAP, qd, kd, od, mode, layout, seed);
+  kp_init(&c->qp, NB * q_len, Hq, HKV, D, 1, qd, kd, od, FD_FULL, FD_BHSD, seed + 1);
   c->kp.cur_pos[0] = S_CAP - 1;
   c->kp.cur_pos[1] = q_len - 1;
   c->kp.cur_pos[2] = q_len - 1 + (S_CAP - q_len) / 2;
@@ -101,7 +112,7 @@ static void free_pool(pool *pl) { kx_pool_free(pl); }
 /* The case's shape (paged: from the pool). */
 static fd_shape shape_of(const fcase *c, int paged) {
   const ref_problem *r = &c->kp.ref;
-  fd_shape s = { NB, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, FD_BF16, c->kp.out_dtype, c->mode,
+  fd_shape s = { NB, r->Hq, HKV, r->D, S_CAP, c->kp.q_dtype, c->kp.kv_dtype, c->kp.out_dtype, c->mode,
                  paged ? FD_PAGED : c->layout, paged ? PAGE : 0 };
   s.q_len = c->q_len;
   s.window = c->window;
@@ -114,25 +125,35 @@ static fd_shape shape_of(const fcase *c, int paged) {
 /* The case's arguments (dense, or paged from pl) writing out and lse. */
 static fd_args args_of(const fcase *c, const pool *pl, void *out, float *lse) {
   fd_args a = { c->qp.q, pl ? pl->k : c->kp.k, pl ? pl->v : c->kp.v, c->kp.cur_pos, c->kp.mask,
-                NULL, NULL, pl ? pl->table : NULL, 0, out, lse };
+                pl ? pl->ks : c->kp.k_scale, pl ? pl->vs : c->kp.v_scale, pl ? pl->table : NULL, 0, out, lse };
   a.beam_src = c->src;
   return a;
 }
 
-/* The precision digit of a key (its place from gen/facts.lua, counted from the right). */
-static int precision_digit(const char *key) {
-  size_t len = strlen(key), pos = (size_t)fd_key_fields[FD_KF_PRECISION].pos;
+/* Digit field (FD_KF_*) of a key (its place from gen/facts.lua, counted from the right). */
+static int key_digit(const char *key, int field) {
+  size_t len = strlen(key), pos = (size_t)fd_key_fields[field].pos;
   return len > pos ? key[len - 1 - pos] - '0' : 0;
 }
 
-/* Plan s with o, check its key's precision digit is want, run a once; FD_OK or the failing call's code. */
-static int run_fast(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a, int want, const char *name) {
+/* The digits fast precision sets on a kernel of kv dtype kd: precision 1
+   for bf16 V, planes FD_FAST_PLANES for int8 (fast) or FD_H_PLANES (not). */
+typedef struct arm_digits { int precision, planes; } arm_digits;
+static arm_digits arm_want(int kd, int fast) {
+  if (kd == FD_I8) return (arm_digits){ 0, fast ? FD_FAST_PLANES : FD_H_PLANES };
+  return (arm_digits){ fast, 0 };
+}
+
+/* Plan s with o, check its key's precision and planes digits are want's, run a once; FD_OK or the failing call's code. */
+static int run_fast(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a, arm_digits want,
+                    const char *name) {
   fd_plan *plan = NULL;
   int rc = fd_plan_create_opts(ctx, s, o, &plan);
   if (rc) return rc;
   fd_plan_info info;
   rc = fd_plan_info_get(plan, s->kv_len, &info);
-  t_check(!rc && precision_digit(info.key) == want, "%s: key %s has precision digit %d", name, info.key, want);
+  t_check(!rc && key_digit(info.key, FD_KF_PRECISION) == want.precision && key_digit(info.key, FD_KF_PLANES) == want.planes,
+          "%s: key %s has precision digit %d and planes digit %d", name, info.key, want.precision, want.planes);
   rc = fd_run(plan, a);
   fd_plan_destroy(plan);
   return rc;
@@ -162,33 +183,43 @@ static double token_error(const fcase *c, const void *out, const float *lse, dou
   return worst;
 }
 
-/* One case against the reference on isa 3 with fast precision, each layout it takes
-   (bhsd cases also paged; bshd cases as they are). */
-static void run_case(fd_ctx *ctx, int layout, int D, int tile, int mode, int q_len, int splits, int beams, int idx) {
+/* The isa digit an arm's kernels run on: 3 for bf16 V, the best record
+   with int8 dot products for int8. */
+static int arm_isa(int kd) { return kd == FD_I8 ? msd_isa : ISA3; }
+
+/* The output and lse tolerances of an arm beside t_tolerance: bf16 weights
+   leave the scores and sums exact (lse to KP_LSE_TOL); 2 planes round both. */
+static double arm_tol(int kd) { return kd == FD_I8 ? FAST_I8_TOL : FAST_TOL; }
+static double arm_lse_tol(int kd) { return kd == FD_I8 ? FAST_I8_TOL : KP_LSE_TOL; }
+
+/* One case of K/V dtype kd against the reference on the arm's isa with fast
+   precision, each layout it takes (bhsd cases also paged; bshd cases as they are). */
+static void run_case(fd_ctx *ctx, int kd, int layout, int D, int tile, int mode, int q_len, int splits, int beams,
+                     int idx) {
   int chunk = idx % 2 ? 96 : 64, qd = idx % 3, od = idx / 3 % 3;
   int window = q_len > 1 && idx % 4 == 1 ? 21 : 0, sinks = window ? 3 : 0;
   fcase c;
-  make(&c, layout, HKV * tile, D, qd, od, mode, q_len, window, sinks, 700 + (uint64_t)idx);
+  make(&c, kd, layout, HKV * tile, D, qd, od, mode, q_len, window, sinks, 700 + (uint64_t)idx);
   if (beams) beam_runs(&c, 800 + (uint64_t)idx);
   size_t n = (size_t)NB * q_len * HKV * tile * D;
   void *out = malloc(n * t_dtype_size(od));
   float *lse = malloc(sizeof(float) * NB * q_len * HKV * tile);
-  fd_plan_opts o = { chunk, tile, splits, 2, ISA3 + 1, 0, getenv("FAST_OFF") ? -1 : 0 };
+  fd_plan_opts o = { chunk, tile, splits, 2, arm_isa(kd) + 1, 0, getenv("FAST_OFF") ? -1 : 0 };
   for (int paged = 0; paged <= (layout == FD_BHSD); paged++) {
     char name[256];
-    snprintf(name, sizeof name, "fast q%s out%s %s %s q_len %d window %d%s splits %d chunk %d D %d tile %d",
-             fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode], paged ? "paged" : fd_layout_names[layout],
-             q_len, window, beams ? " beams" : "", splits, chunk, D, tile);
+    snprintf(name, sizeof name, "fast %s q%s out%s %s %s q_len %d window %d%s splits %d chunk %d D %d tile %d",
+             fd_dtype_names[kd], fd_dtype_names[qd], fd_dtype_names[od], fd_mask_mode_names[mode],
+             paged ? "paged" : fd_layout_names[layout], q_len, window, beams ? " beams" : "", splits, chunk, D, tile);
     pool pl = { 0 };
     if (paged) make_pool(&c, &pl);
     fd_shape s = shape_of(&c, paged);
     fd_args a = args_of(&c, paged ? &pl : NULL, out, lse);
-    int rc = run_fast(ctx, &s, &o, &a, o.precision >= 0, name);
+    int rc = run_fast(ctx, &s, &o, &a, arm_want(kd, o.precision >= 0), name);
     if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
-      double le, e = token_error(&c, out, lse, &le), tol = FAST_TOL + t_tolerance(&c.kp);
+      double le, e = token_error(&c, out, lse, &le), tol = arm_tol(kd) + t_tolerance(&c.kp);
       t_check(e <= tol, "%s: max error %.3g (tolerance %.3g)", name, e, tol);
       sweep_worst = fmax(sweep_worst, e);
-      t_check(le <= KP_LSE_TOL, "%s: lse error %.3g > %.3g", name, le, KP_LSE_TOL);
+      t_check(le <= arm_lse_tol(kd), "%s: lse error %.3g > %.3g", name, le, arm_lse_tol(kd));
     }
     if (paged) free_pool(&pl);
   }
@@ -203,9 +234,9 @@ static void mode_of(int m, int *mode, int *q_len) {
   *q_len = m == 1 ? 3 : 1;
 }
 
-/* Every mode variant x layout, the tiles, head_dims and splits in turn; every
-   every-th case (the cc backend: 4, its compiles are slow). */
-static void sweep(fd_ctx *ctx, int every) {
+/* Every mode variant x layout, the tiles, head_dims and splits in turn, K/V
+   dtype kd; every every-th case (the cc backend: 4, its compiles are slow). */
+static void sweep(fd_ctx *ctx, int kd, int every) {
   static const int TILES[6] = { 1, 3, 5, 7, 4, 8 }, DS[5] = { 64, 96, 128, 48, 80 };
   int idx = 0, mode, q_len;
   sweep_worst = 0;
@@ -214,28 +245,30 @@ static void sweep(fd_ctx *ctx, int every) {
       for (int v = 0; v < 6; v++) {
         mode_of(m, &mode, &q_len);
         int tile = TILES[(v + m) % 6], D = DS[(v + 2 * m) % 5];
-        if (idx % every == 0) run_case(ctx, layout, D, tile, mode, q_len, v % 2 ? 3 : 1, v % 3 == 2, idx);
+        if (idx % every == 0) run_case(ctx, kd, layout, D, tile, mode, q_len, v % 2 ? 3 : 1, v % 3 == 2, idx);
         idx++;
       }
-  printf("fast precision sweep (every %d-th case): largest error %.3g of the largest |output| (f16/bf16 out rounding "
-         "included; tolerance %.3g plus the out dtype's)\n", every, sweep_worst, FAST_TOL);
+  printf("fast precision sweep, %s K/V (every %d-th case): largest error %.3g of the largest |output| (f16/bf16 out "
+         "rounding included; tolerance %.3g plus the out dtype's)\n", fd_dtype_names[kd], every, sweep_worst, arm_tol(kd));
 }
 
 /* The largest output error of Llama-3.1-8B's group (4 query heads per kv
-   head, D 128, bf16 q/K/V, f32 out) at 4096 keys, causal, with precision
+   head, D 128, bf16 q, K/V dtype kd (bf16, or int8 with row scales), f32
+   out) at 4096 keys, causal, on the arm's isa with precision
    opts.precision (-1 default, 1 fast), relative to the largest |output|. */
-static double llama_error(fd_ctx *ctx, int precision) {
+static double llama_error(fd_ctx *ctx, int kd, int precision) {
   const int G = 4, D = 128, S = 4096, B = 1, H = 2;
   kproblem kp;
-  kp_init(&kp, B, H * G, H, D, S, FD_BF16, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 31337);
+  kp_init(&kp, B, H * G, H, D, S, FD_BF16, kd, FD_F32, FD_CAUSAL, FD_BHSD, 31337);
   kp.cur_pos[0] = S - 1;
   float *out = malloc(sizeof(float) * B * H * G * D), lse[8];
   double *rout = malloc(sizeof(double) * B * H * G * D), rlse[8];
-  fd_shape s = { B, H * G, H, D, S, FD_BF16, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, NULL, NULL, NULL, NULL, 0, out, lse };
+  fd_shape s = { B, H * G, H, D, S, FD_BF16, kd, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, NULL, kp.k_scale, kp.v_scale, NULL, 0, out, lse };
   fd_plan_opts o = { 0 };
+  o.isa = arm_isa(kd) + 1;
   o.precision = precision;
-  int rc = run_fast(ctx, &s, &o, &a, precision > 0, precision > 0 ? "llama fast" : "llama default");
+  int rc = run_fast(ctx, &s, &o, &a, arm_want(kd, precision > 0), precision > 0 ? "llama fast" : "llama default");
   t_check(rc == 0, "llama run: %s", fd_errmsg(ctx));
   ref_attention(&kp.ref, rout, rlse);
   kp_error e = kp_errors(&kp, out, lse, rout, rlse);
@@ -244,19 +277,19 @@ static double llama_error(fd_ctx *ctx, int precision) {
   return e.nan ? INFINITY : e.out;
 }
 
-/* The error of each mode, printed (README "Fast precision"). */
-static void mode_errors(fd_ctx *ctx, const char *backend) {
-  double e0 = llama_error(ctx, -1), e1 = llama_error(ctx, 1);
-  printf("%s: Llama-3.1-8B group (4 heads, D 128, bf16, causal, 4096 keys) max error vs the double reference, "
-         "relative to the largest |output|: default %.3g, fast %.3g\n", backend, e0, e1);
+/* The error of each mode for K/V dtype kd, printed (README "Fast precision"). */
+static void mode_errors(fd_ctx *ctx, int kd, const char *backend) {
+  double e0 = llama_error(ctx, kd, -1), e1 = llama_error(ctx, kd, 1);
+  printf("%s: Llama-3.1-8B group (4 heads, D 128, bf16 q, %s K/V, causal, 4096 keys) max error vs the double "
+         "reference, relative to the largest |output|: default %.3g, fast %.3g\n", backend, fd_dtype_names[kd], e0, e1);
   t_check(e0 <= 1e-5, "default precision within 1e-5 (%.3g)", e0);
-  t_check(e1 <= FAST_TOL && e1 >= e0, "fast precision within %.3g and not below the default (%.3g vs %.3g)", FAST_TOL,
-          e1, e0);
+  t_check(e1 <= arm_tol(kd) && e1 >= e0, "fast precision within %.3g and not below the default (%.3g vs %.3g)",
+          arm_tol(kd), e1, e0);
 }
 
-/* The precision digit of the key planned for kv dtype kd with group tile
+/* Digit field (FD_KF_*) of the key planned for kv dtype kd with group tile
    G (n_q_heads / n_kv_heads) and opts o on a context with precision prec. */
-static int planned(int prec, int kd, int G, fd_plan_opts o) {
+static int planned(int prec, int kd, int G, fd_plan_opts o, int field) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = prec });
   fd_shape s = { 1, 2 * G, 2, 128, 4096, FD_BF16, kd, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
   fd_plan *plan = NULL;
@@ -266,28 +299,52 @@ static int planned(int prec, int kd, int G, fd_plan_opts o) {
   t_check(rc == 0, "plan: %s", fd_errmsg(ctx));
   fd_plan_destroy(plan);
   fd_destroy(ctx);
-  return precision_digit(info.key);
+  return key_digit(info.key, field);
 }
 
 /* FAST is a permission: bf16 V on isa 3 takes it; f16 V, the head-lane tile
    (16 heads), a context at the default or opts.precision -1 do not. */
 static void permission(void) {
   int want = fd_cpu_has_isa(ISA3), p;
-  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ 0 });
+  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ 0 }, FD_KF_PRECISION);
   t_check(p == want, "FAST, bf16 V, 4 heads: precision %d (want %d)", p, want);
-  p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ 0 });
+  p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ 0 }, FD_KF_PRECISION);
   t_check(p == 0, "default context: precision %d", p);
-  p = planned(FD_PRECISION_FAST, FD_F16, 4, (fd_plan_opts){ 0 });
+  p = planned(FD_PRECISION_FAST, FD_F16, 4, (fd_plan_opts){ 0 }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, f16 V: precision %d (the default kernel)", p);
-  p = planned(FD_PRECISION_FAST, FD_BF16, 16, (fd_plan_opts){ 0 });
+  p = planned(FD_PRECISION_FAST, FD_BF16, 16, (fd_plan_opts){ 0 }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, 16 heads (head-lane tile): precision %d", p);
-  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .precision = -1 });
+  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .precision = -1 }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, opts.precision -1: precision %d", p);
-  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .isa = FD_ISA_AVX512 });
+  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .isa = FD_ISA_AVX512 }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, forced isa avx512: precision %d", p);
   if (want) {
-    p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ .precision = 1 });
+    p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ .precision = 1 }, FD_KF_PRECISION);
     t_check(p == 1, "default context, opts.precision 1: precision %d", p);
+  }
+}
+
+/* The int8 arm: FAST takes FD_FAST_PLANES planes where the planes digit
+   would be FD_H_PLANES (on the best record with int8 dot products); the
+   precision digit stays 0; a default context, opts.precision -1 and a forced
+   opts.planes keep theirs, an isa without int8 dot products has none. */
+static void int8_permission(void) {
+  int on = msd_isa >= 0, isa = msd_isa + 1, p;   /* without one, isa 0: the planner's (no planes) */
+  p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa }, FD_KF_PLANES);
+  t_check(p == (on ? FD_FAST_PLANES : 0), "FAST, int8: planes %d (want %d)", p, on ? FD_FAST_PLANES : 0);
+  p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa }, FD_KF_PRECISION);
+  t_check(p == 0, "FAST, int8: precision digit %d", p);
+  p = planned(FD_PRECISION_DEFAULT, FD_I8, 4, (fd_plan_opts){ .isa = isa }, FD_KF_PLANES);
+  t_check(p == (on ? FD_H_PLANES : 0), "default context, int8: planes %d", p);
+  p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa, .precision = -1 }, FD_KF_PLANES);
+  t_check(p == (on ? FD_H_PLANES : 0), "FAST, int8, opts.precision -1: planes %d", p);
+  p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = FD_ISA_AVX512 }, FD_KF_PLANES);
+  t_check(p == 0, "FAST, int8, forced isa avx512: planes %d", p);
+  if (on) {
+    p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa, .planes = 3 }, FD_KF_PLANES);
+    t_check(p == 3, "FAST, int8, opts.planes 3: planes %d", p);
+    p = planned(FD_PRECISION_DEFAULT, FD_I8, 4, (fd_plan_opts){ .isa = isa, .precision = 1 }, FD_KF_PLANES);
+    t_check(p == FD_FAST_PLANES, "default context, int8, opts.precision 1: planes %d", p);
   }
 }
 
@@ -302,7 +359,7 @@ static void f16_runs_default(void) {
   fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
   fd_args a = { kp.q, kp.k, kp.v, kp.cur_pos, NULL, NULL, NULL, NULL, 0, out, lse };
   fd_plan_opts o = { 0 };
-  int rc = run_fast(ctx, &s, &o, &a, 0, "FAST context, f16 V");
+  int rc = run_fast(ctx, &s, &o, &a, arm_want(FD_F16, 0), "FAST context, f16 V");
   t_check(rc == 0, "f16 V run: %s", fd_errmsg(ctx));
   ref_attention(&kp.ref, rout, rlse);
   kp_error e = kp_errors(&kp, out, lse, rout, rlse);
@@ -341,22 +398,28 @@ static void refusals(void) {
             "opts.precision 1 is not served with opts.group_tile 16", "tile 16");
   s.n_q_heads = 8;
   s.kv_dtype = FD_F16;
-  refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 (bf16 weights) needs bf16 V, not "
-          "kv_dtype f16", "f16 V");
+  refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 needs bf16 V (bf16 weights) or "
+          "int8 K and V (2 MSD planes), not kv_dtype f16", "f16 V");
+  s.kv_dtype = FD_I8;
+  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and "
+          "V (2 MSD planes) needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa avx512", "int8, isa avx512");
+  if (msd_isa >= 0) {
+    refused(ctx, s, (fd_plan_opts){ .precision = 1, .planes = -1 }, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V "
+            "takes 2 MSD planes, but opts.planes -1 forces f32 FMA scores", "int8, planes -1");
+    refused(ctx, s, (fd_plan_opts){ .precision = 1, .planes = 3 }, FD_EUNSUPPORTED, "but opts.planes 3 forces another count",
+            "int8, planes 3");
+    s.head_dim = 16;
+    refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V needs MSD planes, "
+            "which this shape does not take (shape.head_dim 16", "int8, head_dim 16");
+  }
   fd_destroy(ctx);
 }
 
-int main(void) {
-  refusals();
-  permission();
-  if (!fd_cpu_has_isa(ISA3)) {
-    printf("skipped the fast-precision kernels: this CPU has no AVX512-BF16 (isa digit %d at most)\n", fd_cpu_max_isa());
-    return t_done();
-  }
-  f16_runs_default();
+/* One arm's kernels (K/V dtype kd): the mode errors and the sweep under tcc, then under the cc backend. */
+static void arm_kernels(int kd) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = FD_PRECISION_FAST });
-  mode_errors(ctx, "tcc");
-  sweep(ctx, 1);
+  mode_errors(ctx, kd, "tcc");
+  sweep(ctx, kd, 1);
   fd_destroy(ctx);
   char tmp[] = "/tmp/fd_fast_XXXXXX";
   const char *dir = getenv("FD_TEST_CACHE_DIR");
@@ -364,8 +427,8 @@ int main(void) {
   if (t_check(dir != NULL, "temporary cache_dir")) {
     ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir, .precision = FD_PRECISION_FAST });
     t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
-    mode_errors(ctx, "cc");
-    sweep(ctx, 4);
+    mode_errors(ctx, kd, "cc");
+    sweep(ctx, kd, 4);
     fd_destroy(ctx);
   }
   if (dir == tmp) {
@@ -373,5 +436,31 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
   }
+}
+
+/* The present isa record with int8 dot products of the highest rank, or -1. */
+static int msd_record(void) {
+  int best = -1;
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
+    if (fd_isa_table[isa].vnni && fd_cpu_has_isa(isa) && (best < 0 || fd_isa_table[isa].rank > fd_isa_table[best].rank))
+      best = isa;
+  return best;
+}
+
+int main(void) {
+  msd_isa = msd_record();
+  refusals();
+  permission();
+  int8_permission();
+  if (msd_isa >= 0) arm_kernels(FD_I8);
+  else printf("skipped the int8 fast-precision kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n",
+              fd_cpu_max_isa());
+  if (!fd_cpu_has_isa(ISA3)) {
+    printf("skipped the bf16 fast-precision kernels: this CPU has no AVX512-BF16 (isa digit %d at most)\n",
+           fd_cpu_max_isa());
+    return t_done();
+  }
+  f16_runs_default();
+  arm_kernels(FD_BF16);
   return t_done();
 }

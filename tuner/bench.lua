@@ -141,7 +141,7 @@ local function variants(info)
         local n = fd.ISA_NAMES[isa]
         vs[#vs + 1] = { name = be .. "/" .. n, backend = be, ctx = ctx, opts = { isa = n }, isa = n }
       end
-      if be == "tcc" then   -- the planner's choice under fd_config.precision = FD_PRECISION_FAST (opt-in bf16 P.V weights)
+      if be == "tcc" then   -- the planner's choice under fd_config.precision = FD_PRECISION_FAST (bf16 P.V weights, 2 MSD planes for int8)
         local okf, fctx = pcall(fd.create, { threads = info.threads, backend = be, table = table_path, precision = 1 })
         if okf then vs[#vs + 1] = { name = "tcc/fast", backend = be, ctx = fctx, opts = nil, isa = "auto", fast = true }
         else notes[#notes + 1] = ("tcc/fast: fd_create failed: %s"):format(fctx) end

@@ -82,7 +82,7 @@ static const option OPTIONS[] = {
   { "--threads", "N", "worker threads (default: one per core)", C_RUN | C_BENCH | C_PREDICT, 0, 'i', OFF(threads), 0, INT_MAX },
   { "--backend", "tcc|cc", "compile kernels with libtcc (default) or the system C compiler", C_RUN, 0, 'b',
     OFF(backend), 0, 0 },
-  { "--precision", "0|1", "fd_config.precision: 0 default (f32 weights), 1 fast (bf16 weights in P.V where served)",
+  { "--precision", "0|1", "fd_config.precision: 0 default (f32 weights), 1 fast (bf16 weights in P.V, 2 MSD planes for int8, where served)",
     C_RUN | C_BENCH, 0, 'i', OFF(precision), 0, 1 },
   { "--seed", "N", "seed of the random inputs (default 1)", C_RUN, 0, 'i', OFF(seed), 0, INT_MAX },
   { "--reps", "N", "timed runs per length; the median is reported (default 7)", C_BENCH, 0, 'i', OFF(reps), 1, 32 },
