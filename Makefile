@@ -124,7 +124,7 @@ $(B)/san/test_%: tests/test_%.c $(TEST_LIB) $(SAN_OBJ) $(TEST_HDR)
 gen-default: deps
 	$(LUA) gen/fdgen.lua gen tuner/shapes/default.lua -o $(B)/gen/default
 
-test: all gen-default sanitize tsan-build fuzz-build $(B)/check_vanilla $(B)/libfdbench.so $(B)/isa_ab
+test: all gen-default sanitize tsan-build fuzz-build $(B)/check_vanilla $(B)/libfdbench.so $(B)/ab
 	bash tests/run.sh
 
 # Planning, JIT and fd_run times over the default shape set (a benchmark, not a

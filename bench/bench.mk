@@ -21,7 +21,7 @@ FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall
 FDB_SRC    := bench/bw.c bench/stream.c bench/vanilla.c bench/util.c
 FDB_HDR    := bench/bw.h bench/stream.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream bench-phases bench-isa
+.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream bench-phases bench-isa bench-fast
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -79,13 +79,21 @@ bench-phases: lib $(B)/libfdbench.so
 	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
 	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-phases" $(LUAJIT) bench/phases.lua
 
-# Two plans of the bf16 grouped shapes that differ only in the isa (A: the planner's choice,
-# B: FD_ISA_AVX512_BF16 forced), cold and interleaved, at 1 thread and all cores
-# (bench/isa_ab.c; a CPU with AVX512-BF16; ISA_A, ISA_B, ROUNDS override):
-# results/bench/isa-<machine>.md.
-$(B)/isa_ab: bench/isa_ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a
-	$(CC) $(FDB_CFLAGS) bench/isa_ab.c $(FDB_SRC) $(B)/libflashdecode.a -lm -lpthread -ldl -o $@
+# Two plans of one shape that differ in one choice, cold and interleaved, at 1 thread and all
+# cores (bench/ab.c; ROUNDS overrides):
+# `make bench-isa`: the bf16 grouped shapes, A the planner's isa, B FD_ISA_AVX512_BF16 forced
+# (a CPU with AVX512-BF16; ISA_A, ISA_B override): results/bench/isa-<machine>.md;
+# `make bench-fast`: Llama-3.1-8B int8 KV (16k, 64k) and bf16 (16k), A the default precision,
+# B fast precision where served (int8 needs AVX512-VNNI), with the machine's committed tuned
+# table where there is one: results/bench/fast-<machine>.md.
+$(B)/ab: bench/ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a
+	$(CC) $(FDB_CFLAGS) bench/ab.c $(FDB_SRC) $(B)/libflashdecode.a -lm -lpthread -ldl -o $@
 
-bench-isa: $(B)/isa_ab $(B)/fdgen
-	$(B)/isa_ab $(or $(ISA_A),0) $(or $(ISA_B),4) $(or $(ROUNDS),11) > $(B)/isa.md
+bench-isa: $(B)/ab $(B)/fdgen
+	$(B)/ab isa $(or $(ISA_A),0) $(or $(ISA_B),4) $(or $(ROUNDS),11) > $(B)/isa.md
 	mkdir -p results/bench && cp $(B)/isa.md results/bench/isa-$$($(B)/fdgen machine).md
+
+bench-fast: $(B)/ab $(B)/fdgen
+	m=$$($(B)/fdgen machine); t=results/tuned/$$m.tsv; [ -f $$t ] || t=; \
+	  $(B)/ab precision $(or $(ROUNDS),11) "$$t" > $(B)/fast.md
+	mkdir -p results/bench && cp $(B)/fast.md results/bench/fast-$$($(B)/fdgen machine).md
