@@ -3,7 +3,9 @@
    call the caches are flushed as the benchmark's and the tuner's are:
    fdb_flush_caches), at 1 thread and at all cores. Prints a Markdown
    report: each plan's key, median ms and GB/s, and the median of the
-   per-round ratios B/A with its quartiles. It asserts no speed; it fails
+   per-round ratios B/A with its quartiles, and the median of the read
+   bandwidth sampled once per round (fdb_call_bw_gbs, the row's threads),
+   the level of the moment on a shared machine. It asserts no speed; it fails
    only when a plan or a call fails.
      ab isa [ISA_A ISA_B [ROUNDS]]   `make bench-isa`: the bf16 grouped shapes
                                      of issue 18, fd_plan_opts.isa A and B
@@ -100,9 +102,10 @@ static int run_row(fd_ctx *c, const ab_row *r, const ab_axis *ax, int threads, i
   float *ks = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL, *vs = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL;
   int32_t *pos = malloc(sizeof *pos * r->batch);
   double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
+  double *bw = malloc(sizeof *bw * rounds);
   fd_plan *pa = NULL, *pb = NULL;
   char ka[48], kb[48];
-  int rc = !k || !v || !q || !out || !pos || !ta || !tb || !ratio || (r->kv == FD_I8 && (!ks || !vs));
+  int rc = !k || !v || !q || !out || !pos || !ta || !tb || !ratio || !bw || (r->kv == FD_I8 && (!ks || !vs));
   if (!rc) {
     if (r->kv == FD_I8) {
       fdb_fill_i8(k, kv, 1); fdb_fill_i8(v, kv, 2);
@@ -117,6 +120,7 @@ static int run_row(fd_ctx *c, const ab_row *r, const ab_axis *ax, int threads, i
   fd_args a = { .q = q, .k = k, .v = v, .k_scale = ks, .v_scale = vs, .cur_pos = pos, .out = out };
   for (int i = 0; !rc && i < rounds; i++) {
     int b_first = i & 1;
+    bw[i] = fdb_call_bw_gbs(threads);
     double x = cold_ms(b_first ? pb : pa, &a, &rc), y = cold_ms(b_first ? pa : pb, &a, &rc);
     ta[i] = b_first ? y : x;
     tb[i] = b_first ? x : y;
@@ -124,15 +128,15 @@ static int run_row(fd_ctx *c, const ab_row *r, const ab_axis *ax, int threads, i
   }
   if (!rc) {
     qsort(ta, rounds, sizeof *ta, by_value); qsort(tb, rounds, sizeof *tb, by_value);
-    qsort(ratio, rounds, sizeof *ratio, by_value);
+    qsort(ratio, rounds, sizeof *ratio, by_value); qsort(bw, rounds, sizeof *bw, by_value);
     double gb = 2.0 * kv_bytes(r, kv, rows) / 1e9;
-    printf("| %s | %ld | %d | %s | %.3f | %.1f | %s | %.3f | %.1f | %.3f | %.3f-%.3f |\n", r->name, r->len, threads, ka,
+    printf("| %s | %ld | %d | %.1f | %s | %.3f | %.1f | %s | %.3f | %.1f | %.3f | %.3f-%.3f |\n", r->name, r->len, threads, bw[rounds / 2], ka,
            ta[rounds / 2], gb / ta[rounds / 2] * 1e3, kb, tb[rounds / 2], gb / tb[rounds / 2] * 1e3, ratio[rounds / 2],
            ratio[rounds / 4], ratio[3 * rounds / 4]);
     fflush(stdout);
   }
   fd_plan_destroy(pa); fd_plan_destroy(pb);
-  free(k); free(v); free(q); free(out); free(ks); free(vs); free(pos); free(ta); free(tb); free(ratio);
+  free(k); free(v); free(q); free(out); free(ks); free(vs); free(pos); free(ta); free(tb); free(ratio); free(bw);
   return rc;
 }
 
@@ -193,9 +197,10 @@ static void print_header(const char *axis, const ab_axis *ax, long cores, int ro
   printf("- Method: bf16 q and out, causal, K and V as the shape says (int8: per-row f32 scales, GB/s in the real "
          "bytes); per round %d cold calls of each plan (before each call all threads read one word per line of %zu "
          "MiB: fdb_flush_caches), the order alternating per round, %d rounds; ms = median of the rounds' medians; B/A = "
-         "median of the per-round ratios, with quartiles\n\n", CALLS, fdb_flush_bytes() >> 20, rounds);
-  printf("| shape | kv_len | threads | key A | ms A | GB/s A | key B | ms B | GB/s B | B/A | quartiles |\n");
-  printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+         "median of the per-round ratios, with quartiles; read GB/s = median of one read pass over the flush buffer "
+         "per round (fdb_call_bw_gbs) with the row's threads\n\n", CALLS, fdb_flush_bytes() >> 20, rounds);
+  printf("| shape | kv_len | threads | read GB/s | key A | ms A | GB/s A | key B | ms B | GB/s B | B/A | quartiles |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
 int main(int argc, char **argv) {
