@@ -14,7 +14,9 @@
      tolerance is t_tolerance); each plan's key must carry the arm's digit;
    - the largest error of each mode on Llama-3.1-8B's group (4 heads, D 128)
      at 4096 keys, printed (README "Fast precision");
-   - FAST on a shape it cannot serve (f16 V; group tile 16; an isa without
+   - a tuned row's int8 key (3 planes) takes the int8 arm on a FAST context
+     (its chunk and tile kept, planes 2);
+  - FAST on a shape it cannot serve (f16 V; group tile 16; an isa without
      int8 dot products) plans the default key and runs it; opts.precision -1
      turns it off, a forced opts.planes keeps its count;
    - the refusals: config.precision 2 / -1 (no context), opts.precision 2, and
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NB 3
 #define HKV 2
@@ -348,6 +351,38 @@ static void int8_permission(void) {
   }
 }
 
+/* A tuned row's key for an int8 shape (chunk 64, 3 planes) takes the int8
+   arm like the features: on a FAST context the plan keeps the row's chunk
+   and tile (from_table 1) with planes 2; a default context keeps planes 3. */
+static void int8_table_row(void) {
+  fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  char head[4096], sig[256], key[FD_KEY_BUFSZ], err[256], text[8192], path[] = "/tmp/fd_fast_table_XXXXXX";
+  fd_tuned_table_header(head, sizeof head);
+  fd_shape_signature(&s, sig, sizeof sig);
+  if (!t_check(fd_kernel_key_ext(&s, 64, 4, msd_isa, 0, FD_H_PLANES, 0, key, err, sizeof err) == 0, "row key: %s", err))
+    return;
+  snprintf(text, sizeof text, "%s%s\t4096\t%s\t1\t2\t100.0\t1.5\t120.0\tint8-row\t-\nend\t1\n", head, sig, key);
+  int fd = mkstemp(path);
+  if (!t_check(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "table file %s", path)) return;
+  close(fd);
+  for (int prec = FD_PRECISION_DEFAULT; prec <= FD_PRECISION_FAST; prec++) {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = prec, .table = path });
+    t_check(!fd_errmsg(ctx)[0], "int8 table accepted: '%s'", fd_errmsg(ctx));
+    fd_plan *plan = NULL;
+    fd_plan_info info = { 0 };
+    int rc = fd_plan_create(ctx, &s, &plan);
+    if (!rc) rc = fd_plan_info_get(plan, 4096, &info);
+    int want = prec ? FD_FAST_PLANES : FD_H_PLANES;
+    t_check(!rc && info.from_table == 1 && info.chunk == 64 && info.group_tile == 4 &&
+            key_digit(info.key, FD_KF_PLANES) == want && key_digit(info.key, FD_KF_PRECISION) == 0,
+            "%s context, int8 table row %s: key %s from_table %d chunk %d (want planes %d, the row's chunk 64): %s",
+            prec ? "FAST" : "default", key, info.key, info.from_table, info.chunk, want, rc ? fd_errmsg(ctx) : "");
+    fd_plan_destroy(plan);
+    fd_destroy(ctx);
+  }
+  unlink(path);
+}
+
 /* A FAST context on an f16 V shape runs the default kernel: its output
    within the default tolerance of the reference. */
 static void f16_runs_default(void) {
@@ -452,7 +487,10 @@ int main(void) {
   refusals();
   permission();
   int8_permission();
-  if (msd_isa >= 0) arm_kernels(FD_I8);
+  if (msd_isa >= 0) {
+    int8_table_row();
+    arm_kernels(FD_I8);
+  }
   else printf("skipped the int8 fast-precision kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n",
               fd_cpu_max_isa());
   if (!fd_cpu_has_isa(ISA3)) {
