@@ -16,7 +16,7 @@
      at 4096 keys, printed (README "Fast precision");
    - a tuned row's int8 key (3 planes) takes the int8 arm on a FAST context
      (its chunk and tile kept, planes 2);
-  - FAST on a shape it cannot serve (f16 V; group tile 16; an isa without
+   - FAST on a shape it cannot serve (f16 V; group tile 16; an isa without
      int8 dot products) plans the default key and runs it; opts.precision -1
      turns it off, a forced opts.planes keeps its count;
    - the refusals: config.precision 2 / -1 (no context), opts.precision 2, and
