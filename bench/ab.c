@@ -19,7 +19,9 @@
                                      precision), B 0 (fast where a kernel
                                      serves it)
    Each key is followed by where its plan came from: the table's row, its
-   cost model, or the heuristic. */
+   cost model, or the heuristic. OpenMP (the flush and the bandwidth pass)
+   must not spin beside flashdecode's pool: without OMP_WAIT_POLICY=passive
+   the tool sets it and runs itself again (libgomp reads it when it loads). */
 #include "bw.h"
 #include "flashdecode.h"
 #include "util.h"
@@ -203,7 +205,19 @@ static void print_header(const char *axis, const ab_axis *ax, long cores, int ro
   printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
+/* Run this program again with OMP_WAIT_POLICY=passive unless it is set so:
+   idle OpenMP threads spinning after the flush took the pool's cores (the
+   kernels ran up to 2x slower on 2 cores). Returns only on failure. */
+static void passive_openmp(char **argv) {
+  const char *w = getenv("OMP_WAIT_POLICY");
+  if (w && !strcmp(w, "passive")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);
+  perror("ab: run again with OMP_WAIT_POLICY=passive");
+}
+
 int main(int argc, char **argv) {
+  passive_openmp(argv);
   ab_axis ax;
   int rounds;
   if (parse_axis(argc, argv, &ax, &rounds)) return 2;
