@@ -1,6 +1,7 @@
 /* Serial mini-executor for the kernel tests; see kexec.h. */
 #include "kexec.h"
 #include "jit.h"
+#include "cpu.h"
 #include "internal.h"
 #include "key.h"
 #include "luagen.h"
@@ -181,4 +182,13 @@ void kx_token_reference(ref_problem rt, const float *qf, const int32_t *cur_pos,
   rt.q = q;
   ref_attention(&rt, rout, rlse);
   free(q); free(mask);
+}
+
+/* The present isa record with int8 dot products of the highest rank, or -1. */
+int kx_msd_isa(void) {
+  int best = -1;
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
+    if (fd_isa_table[isa].vnni && fd_cpu_has_isa(isa) && (best < 0 || fd_isa_table[isa].rank > fd_isa_table[best].rank))
+      best = isa;
+  return best;
 }

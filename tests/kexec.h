@@ -49,4 +49,7 @@ int kx_visible(int64_t p, int64_t k, int window, int sinks);
    1 + t sees (kx_visible) and -inf elsewhere; mask and full modes as they are. */
 void kx_token_reference(ref_problem rt, const float *qf, const int32_t *cur_pos, int q_len, int t, int window,
                         int sinks, double *rout, double *rlse);
+/* The isa digit of the present record with int8 dot products (MSD) of the
+   highest rank, or -1 where this CPU has none. */
+int kx_msd_isa(void);
 #endif

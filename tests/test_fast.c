@@ -473,17 +473,8 @@ static void arm_kernels(int kd) {
   }
 }
 
-/* The present isa record with int8 dot products of the highest rank, or -1. */
-static int msd_record(void) {
-  int best = -1;
-  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
-    if (fd_isa_table[isa].vnni && fd_cpu_has_isa(isa) && (best < 0 || fd_isa_table[isa].rank > fd_isa_table[best].rank))
-      best = isa;
-  return best;
-}
-
 int main(void) {
-  msd_isa = msd_record();
+  msd_isa = kx_msd_isa();
   refusals();
   permission();
   int8_permission();

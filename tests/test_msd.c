@@ -37,7 +37,7 @@
 #define S_CAP 200
 #define PAGE 16
 #define PER_ROW ((S_CAP + PAGE - 1) / PAGE)
-/* The isa digit the MSD kernels run on (msd_record), -1 without one. */
+/* The isa digit the MSD kernels run on (kx_msd_isa), -1 without one. */
 static int msd_isa = -1;
 /* the planes digit's place in a key (gen/facts.lua) */
 #define PLANES_POS ((size_t)fd_key_fields[FD_KF_PLANES].pos)
@@ -431,17 +431,8 @@ static void refusals(void) {
   fd_destroy(ctx);
 }
 
-/* The present isa record with int8 dot products of the highest rank, or -1. */
-static int msd_record(void) {
-  int best = -1;
-  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
-    if (fd_isa_table[isa].vnni && fd_cpu_has_isa(isa) && (best < 0 || fd_isa_table[isa].rank > fd_isa_table[best].rank))
-      best = isa;
-  return best;
-}
-
 int main(void) {
-  msd_isa = msd_record();
+  msd_isa = kx_msd_isa();
   if (msd_isa < 0) {
     printf("skipped the MSD kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n", fd_cpu_max_isa());
   } else {
