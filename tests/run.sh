@@ -47,7 +47,7 @@ suite "sliding window, sink tokens, learned sink logits and ALiBi vs double refe
 suite "per-channel K scales (int8/fp8, channels 1000x apart) and beam indirection (every KV dtype, beam_src patterns) vs double reference per token (each ISA, mode, q_len 1/3, window, splits, paged); refusals" "$B/test_kpc_beams"
 suite "the per-key feature recipe: a dummy feature in a scratch tree reaches key, generator, planner, tuner, exporter" bash tests/test_recipe.sh
 suite "MSD int8 scores (q in 2/3 int8 planes, vpdpbusd) vs double reference: score error per plane count, every mode, bhsd/bshd/paged, odd groups, splits, q_len 3, per-row and per-channel K scales; refusals" "$B/test_msd"
-suite "fast precision (bf16 weights, vdpbf16ps P.V) vs double reference: every mode, bhsd/bshd/paged, odd groups and head_dims, splits, q_len 3, tcc and cc; the default and fast errors on the Llama group; FAST as a permission; refusals" "$B/test_fast"
+suite "fast precision (bf16 weights by vdpbf16ps on AVX512-BF16; 2 MSD planes for int8 K and V on AVX512-VNNI) vs double reference: every mode, bhsd/bshd/paged, odd groups and head_dims, splits, q_len 3, tcc and cc; the default and fast errors on the Llama group; a tuned int8 row; FAST as a permission; refusals" "$B/test_fast"
 suite "fast precision through the exported header: a precision-1 row exported, compiled by gcc and tcc, vs double reference" env B="$B" bash tests/test_fast_export.sh
 suite "context-parallel decode over MPI, np 1-4" env B="$B" bash tests/test_mpi.sh
 suite "NaN/Inf in q, K, V, mask vs double reference (each ISA, splits 1/4/64, tcc and cc), check_inputs" "$B/test_nonfinite"
