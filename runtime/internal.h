@@ -22,7 +22,8 @@ struct fd_ctx {
   int threads, max_isa;
   int check_inputs;                /* fd_config.check_inputs: fd_run refuses NaN and infinities (exec.c) */
   int deterministic;               /* fd_config.deterministic: plans split rows at fixed key counts (plan.c) */
-  int precision;                   /* fd_config.precision: FD_PRECISION_FAST lets kernels take bf16 weights (plan.c) */
+  int precision;                   /* fd_config.precision: FD_PRECISION_FAST lets kernels take bf16 weights or 2 MSD
+                                      planes (plan.c fast_digits) */
   fd_backend backend;
   fd_pool *pool;                   /* NULL once destroyed */
   fd_kcache *kernels;              /* kept until the last reference: plans hold kernels in it */
