@@ -222,7 +222,8 @@ typedef struct fd_plan_opts {
                                V): 0 the context's config.precision (where a kernel can serve it), -1 off, 1
                                forced: FD_EUNSUPPORTED where it cannot apply (V neither bf16 nor int8; bf16: an
                                isa without bf16 dot products, group tile 16; int8: an isa without int8 dot
-                               products, opts.planes -1 or 3, a shape without MSD planes) */
+                               products, opts.planes -1 or 3, a shape without MSD planes); forced, the planner
+                               passes over a tuned row that cannot serve it */
 } fd_plan_opts;
 
 int fd_plan_create_opts(fd_ctx *ctx, const fd_shape *shape, const fd_plan_opts *opts, fd_plan **plan);

@@ -389,6 +389,12 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
   return rc ? rc : check_precision(ctx, s, o);
 }
 
+/* The largest divisor of G up to H_MAX_TILE: a row-major group tile. */
+static int row_major_tile(int G) {
+  for (int t = G < H_MAX_TILE ? G : H_MAX_TILE; t > 1; t--) if (G % t == 0) return t;
+  return 1;
+}
+
 /* The heuristic group tile: the isa's head-lane tile where its head-lane
    kernel serves (G a multiple of it, no int8/fp8 scales: the rule of
    head_lanes in gen/simd.lua, both from gen/facts.lua's isa records), else the
@@ -396,8 +402,7 @@ static int check_opts(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *
 static int heuristic_tile(int G, int isa, fd_dtype kv) {
   int hl = fd_isa_table[isa].head_lane_tile;
   if (hl && G % hl == 0 && !fd_dtype_quant[kv]) return hl;
-  for (int t = G < H_MAX_TILE ? G : H_MAX_TILE; t > 1; t--) if (G % t == 0) return t;
-  return 1;
+  return row_major_tile(G);
 }
 
 /* The heuristic isa of shape s in a context of best isa max: max, except that
@@ -445,6 +450,23 @@ static int bucket_splits(const fd_plan *p, const fd_plan_opts *o, const fd_bucke
   return heuristic_splits(&p->shape, b->threads, len);
 }
 
+/* Whether isa, tile and planes serve fast precision for shape s: int8 K and
+   V with MSD planes on an isa with int8 dot products (fast_digits lowers
+   them to FD_FAST_PLANES), else fd_precision_fits. */
+static int serves_fast(const fd_shape *s, int isa, int tile, int planes) {
+  if (s->kv_dtype == FD_I8) return fd_isa_table[isa].vnni && planes > 0;
+  return fd_precision_fits(s, isa, tile);
+}
+
+/* Whether a tuned row's key serves fast precision for shape s (a key that
+   does not decode does not; adopt_table_key would ignore it anyway). */
+static int row_serves_fast(const fd_shape *s, const fd_table_row *row) {
+  int v[FD_KF_COUNT];
+  char why[256];
+  if (fd_table_decode_key(row->key, v, why, sizeof why)) return 0;
+  return serves_fast(s, v[FD_KF_ISA], v[FD_KF_GROUP_TILE], v[FD_KF_PLANES]);
+}
+
 /* Decide one bucket: table row (unless chunk, tile, splits or threads are
    forced; a forced isa keeps the row's other choices), then, when the table
    has no row for it and nothing is forced, the table's cost model (the best
@@ -455,12 +477,16 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
   const fd_ctx *ctx = p->ctx;
   const fd_table_row *row = o->chunk || o->group_tile || o->splits || o->threads || o->planes || p->split_keys ? NULL
                             : fd_table_find(ctx->table, sig, b->max_len);
+  int must_fast = o->precision == 1;   /* forced: served, or refused after compiling (plan_buckets) */
+  if (row && must_fast && !row_serves_fast(&p->shape, row)) row = NULL;
   int max = ctx->max_isa, max_tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, max, p->shape.kv_dtype);
-  int fast = p->fast && fd_precision_fits(&p->shape, max, max_tile);   /* fast precision would serve on max */
+  int fast = p->fast && (must_fast || fd_precision_fits(&p->shape, max, max_tile));   /* fast precision serves on max */
   b->isa = o->isa ? o->isa - 1 : fd_heuristic_isa(&p->shape, max, fast, fd_cpu_intel());
   b->chunk = o->chunk ? o->chunk : fd_isa_table[b->isa].width > 1 ? H_CHUNK_SIMD : H_CHUNK;
   b->tile_forced = o->group_tile != 0;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
+  if (must_fast && !o->group_tile && p->shape.kv_dtype == FD_BF16 && !fd_precision_fits(&p->shape, b->isa, b->tile))
+    b->tile = row_major_tile(p->G);   /* not the head-lane tile, which fast precision does not serve */
   b->threads = o->threads ? o->threads : ctx->threads;
   b->forced_isa = o->isa != 0;
   b->planes = o->planes > 0 ? o->planes : o->planes < 0 ? 0 : heuristic_planes(&p->shape, b->isa);
@@ -474,7 +500,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
     return;
   }
   fd_model_pick pick;
-  int forced = o->chunk || o->group_tile || o->splits || o->threads || o->isa || o->planes || p->split_keys;
+  int forced = o->chunk || o->group_tile || o->splits || o->threads || o->isa || o->planes || must_fast || p->split_keys;
   if (!forced && ctx->table && ctx->table->model.present) {
     b->from_table = 2;   /* the model decides: its pick (fd_model_decide), or the heuristic's */
     fd_model_pick h = { b->chunk, b->tile, b->isa, b->splits, b->threads, 0 };
@@ -612,6 +638,15 @@ static void free_plan(fd_plan *p) {
   free(p);
 }
 
+/* opts.precision 1 forced: the bucket's compiled kernels must serve it (a
+   fallback isa may not); refused naming the field, never dropped silently. */
+static int check_fast_served(fd_plan *p, const fd_bucket *b) {
+  if (serves_fast(&p->shape, b->isa, b->tile, b->planes)) return FD_OK;
+  return fd_fail(p->ctx, FD_EUNSUPPORTED, "opts.precision 1 is not served for rows of up to %lld keys: their kernel %s "
+                 "(isa %s, group tile %d, %d MSD planes) has no fast-precision variant", (long long)b->max_len,
+                 b->plain->key, fd_isa_table[b->isa].name, b->tile, b->planes);
+}
+
 /* Build every bucket of the plan. */
 static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
   char sig[192];
@@ -625,6 +660,7 @@ static int plan_buckets(fd_plan *p, const fd_plan_opts *o) {
     decide_bucket(p, sig, o, b);
     if (b->from_table == 1) adopt_table_key(p, sig, b);
     int rc = compile_bucket(p, b);
+    if (!rc && o->precision == 1) rc = check_fast_served(p, b);
     if (rc) return rc;
     if (b->splits > p->max_splits) p->max_splits = b->splits;
     if (b->threads > p->max_threads) p->max_threads = b->threads;

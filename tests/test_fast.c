@@ -351,34 +351,75 @@ static void int8_permission(void) {
   }
 }
 
-/* A tuned row's key for an int8 shape (chunk 64, 3 planes) takes the int8
-   arm like the features: on a FAST context the plan keeps the row's chunk
-   and tile (from_table 1) with planes 2; a default context keeps planes 3. */
-static void int8_table_row(void) {
-  fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  char head[4096], sig[256], key[FD_KEY_BUFSZ], err[256], text[8192], path[] = "/tmp/fd_fast_table_XXXXXX";
+/* Write a tuned table with one row for shape s (bucket 4096, splits 1,
+   threads 2) holding key into path (a mkstemp template); 0 on success. */
+static int write_table(const fd_shape *s, const char *key, char *path) {
+  char head[4096], sig[256], text[8192];
   fd_tuned_table_header(head, sizeof head);
-  fd_shape_signature(&s, sig, sizeof sig);
-  if (!t_check(fd_kernel_key_ext(&s, 64, 4, msd_isa, 0, FD_H_PLANES, 0, key, err, sizeof err) == 0, "row key: %s", err))
-    return;
+  fd_shape_signature(s, sig, sizeof sig);
   snprintf(text, sizeof text, "%s%s\t4096\t%s\t1\t2\t100.0\t1.5\t120.0\tint8-row\t-\nend\t1\n", head, sig, key);
   int fd = mkstemp(path);
-  if (!t_check(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "table file %s", path)) return;
+  if (!t_check(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "table file %s", path)) return -1;
   close(fd);
+  return 0;
+}
+
+/* Plan shape s with opts o on a context of threads 2, precision prec and
+   table path; the info of its 4096-key bucket (key "" when refused). */
+static fd_plan_info table_plan(const fd_shape *s, int prec, const char *path, fd_plan_opts o) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = prec, .table = path });
+  t_check(!fd_errmsg(ctx)[0], "int8 table accepted: '%s'", fd_errmsg(ctx));
+  fd_plan *plan = NULL;
+  fd_plan_info info = { 0 };
+  int rc = fd_plan_create_opts(ctx, s, &o, &plan);
+  if (!rc) rc = fd_plan_info_get(plan, 4096, &info);
+  t_check(!rc, "plan from the int8 table: %s", fd_errmsg(ctx));
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+  return info;
+}
+
+/* A tuned int8 row on the MSD isa (chunk 64, tile 4, 3 planes): a default
+   context runs it as it is, a FAST one with its chunk and tile and
+   FD_FAST_PLANES planes. */
+static void int8_table_row(void) {
+  fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  char key[FD_KEY_BUFSZ], err[256], path[] = "/tmp/fd_fast_table_XXXXXX";
+  if (!t_check(fd_kernel_key_ext(&s, 64, 4, msd_isa, 0, FD_H_PLANES, 0, key, err, sizeof err) == 0, "row key: %s", err) ||
+      write_table(&s, key, path))
+    return;
   for (int prec = FD_PRECISION_DEFAULT; prec <= FD_PRECISION_FAST; prec++) {
-    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .precision = prec, .table = path });
-    t_check(!fd_errmsg(ctx)[0], "int8 table accepted: '%s'", fd_errmsg(ctx));
-    fd_plan *plan = NULL;
-    fd_plan_info info = { 0 };
-    int rc = fd_plan_create(ctx, &s, &plan);
-    if (!rc) rc = fd_plan_info_get(plan, 4096, &info);
+    fd_plan_info info = table_plan(&s, prec, path, (fd_plan_opts){ 0 });
     int want = prec ? FD_FAST_PLANES : FD_H_PLANES;
-    t_check(!rc && info.from_table == 1 && info.chunk == 64 && info.group_tile == 4 &&
+    t_check(info.from_table == 1 && info.chunk == 64 && info.group_tile == 4 &&
             key_digit(info.key, FD_KF_PLANES) == want && key_digit(info.key, FD_KF_PRECISION) == 0,
-            "%s context, int8 table row %s: key %s from_table %d chunk %d (want planes %d, the row's chunk 64): %s",
-            prec ? "FAST" : "default", key, info.key, info.from_table, info.chunk, want, rc ? fd_errmsg(ctx) : "");
-    fd_plan_destroy(plan);
-    fd_destroy(ctx);
+            "%s context, int8 table row %s: key %s from_table %d chunk %d (want planes %d, the row's chunk 64)",
+            prec ? "FAST" : "default", key, info.key, info.from_table, info.chunk, want);
+  }
+  unlink(path);
+}
+
+/* A tuned int8 row on isa 2 (AVX-512 without int8 dot products, no planes):
+   a FAST context runs it as it is (fast precision where a kernel serves it),
+   but opts.precision 1 is forced: the planner passes over the row and its
+   heuristic plan takes the MSD isa with FD_FAST_PLANES planes. */
+static void int8_row_forced_fast(void) {
+  fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  char key[FD_KEY_BUFSZ], err[256], path[] = "/tmp/fd_fast_table_XXXXXX";
+  int isa2 = FD_ISA_AVX512 - 1;
+  if (!t_check(fd_kernel_key_ext(&s, 64, 4, isa2, 0, 0, 0, key, err, sizeof err) == 0, "row key: %s", err) ||
+      write_table(&s, key, path))
+    return;
+  fd_plan_info ctx_fast = table_plan(&s, FD_PRECISION_FAST, path, (fd_plan_opts){ 0 });
+  t_check(ctx_fast.from_table == 1 && key_digit(ctx_fast.key, FD_KF_ISA) == isa2 &&
+          key_digit(ctx_fast.key, FD_KF_PLANES) == 0, "FAST context, isa-2 int8 row %s: key %s from_table %d (want the row)",
+          key, ctx_fast.key, ctx_fast.from_table);
+  for (int prec = FD_PRECISION_DEFAULT; prec <= FD_PRECISION_FAST; prec++) {
+    fd_plan_info info = table_plan(&s, prec, path, (fd_plan_opts){ .precision = 1 });
+    t_check(info.from_table == 0 && key_digit(info.key, FD_KF_ISA) == msd_isa &&
+            key_digit(info.key, FD_KF_PLANES) == FD_FAST_PLANES,
+            "%s context, opts.precision 1 over the isa-2 int8 row %s: key %s from_table %d (want isa %d, %d planes, "
+            "not the row)", prec ? "FAST" : "default", key, info.key, info.from_table, msd_isa, FD_FAST_PLANES);
   }
   unlink(path);
 }
@@ -480,6 +521,7 @@ int main(void) {
   int8_permission();
   if (msd_isa >= 0) {
     int8_table_row();
+    int8_row_forced_fast();
     arm_kernels(FD_I8);
   }
   else printf("skipped the int8 fast-precision kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n",
