@@ -116,7 +116,7 @@ end
 -- The isa digits of rank at most max_isa's, lowest rank first.
 function M.isas_upto(max_isa)
   local out = {}
-  for d = 0, #M.isas do if M.isa_rank(d) <= M.isa_rank(max_isa) then out[#out + 1] = d end end
+  for d = 0, #M.isas do if M.isa_within(d, max_isa) then out[#out + 1] = d end end
   table.sort(out, function(a, b) return M.isa_rank(a) < M.isa_rank(b) end)
   return out
 end

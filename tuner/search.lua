@@ -90,6 +90,10 @@ function M.prune_reason(chunk, tile, isa, D, len, max_isa, isas_of)
   if chunk >= 2 * len then return ("chunk %d >= 2 x the length %d: one chunk of %d holds every key"):format(chunk, len, chunk / 2) end
 end
 
+-- Steps between isa digits a and b on the fallback chain (their ranks, not
+-- their digits: digit 4 ranks between 2 and 3).
+local function isa_steps(a, b) return math.abs(facts.isa_rank(a) - facts.isa_rank(b)) end
+
 -- Every kernel (chunk, tile, isa) of the shape, nearest the heuristic first;
 -- kernels the prior ranking names come before the others, in its order.
 -- j: { G, max_isa, D, len }. Returns the kernels searched and those pruned
@@ -106,7 +110,7 @@ function M.kernels(j, h, prior)
         if why then
           if facts.isa_within(isa, j.max_isa) then pruned[#pruned + 1] = { name = name, why = why } end
         else
-          local dist = math.abs(ci - hc) + math.abs(ti - (index_of(tiles, h.tile) or 1)) + math.abs(isa - h.isa)
+          local dist = math.abs(ci - hc) + math.abs(ti - (index_of(tiles, h.tile) or 1)) + isa_steps(isa, h.isa)
           local k = { chunk = chunk, tile = tile, isa = isa, name = name, ci = ci, ti = ti,
                       coarse = (ci - hc) % 2 == 0 or (prior and prior[name] and prior[name] <= 3) or false }
           k.order = prior and prior[name] or (1000 + dist * 100 + #out)
@@ -120,11 +124,12 @@ function M.kernels(j, h, prior)
 end
 
 -- The kernels of list ks next to kernel k: the chunk or the tile one step
--- off (same isa), or the isa one step off (same chunk and tile).
+-- off (same isa), or the isa one step off on the fallback chain (same
+-- chunk and tile).
 function M.neighbours(ks, k)
   local out = {}
   for _, o in ipairs(ks) do
-    local dc, dt, di = math.abs(o.ci - k.ci), math.abs(o.ti - k.ti), math.abs(o.isa - k.isa)
+    local dc, dt, di = math.abs(o.ci - k.ci), math.abs(o.ti - k.ti), isa_steps(o.isa, k.isa)
     if dc + dt + di == 1 then out[#out + 1] = o end
   end
   return out
