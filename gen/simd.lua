@@ -41,8 +41,15 @@ M.ARG = ARG
 -- so V values up to FLT_MAX give the reference's finite mean instead of an
 -- overflow that depended on the split count; lse adds P_SHIFT ln 2 back. The
 -- scaling is exact (a power of two) and costs nothing. Weights of arguments
--- below P_MIN_X are 0, so that the smallest nonzero weight stays a normal float.
-M.P_SHIFT, M.P_MIN_X = 32, -64
+-- below P_MIN_X are 0, and so are the factors e^(old - new) of a grown max
+-- (fd_expf's cutoff, the same constant): a weight or factor below e^-40
+-- (4e-18 of the row's largest) changes no f32 sum even over 2^31 keys, and
+-- the smallest weight (2^-89.7) times any |V| from 2^-36 stays a normal
+-- float, so P.V and the rescale make no subnormal sums. Intel cores take a
+-- microcode assist on each subnormal result: with e^-64 as the cutoff ALiBi
+-- (whose early keys weigh least) ran 1.26x and softcap 50 1.22x plain
+-- decode's time on the Xeon, 1.02x and 1.06x with subnormals flushed.
+M.P_SHIFT, M.P_MIN_X = 32, -40
 
 -- A polynomial coefficient scaled by 2^-P_SHIFT, as a C constant expression.
 local function coef(c) return ("(%s * 0x1p-%df)"):format(c, M.P_SHIFT) end
@@ -55,7 +62,6 @@ M.CONST_FLOATS = {
   { "c7", coef("1.98412698e-4f") }, { "c6", coef("1.38888889e-3f") }, { "c5", coef("8.33333333e-3f") },
   { "c4", coef("4.16666667e-2f") }, { "c3", coef("0.166666667f") }, { "c2", coef("0.5f") }, { "c1", coef("1.0f") },
   { "c0", coef("1.0f") }, { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
-  { "x_lo", "-87.0f" },                                             -- fd_expf's 0 below it
   -- softcap's tanh: the odd polynomial below tanh_small, the exponent limit above it
   { "t4", "-5.70498872745e-3f" }, { "t3", "2.06390887954e-2f" }, { "t2", "-5.37397155531e-2f" },
   { "t1", "1.33314422036e-1f" }, { "t0", "-3.33332819422e-1f" }, { "tanh_small", "0.625f" },
@@ -1102,8 +1108,9 @@ end
 -- = each head's exp base (its new max, 0 where that is -inf: a head whose keys
 -- are all masked keeps weights 0). Where some head's max grew, every head's
 -- record takes m = its new max, l and acc times c, out[T..2T-1] = c = e^(old -
--- new) (0 below x_lo and for an old -inf, NaN for NaN, 1 where it did not grow),
--- as portable C's fd_expf with the softmax's polynomial; else nothing changes.
+-- new) (0 below min_x, P_MIN_X, and for an old -inf, NaN for NaN, 1 where it
+-- did not grow), as portable C's fd_expf with the softmax's polynomial; else
+-- nothing changes.
 function M.grow_lanes(isa, p)
   local b = new_block(isa, p)
   local r, W = b.r, b.g.W
@@ -1120,7 +1127,7 @@ function M.grow_lanes(isa, p)
   b.gp("jz 9f")
   b.v("kmovw", "r8d", "k1")
   b.v("vsubps", r(3), r(1), r(0))                           -- 3: x = old - new
-  b.v("vcmpps", "k1", r(3), mem("r11", C.x_lo), 0x15)       -- NLT_UQ: x_lo <= x, or NaN
+  b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)      -- NLT_UQ: min_x <= x, or NaN
   b.v("vmulps", r(4), r(3), mem("r11", C.log2e))            -- 4: n
   b.v("vrndscaleps", r(4), r(4), 8)
   b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
@@ -1270,17 +1277,18 @@ local function softcap_step(b)
   b.v("vmovups", mem("r9", 0), r(4))
 end
 
--- The logit softcap in place over n floats (a multiple of W) from ptr: the
--- tile's whole score block in one loop (every head alike; the lanes past a
--- row's keys are set to -inf after); in[0] = 1 / softcap, in[1] = softcap.
+-- The logit softcap in place over each head's score row (n floats, its keys
+-- to a whole vector, a multiple of W; the lanes past the keys are set to -inf
+-- after; head-lane tiles: one key-major row); in[0] = 1 / softcap, in[1] =
+-- softcap, broadcast once before the rows. Not the rows' spare vectors:
+-- stale tiny weights there made subnormal sums (a microcode assist each on
+-- Intel cores).
 function M.softcap(isa, p)
-  return softmax_statement(isa, p, { "ptr", "n", "consts" },
-    function(b)
+  return softmax_statement(isa, p, { "ptr", "n", "consts" }, function() end, softcap_step, function() end, nil,
+    function(b)   -- once, before the rows: in holds 1 / softcap and softcap
       b.v("vbroadcastss", b.r(10), mem("rsi", 0))
       b.v("vbroadcastss", b.r(11), mem("rsi", 4))
-    end,
-    softcap_step,
-    function() end, { 0 })
+    end)
 end
 
 -- ALiBi in place over each head's padded score row (n floats, a multiple of

@@ -292,10 +292,20 @@ $(simd_scores())
 @     end
 $(simd_scores())
 @   end
-        /* the logit softcap, after the scale and before the mask and bias */
+        /* the logit softcap, after the scale and before the mask and bias:
+           each head's keys to a whole vector, not its row's spare vector;
+           the lanes past the keys 0 first (they become -inf below): stale
+           values there (a chunk's tiny weights) made subnormal sums */
         if (w->softcap > 0) {
+@     if not HL then
+          for (i = n; i < npad; i++) {
+@       for t = 0, T - 1 do
+            sc[$(t * SCW) + i] = 0.0f;
+@       end
+          }
+@     end
           aa.ptr = sc;
-          aa.n = $(HL and "n * " .. T or T .. " * " .. SCW);
+          aa.n = $(HL and "n * " .. T or "npad");
           aa.in = cap;
 $(simd_softcap())
         }

@@ -12,10 +12,11 @@ static inline float fd_ninf(void) { fd_bits b; b.u = 0xff800000u; return b.f; }
 static inline float fd_nan(void) { fd_bits b; b.u = 0x7fc00000u; return b.f; }
 
 /* e^x for x <= 0 (the ratio of two running maxima), ~1e-7 relative; 0 below
-   -87 and for -inf; NaN for NaN (and for x > 0, which only a NaN score leads to). */
+   $(P_MIN_X) (P_MIN_X, as the weights: no subnormal rescale) and for -inf; NaN
+   for NaN (and for x > 0, which only a NaN score leads to). */
 static inline float fd_expf(float x) {
   fd_bits eb; float et, er, p; int en;
-  if (x < -87.0f) return 0.0f;
+  if (x < $(P_MIN_X).0f) return 0.0f;
   if (!(x <= 0.0f)) return fd_nan();
 $(exp_body("x", "p", "    "))
   return p;

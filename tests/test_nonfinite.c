@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xmmintrin.h>
 
 enum { AT_Q, AT_K, AT_V, AT_MASK, AT_KSCALE, AT_VSCALE };
 static const char *AT[] = { "q", "K", "V", "mask", "k_scale", "v_scale" };
@@ -370,6 +371,78 @@ static void huge_values(fd_ctx *ctx) {
   }
 }
 
+/* ---- no subnormal sums ---- */
+
+#define MXCSR_DE 0x02                /* an operand was subnormal */
+#define MXCSR_UE 0x10                /* a result underflowed (tiny and inexact) */
+#define MXCSR_FLAGS 0x3f
+
+/* Run p (f32, B 1) with softcap on a one-thread context, so the kernel runs
+   in this thread, on isa and splits; out within the reference's tolerance,
+   and the MXCSR flags the run raised (the sticky flags cleared before it). */
+static unsigned flags_of_run(fd_ctx *ctx1, kproblem *p, float softcap, int isa, int splits, const char *name) {
+  const ref_problem *r = &p->ref;
+  size_t n = (size_t)r->B * r->Hq * r->D;
+  fd_shape s = { r->B, r->Hq, r->Hkv, r->D, r->S, FD_F32, FD_F32, FD_F32, (fd_mask_mode)r->mask_mode, FD_BHSD, 0 };
+  s.softcap = softcap;
+  p->ref.softcap = softcap;
+  float *out = calloc(n, sizeof *out), lse[64];
+  double *rout = malloc(n * sizeof *rout), rlse[64];
+  fd_args a = { p->q, p->k, p->v, p->cur_pos, p->mask, NULL, NULL, NULL, 0, out, lse };
+  fd_plan *plan = NULL;
+  unsigned raised = 0;
+  if (t_check(fd_plan_create_opts(ctx1, &s, &(fd_plan_opts){ .isa = isa, .splits = splits }, &plan) == 0,
+              "%s: plan: %s", name, fd_errmsg(ctx1))) {
+    _mm_setcsr(_mm_getcsr() & ~MXCSR_FLAGS);
+    int rc = fd_run(plan, &a);
+    raised = _mm_getcsr() & MXCSR_FLAGS;
+    t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx1));
+    fd_plan_destroy(plan);
+    ref_attention(&p->ref, rout, rlse);
+    kp_error e = kp_errors(p, out, lse, rout, rlse);
+    t_check(!e.nan && e.out <= t_tolerance(p), "%s: error %.3g of the largest |output|", name, e.out);
+  }
+  free(out); free(rout);
+  return raised;
+}
+
+/* Scores spanning far more than the cutoff P_MIN_X (-40): an ALiBi-like ramp
+   in the mask (key i of S gains -(S - 1 - i), so each chunk's early keys
+   weigh least and every chunk raises the max) and softcap 50 over scores of
+   up to +-300 (weights down to e^-100). Weights and grown-max factors below
+   e^-40 are 0, so no sum in P.V or the rescale is subnormal: the run raises
+   neither the underflow nor the subnormal-operand flag (each subnormal result
+   costs Intel cores a microcode assist), on every isa, with and without splits. */
+static void no_subnormal_sums(void) {
+  fd_ctx *ctx1 = fd_create(&(fd_config){ .threads = 1 });
+  if (!t_check(ctx1 != NULL, "one-thread context: %s", fd_errmsg(NULL))) return;
+  for (int c = 0; c < 2; c++) {
+    kproblem p;
+    kp_init(&p, 1, 4, 1, 64, 512, FD_F32, FD_F32, FD_F32, c ? FD_CAUSAL : FD_MASK, FD_BHSD, 7300 + c);
+    if (c) {
+      p.cur_pos[0] = 511;
+      for (size_t i = 0; i < (size_t)4 * 64; i++) p.qf[i] *= 40.0f;
+    } else {
+      for (int h = 0; h < 4; h++)
+        for (int i = 0; i < 512; i++) p.mask[h * 512 + i] = -(float)(511 - i);
+    }
+    kp_sync(&p);
+    for (int isa = 1; isa <= FD_ISA_COUNT; isa++) {
+      if (!fd_cpu_has_isa(isa - 1)) continue;
+      for (int splits = 1; splits <= 3; splits += 2) {
+        char name[160];
+        snprintf(name, sizeof name, "%s, isa %s, splits %d", c ? "softcap 50 over scores to +-300" : "mask ramp -511..0",
+                 isa_name(isa), splits);
+        unsigned raised = flags_of_run(ctx1, &p, c ? 50.0f : 0.0f, isa, splits, name);
+        t_check(!(raised & (MXCSR_UE | MXCSR_DE)), "%s: no subnormal sums (MXCSR flags raised 0x%02x: underflow %d, "
+                "subnormal operand %d)", name, raised, !!(raised & MXCSR_UE), !!(raised & MXCSR_DE));
+      }
+    }
+    kp_free(&p);
+  }
+  fd_destroy(ctx1);
+}
+
 /* ---- fd_config.check_inputs ---- */
 
 /* A refused run of p with a sliding window (window, sinks; 0: none): code
@@ -556,6 +629,7 @@ int main(void) {
   masking(tcc);
   huge_values(tcc);
   if (cc) huge_values(cc);
+  no_subnormal_sums();
   check_inputs();
   fd_destroy(tcc);
   fd_destroy(cc);
