@@ -1226,10 +1226,6 @@ end
 -- (tanh is 1 in float long before), the sign of y put back; ~1e-7 relative.
 -- NaN stays NaN (vminps passes its second operand; the compare is false).
 -- e^z is the softmax's polynomial (scaled by 2^-P_SHIFT) times 2^(n + P_SHIFT).
--- AVX-512 takes 2 / (e^z + 1) from vrcp14ps and one Newton step (within
--- about 2^-27 relative) instead of a vdivps: softcap 50 cost Llama-3.1-8B
--- bf16 64k 1.105x plain's time with it, 1.062x without (the Xeon, make
--- bench-features).
 local function softcap_step(b)
   local r, x = b.r, b.x
   local pand, por = x and "vpandd" or "vandps", x and "vpord" or "vorps"
@@ -1256,20 +1252,11 @@ local function softcap_step(b)
     b.v("vpslld", r(5), r(5), 23)
     b.v("vmulps", r(4), r(4), r(5))
   end
-  b.v("vaddps", r(4), r(4), mem("r11", C.one_f))           -- 4: d = e^z + 1
-  if x then   -- 1 / d: vrcp14ps (2^-14) and one Newton step, not a vdivps (10 cycles a zmm on Intel)
-    b.v("vrcp14ps", r(5), r(4))
-    b.v("vmovups", r(6), mem("r11", C.one_f))
-    b.v("vfnmadd231ps", r(6), r(4), r(5))                   -- 6: 1 - d r
-    b.v("vfmadd231ps", r(5), r(5), r(6))                    -- 5: r + r (1 - d r)
-    b.v("vmovups", r(4), mem("r11", C.one_f))
-    b.v("vfnmadd231ps", r(4), r(5), mem("r11", C.two_f))    -- 4: 1 - 2 / d
-  else
-    b.v("vmovups", r(5), mem("r11", C.two_f))
-    b.v("vdivps", r(5), r(5), r(4))
-    b.v("vmovups", r(4), mem("r11", C.one_f))
-    b.v("vsubps", r(4), r(4), r(5))                         -- 4: 1 - 2 / (e^z + 1)
-  end
+  b.v("vaddps", r(4), r(4), mem("r11", C.one_f))
+  b.v("vmovups", r(5), mem("r11", C.two_f))
+  b.v("vdivps", r(5), r(5), r(4))
+  b.v("vmovups", r(4), mem("r11", C.one_f))
+  b.v("vsubps", r(4), r(4), r(5))                           -- 4: 1 - 2 / (e^z + 1)
   b.v("vmulps", r(5), r(1), r(1))                           -- 5: a^2
   b.v("vmovups", r(6), mem("r11", C.t4))
   for _, c in ipairs { "t3", "t2", "t1", "t0" } do b.v("vfmadd213ps", r(6), r(5), mem("r11", C[c])) end

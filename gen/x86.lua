@@ -94,7 +94,6 @@ local OPS = {
   { "vminps",       "VE", "0F",   "",   0x5D, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vhaddps",      "V",  "0F",   "F2", 0x7C, 0, "RVM",  "V,V,VM",      "xy",  "-",   "" },
   { "vscalefps",    "E",  "0F38", "66", 0x2C, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
-  { "vrcp14ps",     "E",  "0F38", "66", 0x4C, 0, "RM",   "V,VM",        "xyz", "fv",  "b" },
   { "vfmadd132ps",  "VE", "0F38", "66", 0x98, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfmadd213ps",  "VE", "0F38", "66", 0xA8, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfmadd231ps",  "VE", "0F38", "66", 0xB8, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },

@@ -25,8 +25,7 @@ $(exp_body("x", "p", "    "))
 /* The logit softcap: cap x tanh(x / cap) for cap > 0, ~1e-7 relative: for
    |y| < 0.625 the odd polynomial y + y^3 P(y^2), else 1 - 2 / (e^(2|y|) + 1)
    with 2|y| at most 40 (tanh is 1 in float long before); NaN stays NaN. The
-   SIMD kernels use the same formulas (gen/simd.lua softcap_step; AVX-512
-   divides by a vrcp14ps reciprocal and one Newton step). */
+   SIMD kernels use the same formulas (gen/simd.lua softcap_step). */
 static inline float fd_softcap(float x, float cap) {
   fd_bits eb; float et, er, p, t, z, y = x / cap, a = y < 0.0f ? -y : y;
   int en;
