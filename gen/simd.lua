@@ -47,8 +47,8 @@ M.ARG = ARG
 -- the smallest weight (2^-89.7) times any |V| from 2^-36 stays a normal
 -- float, so P.V and the rescale make no subnormal sums. Intel cores take a
 -- microcode assist on each subnormal result: with e^-64 as the cutoff ALiBi
--- (whose early keys weigh least) ran 1.26x and softcap 50 1.22x plain
--- decode's time on the Xeon, 1.02x and 1.06x with subnormals flushed.
+-- (whose early keys weigh least) ran 1.309x plain decode's time on the Xeon
+-- CI runs on, 1.072x with -40 (results/bench/features-intel-xeon-2c.md).
 M.P_SHIFT, M.P_MIN_X = 32, -40
 
 -- A polynomial coefficient scaled by 2^-P_SHIFT, as a C constant expression.

@@ -119,16 +119,35 @@ function M.numeric(s)
   return t
 end
 
--- Parse an inline shape "batch=1,n_q_heads=32,...,kv_len=1024:4096" into a checked shape.
+-- The fields an inline spec may set: fd_shape's (gen/facts.lua SHAPE_FIELDS) and lse.
+local function spec_fields()
+  local out = {}
+  for _, f in ipairs(facts.SHAPE_FIELDS) do out[#out + 1] = f[1] end
+  out[#out + 1] = "lse"
+  return out
+end
+
+-- The list of a spec value split at sep, numbers as numbers.
+local function spec_list(v, sep)
+  local out = {}
+  for x in v:gmatch("[^" .. sep .. "]+") do out[#out + 1] = tonumber(x) or x end
+  return out
+end
+
+-- Parse an inline shape "batch=1,n_q_heads=32,...,kv_len=1024:4096" into a
+-- checked shape (features=alibi+sink_logits: names joined by +); a token
+-- that is not field=value or an unknown field is refused naming it.
 function M.parse_spec(spec)
-  local s = { name = "inline" }
-  for k, v in spec:gmatch("([%w_]+)=([^,]+)") do
-    if k == "kv_len" then
-      s.kv_len = {}
-      for n in v:gmatch("[^:]+") do s.kv_len[#s.kv_len + 1] = tonumber(n) or n end
-    else
-      s[k] = tonumber(v) or v
-    end
+  local s, known = { name = "inline" }, spec_fields()
+  for tok in spec:gmatch("[^,]+") do
+    local k, v = tok:match("^([%w_]+)=(.+)$")
+    if not k then error(("--shape: %q is not field=value"):format(tok), 0) end
+    local ok = false
+    for _, f in ipairs(known) do ok = ok or f == k end
+    if not ok then error(("--shape: field %s is unknown (one of %s)"):format(k, table.concat(known, ", ")), 0) end
+    if k == "kv_len" then s.kv_len = spec_list(v, ":")
+    elseif k == "features" then s.features = spec_list(v, "+")
+    else s[k] = tonumber(v) or v end
   end
   M.check_shape(s, "--shape")
   return s

@@ -124,6 +124,19 @@ T.raises("shape x: field n_q_heads: must be a multiple", "bad shape refused nami
 write("bad2.lua", "return { { name = 'y', batch = 1, n_q_heads = 4, n_kv_heads = 4, head_dim = 64, kv_len = {8}, kv_dtype = 'f64' } }")
 T.raises("shape y: field kv_dtype", "bad dtype in a shape refused", space.load_shapes, tmp .. "/bad2.lua")
 
+-- Inline specs: every field of fd_shape, features joined by +, an unknown
+-- field or a token without = refused naming it.
+local sp = space.parse_spec("batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtype=bf16,softcap=30," ..
+                            "features=alibi+sink_logits,window=100,kv_len=300:1000")
+T.ok(sp.kv_dtype == "bf16" and sp.softcap == 30 and sp.window == 100 and #sp.kv_len == 2 and
+     space.feature_bits(sp.features) == space.feature_bits { "alibi", "sink_logits" }, "an inline spec with features")
+T.raises("field kv_dtpe is unknown", "a misspelt field refused naming it", space.parse_spec,
+         "batch=1,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtpe=bf16,kv_len=300")
+T.raises('"head_dim" is not field=value', "a token without = refused", space.parse_spec,
+         "batch=1,n_q_heads=8,n_kv_heads=2,head_dim,kv_len=300")
+T.raises("field features: unknown feature alibbi", "an unknown feature refused", space.parse_spec,
+         "batch=1,n_q_heads=8,n_kv_heads=2,head_dim=64,features=alibi+alibbi,kv_len=300")
+
 -- fdgen gen: files, index, unchanged files not rewritten.
 write("tiny.lua", "return { { name = 't', batch = 1, n_q_heads = 4, n_kv_heads = 2, head_dim = 32, kv_len = {64}," ..
       " kv_dtype = 'f16' } }")
