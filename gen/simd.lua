@@ -567,10 +567,24 @@ local function row_pointers(b, R)
   end
 end
 
+-- Whether a direct group stores its pairs of lanes by masked moves (AVX-512,
+-- R = 2: tiles of 6 to 8 heads): k1 selects the low pair of a 128-bit piece,
+-- k2 the high one.
+local function pair_stores(b, R) return b.x and R == 2 end
+
 -- Store head h's R lanes of the reduced vector (register 0) at its score row:
--- whole 128/256-bit pieces where they fit, else through the scratch at rbx.
+-- whole 128/256-bit pieces where they fit, pairs by a masked move of their
+-- piece (in register 1, pair_stores), else through the scratch at rbx.
 local function store_lanes(b, p, h, R)
   local m, bytes, z = mem("rdx", h * p.CHUNKP * 4), R * 4, b.r(0)
+  if pair_stores(b, R) then
+    local piece, high = math.floor(h / 2), h % 2 == 1
+    if piece > 0 and not high then b.v("vextractf32x4", b.r(1, "xmm"), z, piece) end
+    local at = { base = "rdx", disp = h * p.CHUNKP * 4 - (high and 8 or 0), mask = high and "k2" or "k1" }
+    if at.disp == 0 then at.disp = nil end
+    b.v("vmovups", at, b.r(piece > 0 and 1 or 0, "xmm"))
+    return
+  end
   if bytes == 16 or bytes == 32 then
     if h == 0 then b.v("vmovups", m, b.r(0, bytes == 16 and "xmm" or "ymm"))
     elseif bytes == 32 then b.v("vextractf64x4", m, z, h)
@@ -599,6 +613,12 @@ local function scores_direct(isa, p, R)
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
   local split, dp = M.bf16_split(isa, p), M.dpbf16(isa, p)
+  if pair_stores(b, R) then
+    b.gp("mov $3, %r11d")
+    b.v("kmovw", "k1", "r11d")
+    b.gp("mov $12, %r11d")
+    b.v("kmovw", "k2", "r11d")
+  end
   if split then
     b.gp(("mov %d(%%rax), %%r11"):format(ARG.consts))
     b.v("vmovups", b.r(29), mem("r11", C.hi16))
@@ -640,10 +660,11 @@ local function scores_direct(isa, p, R)
   for c = 0, dp and math.floor(p.D / 32) - 1 or -1 do dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs) end
   tree(b, kreg)
   if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
-  if R * 4 ~= 16 and R * 4 ~= 32 then b.v("vmovups", mem("rbx", 0), b.r(0)) end
-  b.gp("push %rax")
+  local scratch = R * 4 ~= 16 and R * 4 ~= 32 and not pair_stores(b, R)
+  if scratch then b.v("vmovups", mem("rbx", 0), b.r(0)) end
+  if scratch then b.gp("push %rax") end
   for h = 0, T - 1 do store_lanes(b, p, h, R) end
-  b.gp("pop %rax")
+  if scratch then b.gp("pop %rax") end
   b.gp("add %rax, %rsi")
   b.gp(("add $%d, %%rdx"):format(R * 4))
   b.gp(("sub $%d, %%rcx"):format(R))

@@ -25,7 +25,7 @@ static const unsigned char fd_simd_c[$(#CONST_ROWS * 64 + 1)] __attribute__((ali
 #if defined(__TINYC__)
 #define FD_VCLOBBER
 #elif defined(__AVX512F__)
-#define FD_VCLOBBER , $(xmm_list(0, 31)), "k1"
+#define FD_VCLOBBER , $(xmm_list(0, 31)), "k1", "k2"
 #else
 #define FD_VCLOBBER , $(xmm_list(0, 15))
 #endif
