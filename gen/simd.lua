@@ -661,8 +661,10 @@ local function scores_direct(isa, p, R)
   tree(b, kreg)
   if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
   local scratch = R * 4 ~= 16 and R * 4 ~= 32 and not pair_stores(b, R)
-  if scratch then b.v("vmovups", mem("rbx", 0), b.r(0)) end
-  if scratch then b.gp("push %rax") end
+  if scratch then   -- the scalar moves go through eax
+    b.v("vmovups", mem("rbx", 0), b.r(0))
+    b.gp("push %rax")
+  end
   for h = 0, T - 1 do store_lanes(b, p, h, R) end
   if scratch then b.gp("pop %rax") end
   b.gp("add %rax, %rsi")
