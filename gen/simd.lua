@@ -580,8 +580,8 @@ local function store_lanes(b, p, h, R)
   if pair_stores(b, R) then
     local piece, high = math.floor(h / 2), h % 2 == 1
     if piece > 0 and not high then b.v("vextractf32x4", b.r(1, "xmm"), z, piece) end
-    local at = { base = "rdx", disp = h * p.CHUNKP * 4 - (high and 8 or 0), mask = high and "k2" or "k1" }
-    if at.disp == 0 then at.disp = nil end
+    local at = mem("rdx", h * p.CHUNKP * 4 - (high and 8 or 0))
+    at.mask = high and "k2" or "k1"
     b.v("vmovups", at, b.r(piece > 0 and 1 or 0, "xmm"))
     return
   end
