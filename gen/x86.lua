@@ -103,6 +103,8 @@ local OPS = {
   { "vdpbf16ps",    "E",  "0F38", "F3", 0x52, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vcvtneps2bf16","E",  "0F38", "F3", 0x72, 0, "RM",   "H,V",         "xyz", "fv",  "" },
   { "vpdpbusd",     "E",  "0F38", "66", 0x50, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  -- two-table permutes (AVX-512F): the index register is overwritten by the result
+  { "vpermi2ps",    "E",  "0F38", "66", 0x77, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   -- scalar single arithmetic
   { "vaddss",       "VE", "0F",   "F3", 0x58, 0, "RVM",  "X,X,XM32",    "s",   "t1s", "" },
   { "vsubss",       "VE", "0F",   "F3", 0x5C, 0, "RVM",  "X,X,XM32",    "s",   "t1s", "" },

@@ -59,6 +59,19 @@ static void sweep_shapes(void) {
         }
 }
 
+/* Head dims past 256 in tiles 1-3: AVX-512's P.V passes then hold up to 27
+   accumulators beside the weights (registers 24-27 too), and passes start at
+   odd d-blocks (bf16 pieces split across passes); every dtype of q, K/V and
+   out across the cases, split and unsplit. */
+static void sweep_wide(void) {
+  static const int dims[] = { 512, 432 };
+  for (int c = 0; c < 12; c++) {
+    int tile = 1 + c % 3;
+    run_case(2, 2 * tile, 2, dims[c / 3 % 2], c % 2 ? 300 : 256, c % 3, (c + c / 3) % 3, (c + 2) % 3, c % 3, c / 6,
+             64, tile, c % 4 ? 1 : 3, 6000 + c);
+  }
+}
+
 /* Every q x kv x out dtype combination on one GQA shape. */
 static void sweep_dtypes(void) {
   for (int c = 0; c < 27; c++)
@@ -413,6 +426,7 @@ int main(void) {
     if (!fd_cpu_has_isa(isa)) { printf("note: this CPU lacks isa %d: its kernels are not run here\n", isa); continue; }
     sweep_shapes();
     sweep_dtypes();
+    sweep_wide();
     sweep_quantized();
     fp8_codes();
     sweep_blocks();
