@@ -706,10 +706,16 @@ function M.head_lanes(isa, p)
   return GEOM[isa].head_lane_tile == p.T and not p.QUANT
 end
 
--- Keys per group of the head-lane scores kernel, and q columns per d-block.
-local HL_KEYS, HL_QCOLS = 8, 16
+-- Keys per group of the head-lane scores kernel, and q columns per d-block:
+-- 8 and 16 with f32 FMAs; 16 and 8 with vdpbf16ps, whose 6-cycle latency
+-- (Zen 5) needs 12 or more independent accumulators to issue 2 per cycle
+-- (8 chains: 5.7 G/s per core, 16: 8.6 G/s, measured).
+local function hl_group(dp)
+  if dp then return 16, 8 end
+  return 8, 16
+end
 
--- Head-lane scores: HL_KEYS K rows are staged as f32, then for each d
+-- Head-lane scores: KG K rows (hl_group) are staged as f32, then for each d
 -- acc[r] += q column d (the 16 heads' q[t][d]) * K[r][d] broadcast from the
 -- stage; acc[r] is the score vector of key r, stored at sc[(i + r) * 16].
 -- A short last group leaves stale staged rows; their rows of sc are never read.
@@ -718,7 +724,8 @@ local HL_KEYS, HL_QCOLS = 8, 16
 -- vdpbf16ps with K[r][2j..2j+1] broadcast adds two d-steps; the scale follows.
 local function scores_hl(isa, p)
   local b = new_block(isa, p)
-  local T, KG, QC, dp = p.T, HL_KEYS, HL_QCOLS, M.dpbf16(isa, p)
+  local T, dp = p.T, M.dpbf16(isa, p)
+  local KG, QC = hl_group(dp)
   prologue(b, dp and { "src", "ptr", "sc", "n", "stride", "scl", "consts", "stage", "pf" }
                  or { "src", "ptr", "sc", "n", "stride", "consts", "stage", "pf" }, true)
   if dp then b.v("vbroadcastss", b.r(KG + QC), mem("r9", 0)) end
