@@ -124,7 +124,7 @@ $(B)/san/test_%: tests/test_%.c $(TEST_LIB) $(SAN_OBJ) $(TEST_HDR)
 gen-default: deps
 	$(LUA) gen/fdgen.lua gen tuner/shapes/default.lua -o $(B)/gen/default
 
-test: all gen-default sanitize tsan-build fuzz-build $(B)/check_vanilla $(B)/libfdbench.so $(B)/ab
+test: all gen-default sanitize tsan-build fuzz-build $(B)/check_vanilla $(B)/libfdbench.so $(B)/ab $(B)/builds
 	bash tests/run.sh
 
 # Planning, JIT and fd_run times over the default shape set (a benchmark, not a
@@ -187,6 +187,7 @@ help:
 	@echo "make bench [QUICK=1] the benchmark report under results/bench/"
 	@echo "make bench-plan      plan and JIT times per shape"
 	@echo "make bench-peers [QUICK=1]  flashdecode vs ggml flash_attn_ext (pip + cmake once, ~4 min)"
+	@echo "make bench-builds REV=<rev> [MODE=cold] [ROUNDS=n]  the kernels of git revision REV against this tree's, one plan"
 	@echo "make install [PREFIX=/usr/local] [DESTDIR=]   library, header, pkg-config file, fdgen, LuaJIT and Python modules"
 	@echo "make uninstall [PREFIX=...] [DESTDIR=]       remove every installed file"
 	@echo "make mpi | test-mpi | bench-mpi   libflashdecode_mpi, fdmpi-bench, MPI tests np 1-4 (needs mpicc)"

@@ -205,19 +205,8 @@ static void print_header(const char *axis, const ab_axis *ax, long cores, int ro
   printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
-/* Run this program again with OMP_WAIT_POLICY=passive unless it is set so:
-   idle OpenMP threads spinning after the flush took the pool's cores (the
-   kernels ran up to 2x slower on 2 cores). Returns only on failure. */
-static void passive_openmp(char **argv) {
-  const char *w = getenv("OMP_WAIT_POLICY");
-  if (w && !strcmp(w, "passive")) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);
-  perror("ab: run again with OMP_WAIT_POLICY=passive");
-}
-
 int main(int argc, char **argv) {
-  passive_openmp(argv);
+  fdb_passive_openmp(argv, "ab");
   ab_axis ax;
   int rounds;
   if (parse_axis(argc, argv, &ax, &rounds)) return 2;

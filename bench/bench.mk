@@ -21,7 +21,7 @@ FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall
 FDB_SRC    := bench/bw.c bench/stream.c bench/vanilla.c bench/util.c
 FDB_HDR    := bench/bw.h bench/stream.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream bench-phases bench-isa bench-fast
+.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream bench-phases bench-isa bench-fast bench-builds
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -88,6 +88,20 @@ bench-phases: lib $(B)/libfdbench.so
 # table where there is one: results/bench/fast-<machine>.md.
 $(B)/ab: bench/ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a
 	$(CC) $(FDB_CFLAGS) bench/ab.c $(FDB_SRC) $(B)/libflashdecode.a -lm -lpthread -ldl -o $@
+
+# Two builds of the library, one plan per row (bench/builds.c): `make bench-builds REV=<revision>`
+# builds the library of git revision REV (git archive) under $(B)/rev and times its kernels (A)
+# against this tree's (B) on issue 18's bound shapes, B taking A's plan, interleaved; warm (K/V
+# in the last-level cache), or MODE=cold at the bound lengths; ROUNDS rounds (101). Prints the
+# table. `$(B)/builds LIB_A LIB_B [ROUNDS [warm|cold]]` takes any two builds.
+$(B)/builds: bench/builds.c $(FDB_SRC) $(FDB_HDR)
+	$(CC) $(FDB_CFLAGS) bench/builds.c $(FDB_SRC) -lm -ldl -o $@
+
+bench-builds: lib $(B)/builds
+	@test -n "$(REV)" || { echo "bench-builds: set REV to a git revision, e.g. make bench-builds REV=HEAD~1"; exit 2; }
+	rm -rf $(B)/rev && mkdir -p $(B)/rev && git archive --format=tar $(REV) | tar -x -C $(B)/rev
+	$(MAKE) -C $(B)/rev --no-print-directory lib
+	$(B)/builds $(B)/rev/build/libflashdecode.so $(B)/libflashdecode.so $(or $(ROUNDS),101) $(or $(MODE),warm)
 
 bench-isa: $(B)/ab $(B)/fdgen
 	$(B)/ab isa $(or $(ISA_A),0) $(or $(ISA_B),4) $(or $(ROUNDS),11) > $(B)/isa.md

@@ -1,9 +1,13 @@
 /* Buffer helpers; see util.h. */
 #include "util.h"
 #include "dtype.h"
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* splitmix64 finalizer: a well-mixed hash of x. */
 static inline uint64_t mix64(uint64_t x) {
@@ -77,4 +81,13 @@ void *fdb_alloc(size_t bytes) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i += 4096) for (size_t j = i; j < i + 4096 && j < n; j++) p[j] = 0;
   return p;
+}
+
+/* Run this program again with OMP_WAIT_POLICY=passive unless it is set so (util.h). */
+void fdb_passive_openmp(char **argv, const char *name) {
+  const char *w = getenv("OMP_WAIT_POLICY");
+  if (w && !strcmp(w, "passive")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);
+  fprintf(stderr, "%s: run again with OMP_WAIT_POLICY=passive: %s\n", name, strerror(errno));
 }

@@ -1,4 +1,5 @@
-/* Buffer helpers for the benchmark drivers: random fill and comparison. */
+/* Helpers for the benchmark drivers: random fill, comparison, buffers, and
+   their OpenMP wait policy. */
 #ifndef FDB_UTIL_H
 #define FDB_UTIL_H
 #include <stddef.h>
@@ -31,5 +32,11 @@ void *fdb_alloc(size_t bytes);
    buffers alike) ask for transparent huge pages, as a serving engine would;
    under virtualization 4 KiB pages cost a large share of the read bandwidth. */
 int fdb_hugepages(void);
+
+/* Run this program again with OMP_WAIT_POLICY=passive unless it is set so:
+   idle OpenMP threads spinning after the flush took the pool's cores (the
+   kernels ran up to 2x slower on 2 cores). Returns only on failure (said on
+   stderr under name). */
+void fdb_passive_openmp(char **argv, const char *name);
 
 #endif

@@ -54,6 +54,7 @@ suite "NaN/Inf in q, K, V, mask vs double reference (each ISA, splits 1/4/64, tc
 suite "deterministic mode: same bits for threads 1-7, batches, repeats, tcc and cc; default within f32 rounding" "$B/test_determinism"
 suite "tuner, tuned table, exported header (gcc -O2, tcc) vs JIT" bash tests/test_tune.sh
 suite "make bench-peers without ggml: the harness and driver on a tiny shape, its report" env B="$B" bash tests/test_peers.sh
+suite "make bench-builds: two builds' kernels under one plan; usage and missing libraries refused, a build against itself, HEAD from git archive" env B="$B" bash tests/test_builds.sh
 suite "LuaJIT require \"flashdecode\" vs double reference, from a temp dir" env FD_LIB="$PWD/$B/libflashdecode.so" luajit tests/luajit_module.lua
 suite "Python module vs numpy float64 reference" env FD_LIB="$B/libflashdecode.so" PYTHONPATH=python /usr/bin/python3 tests/test_python.py
 suite "install, pkg-config, exported symbols, uninstall" bash tests/test_install.sh

@@ -1,0 +1,187 @@
+/* Two builds of the library, one plan: the kernels of two builds timed in one
+   process, interleaved (the order alternates each round), for A/B runs of a
+   kernel change. Both libflashdecode.so files are dlopen'ed with their own
+   symbols (RTLD_LOCAL | RTLD_DEEPBIND); A plans each row with its heuristic
+   (no tuned table: a table belongs to one build), B takes A's plan (chunk,
+   group tile, splits, isa, planes, precision through fd_plan_create_opts),
+   so only the kernels' code differs. Rows: issue 18's bound shapes (bf16 q
+   and out, causal, BHSD), warm at lengths whose K and V fit a 32 MiB
+   last-level cache (the memory's level moves on a shared machine: warm, the
+   ratio resolves a few percent), or cold at the bound lengths with the
+   caches flushed before each call (fdb_flush_caches). Prints a Markdown
+   table: each row's keys, median microseconds per call of A and B, and the
+   median of the per-round ratios B/A with its quartiles. It asserts no
+   speed; it fails only when a library, a plan or a call fails.
+     builds LIB_A LIB_B [ROUNDS [warm|cold]]   (`make bench-builds REV=...`) */
+#include "bw.h"
+#include "flashdecode.h"
+#include "util.h"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { REPS = 5 };
+
+/* One row: its name and shape (kv bf16, or int8 with row scales), warm and cold lengths. */
+typedef struct row { const char *name; int batch, hq, hkv, d; fd_dtype kv; long warm_len, cold_len; } row;
+static const row ROWS[] = {
+  { "llama3-8b-bf16", 1, 32, 8, 128, FD_BF16, 4096, 65536 },
+  { "mqa-b8-bf16", 8, 8, 1, 128, FD_BF16, 4096, 16384 },
+  { "falcon-40b-bf16", 4, 128, 8, 64, FD_BF16, 2048, 2048 },
+  { "llama3-8b-int8", 1, 32, 8, 128, FD_I8, 4096, 16384 },
+};
+
+/* The library calls the tool makes, from one build. */
+typedef struct lib {
+  fd_ctx *(*create)(const fd_config *);
+  void (*destroy)(fd_ctx *);
+  int (*plan_opts)(fd_ctx *, const fd_shape *, const fd_plan_opts *, fd_plan **);
+  int (*info)(const fd_plan *, int64_t, fd_plan_info *);
+  int (*run)(const fd_plan *, const fd_args *);
+  void (*plan_destroy)(fd_plan *);
+  const char *(*errmsg)(const fd_ctx *);
+  fd_ctx *ctx;
+} lib;
+
+/* Open the build at path and a context of all cores; 1 on failure (said on stderr). */
+static int open_lib(const char *path, lib *l) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (!h) { fprintf(stderr, "builds: %s\n", dlerror()); return 1; }
+  void *f[7] = { dlsym(h, "fd_create"), dlsym(h, "fd_destroy"), dlsym(h, "fd_plan_create_opts"),
+                 dlsym(h, "fd_plan_info_get"), dlsym(h, "fd_run"), dlsym(h, "fd_plan_destroy"), dlsym(h, "fd_errmsg") };
+  for (int i = 0; i < 7; i++)
+    if (!f[i]) { fprintf(stderr, "builds: %s lacks a symbol the tool calls\n", path); return 1; }
+  memcpy(&l->create, &f[0], sizeof f[0]); memcpy(&l->destroy, &f[1], sizeof f[1]);
+  memcpy(&l->plan_opts, &f[2], sizeof f[2]); memcpy(&l->info, &f[3], sizeof f[3]);
+  memcpy(&l->run, &f[4], sizeof f[4]); memcpy(&l->plan_destroy, &f[5], sizeof f[5]);
+  memcpy(&l->errmsg, &f[6], sizeof f[6]);
+  l->ctx = l->create(NULL);
+  if (!l->ctx) { fprintf(stderr, "builds: %s: no context\n", path); return 1; }
+  return 0;
+}
+
+/* Ascending doubles, for qsort. */
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Microseconds per call of plan p: REPS calls (cold: each after a flush), the median. */
+static double time_us(const lib *l, const fd_plan *p, const fd_args *a, int cold, int *rc) {
+  double t[REPS];
+  for (int i = 0; i < REPS; i++) {
+    if (cold && fdb_flush_caches()) *rc = 1;
+    double s = fdb_now();
+    if (l->run(p, a)) *rc = 1;
+    t[i] = (fdb_now() - s) * 1e6;
+  }
+  qsort(t, REPS, sizeof *t, by_value);
+  return t[REPS / 2];
+}
+
+/* Plan s in A with its heuristic and in B with A's chunk, group tile,
+   splits, threads and isa (planes and precision: each build's default);
+   their keys into ka and kb (equal keys: the same kernel parameters). */
+static int plan_both(lib *A, lib *B, const fd_shape *s, fd_plan **pa, fd_plan **pb, char *ka, char *kb) {
+  fd_plan_opts none = { 0 };
+  fd_plan_info ia, ib;
+  if (A->plan_opts(A->ctx, s, &none, pa) || A->info(*pa, s->kv_len, &ia)) {
+    fprintf(stderr, "builds: plan A: %s\n", A->errmsg(A->ctx));
+    return 1;
+  }
+  /* fd_plan_info.isa is the key's digit; fd_plan_opts.isa the FD_ISA_ enum, digit + 1 */
+  fd_plan_opts o = { .chunk = ia.chunk, .group_tile = ia.group_tile, .splits = ia.splits, .threads = ia.threads,
+                     .isa = ia.isa + 1 };
+  if (B->plan_opts(B->ctx, s, &o, pb) || B->info(*pb, s->kv_len, &ib)) {
+    fprintf(stderr, "builds: plan B with A's choices: %s\n", B->errmsg(B->ctx));
+    return 1;
+  }
+  snprintf(ka, 24, "%s", ia.key);
+  snprintf(kb, 24, "%s", ib.key);
+  return 0;
+}
+
+/* Buffers of one row: q, K, V (and int8 row scales), positions, out. */
+typedef struct bufs { void *q, *k, *v, *out; float *ks, *vs; int32_t *pos; } bufs;
+
+/* Allocate and fill the buffers of row r at length len; 1 on failure. */
+static int fill_row(const row *r, long len, bufs *m) {
+  size_t rows = (size_t)r->batch * r->hkv * len, kv = rows * r->d, qn = (size_t)r->batch * r->hq * r->d;
+  size_t esz = r->kv == FD_I8 ? 1 : 2;
+  m->k = fdb_alloc(esz * kv); m->v = fdb_alloc(esz * kv);
+  m->q = fdb_alloc(2 * qn); m->out = fdb_alloc(2 * qn);
+  m->ks = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL;
+  m->vs = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL;
+  m->pos = malloc(sizeof *m->pos * r->batch);
+  if (!m->k || !m->v || !m->q || !m->out || !m->pos || (r->kv == FD_I8 && (!m->ks || !m->vs))) return 1;
+  if (r->kv == FD_I8) {
+    fdb_fill_i8(m->k, kv, 1); fdb_fill_i8(m->v, kv, 2);
+    fdb_fill(m->ks, rows, 0, 4, 0.005f, 0.02f); fdb_fill(m->vs, rows, 0, 5, 0.005f, 0.02f);
+  } else {
+    fdb_fill(m->k, kv, 2, 1, -1, 1); fdb_fill(m->v, kv, 2, 2, -1, 1);
+  }
+  fdb_fill(m->q, qn, 2, 3, -1, 1);
+  for (int b = 0; b < r->batch; b++) m->pos[b] = (int32_t)(len - 1);
+  return 0;
+}
+
+/* Free what fill_row allocated. */
+static void free_row(bufs *m) {
+  free(m->k); free(m->v); free(m->q); free(m->out); free(m->ks); free(m->vs); free(m->pos);
+}
+
+/* Time row r in both builds, rounds rounds; print its table line. */
+static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
+  long len = cold ? r->cold_len : r->warm_len;
+  fd_shape s = { .batch = r->batch, .n_q_heads = r->hq, .n_kv_heads = r->hkv, .head_dim = r->d, .kv_len = len,
+                 .q_dtype = FD_BF16, .kv_dtype = r->kv, .out_dtype = FD_BF16, .mask_mode = FD_CAUSAL, .layout = FD_BHSD };
+  bufs m = { 0 };
+  fd_plan *pa = NULL, *pb = NULL;
+  char ka[24] = "", kb[24] = "";
+  double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
+  int rc = !ta || !tb || !ratio || fill_row(r, len, &m) || plan_both(A, B, &s, &pa, &pb, ka, kb);
+  fd_args a = { .q = m.q, .k = m.k, .v = m.v, .k_scale = m.ks, .v_scale = m.vs, .cur_pos = m.pos, .out = m.out };
+  for (int i = 0; !rc && i < 3; i++) { time_us(A, pa, &a, 0, &rc); time_us(B, pb, &a, 0, &rc); }   /* warm-up */
+  for (int i = 0; !rc && i < rounds; i++) {
+    int b_first = i & 1;
+    double x = b_first ? time_us(B, pb, &a, cold, &rc) : time_us(A, pa, &a, cold, &rc);
+    double y = b_first ? time_us(A, pa, &a, cold, &rc) : time_us(B, pb, &a, cold, &rc);
+    ta[i] = b_first ? y : x;
+    tb[i] = b_first ? x : y;
+    ratio[i] = tb[i] / ta[i];
+  }
+  if (!rc) {
+    qsort(ta, rounds, sizeof *ta, by_value); qsort(tb, rounds, sizeof *tb, by_value);
+    qsort(ratio, rounds, sizeof *ratio, by_value);
+    printf("| %s | %ld | `%s` | `%s` | %.1f | %.1f | %.3f | %.3f-%.3f |\n", r->name, len, ka, kb, ta[rounds / 2],
+           tb[rounds / 2], ratio[rounds / 2], ratio[rounds / 4], ratio[3 * rounds / 4]);
+    fflush(stdout);
+  } else {
+    fprintf(stderr, "builds: row %s failed\n", r->name);
+  }
+  if (pa) A->plan_destroy(pa);
+  if (pb) B->plan_destroy(pb);
+  free_row(&m); free(ta); free(tb); free(ratio);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  fdb_passive_openmp(argv, "builds");
+  int rounds = argc > 3 ? atoi(argv[3]) : 101, cold = argc > 4 && strcmp(argv[4], "cold") == 0;
+  if (argc < 3 || rounds < 1 || (argc > 4 && !cold && strcmp(argv[4], "warm") != 0)) {
+    fprintf(stderr, "usage: builds LIB_A LIB_B [ROUNDS [warm|cold]]\n");
+    return 2;
+  }
+  lib A, B;
+  if (open_lib(argv[1], &A) || open_lib(argv[2], &B)) return 1;
+  printf("A: `%s`; B: `%s`; %d rounds, %s, %d calls per timing (the median), all cores\n\n", argv[1], argv[2],
+         rounds, cold ? "cold (caches flushed before each call)" : "warm", REPS);
+  printf("| shape | kv_len | key A | key B | A us | B us | B/A median | B/A quartiles |\n");
+  printf("|---|---|---|---|---|---|---|---|\n");
+  int rc = 0;
+  for (size_t i = 0; i < sizeof ROWS / sizeof *ROWS; i++) rc |= run_row(&A, &B, &ROWS[i], rounds, cold);
+  A.destroy(A.ctx);
+  B.destroy(B.ctx);
+  return rc;
+}
