@@ -1,4 +1,4 @@
-/* Buffer helpers; see util.h. */
+/* Helpers of the benchmark drivers; see util.h. */
 #include "util.h"
 #include "dtype.h"
 #include <errno.h>
