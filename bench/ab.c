@@ -57,12 +57,6 @@ typedef struct ab_axis {
 /* Where a plan came from (fd_plan_info.from_table). */
 static const char *const FROM[3] = { "heuristic", "table row", "table model" };
 
-/* Ascending doubles, for qsort. */
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* The median ms of CALLS cold calls of plan p. */
 static double cold_ms(const fd_plan *p, const fd_args *a, int *rc) {
   double t[CALLS];
@@ -72,7 +66,7 @@ static double cold_ms(const fd_plan *p, const fd_args *a, int *rc) {
     if (fd_run(p, a)) *rc = 1;
     t[i] = (fdb_now() - s) * 1e3;
   }
-  qsort(t, CALLS, sizeof *t, by_value);
+  qsort(t, CALLS, sizeof *t, fdb_by_value);
   return t[CALLS / 2];
 }
 
@@ -98,28 +92,16 @@ static size_t kv_bytes(const ab_row *r, size_t elems, size_t rows) {
 static int run_row(fd_ctx *c, const ab_row *r, const ab_axis *ax, int threads, int rounds) {
   fd_shape s = { .batch = r->batch, .n_q_heads = r->hq, .n_kv_heads = r->hkv, .head_dim = r->d, .kv_len = r->len,
                  .q_dtype = FD_BF16, .kv_dtype = r->kv, .out_dtype = FD_BF16, .mask_mode = FD_CAUSAL, .layout = FD_BHSD };
-  size_t rows = (size_t)r->batch * r->hkv * r->len, kv = rows * r->d, qn = (size_t)r->batch * r->hq * r->d;
-  size_t esz = r->kv == FD_I8 ? 1 : 2;
-  void *k = fdb_alloc(esz * kv), *v = fdb_alloc(esz * kv), *q = fdb_alloc(2 * qn), *out = fdb_alloc(2 * qn);
-  float *ks = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL, *vs = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL;
-  int32_t *pos = malloc(sizeof *pos * r->batch);
+  size_t rows = (size_t)r->batch * r->hkv * r->len, kv = rows * r->d;
+  fdb_rowbufs m;
+  int rc = fdb_rowbufs_fill(&m, r->batch, r->hq, r->hkv, r->d, r->len, r->kv == FD_I8);
   double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
   double *bw = malloc(sizeof *bw * rounds);
   fd_plan *pa = NULL, *pb = NULL;
   char ka[48], kb[48];
-  int rc = !k || !v || !q || !out || !pos || !ta || !tb || !ratio || !bw || (r->kv == FD_I8 && (!ks || !vs));
-  if (!rc) {
-    if (r->kv == FD_I8) {
-      fdb_fill_i8(k, kv, 1); fdb_fill_i8(v, kv, 2);
-      fdb_fill(ks, rows, 0, 4, 0.005f, 0.02f); fdb_fill(vs, rows, 0, 5, 0.005f, 0.02f);
-    } else {
-      fdb_fill(k, kv, 2, 1, -1, 1); fdb_fill(v, kv, 2, 2, -1, 1);
-    }
-    fdb_fill(q, qn, 2, 3, -1, 1);
-    for (int b = 0; b < r->batch; b++) pos[b] = (int32_t)(r->len - 1);
-    rc = plan_with(c, &s, ax->a, threads, &pa, ka) || plan_with(c, &s, ax->b, threads, &pb, kb);
-  }
-  fd_args a = { .q = q, .k = k, .v = v, .k_scale = ks, .v_scale = vs, .cur_pos = pos, .out = out };
+  rc = rc || !ta || !tb || !ratio || !bw;
+  if (!rc) rc = plan_with(c, &s, ax->a, threads, &pa, ka) || plan_with(c, &s, ax->b, threads, &pb, kb);
+  fd_args a = { .q = m.q, .k = m.k, .v = m.v, .k_scale = m.ks, .v_scale = m.vs, .cur_pos = m.pos, .out = m.out };
   for (int i = 0; !rc && i < rounds; i++) {
     int b_first = i & 1;
     bw[i] = fdb_call_bw_gbs(threads);
@@ -129,8 +111,8 @@ static int run_row(fd_ctx *c, const ab_row *r, const ab_axis *ax, int threads, i
     ratio[i] = tb[i] / ta[i];
   }
   if (!rc) {
-    qsort(ta, rounds, sizeof *ta, by_value); qsort(tb, rounds, sizeof *tb, by_value);
-    qsort(ratio, rounds, sizeof *ratio, by_value); qsort(bw, rounds, sizeof *bw, by_value);
+    qsort(ta, rounds, sizeof *ta, fdb_by_value); qsort(tb, rounds, sizeof *tb, fdb_by_value);
+    qsort(ratio, rounds, sizeof *ratio, fdb_by_value); qsort(bw, rounds, sizeof *bw, fdb_by_value);
     double gb = 2.0 * kv_bytes(r, kv, rows) / 1e9;
     printf("| %s | %ld | %d | %.1f | %s | %.3f | %.1f | %s | %.3f | %.1f | %.3f | %.3f-%.3f |\n", r->name, r->len, threads, bw[rounds / 2], ka,
            ta[rounds / 2], gb / ta[rounds / 2] * 1e3, kb, tb[rounds / 2], gb / tb[rounds / 2] * 1e3, ratio[rounds / 2],
@@ -138,7 +120,7 @@ static int run_row(fd_ctx *c, const ab_row *r, const ab_axis *ax, int threads, i
     fflush(stdout);
   }
   fd_plan_destroy(pa); fd_plan_destroy(pb);
-  free(k); free(v); free(q); free(out); free(ks); free(vs); free(pos); free(ta); free(tb); free(ratio); free(bw);
+  fdb_rowbufs_free(&m); free(ta); free(tb); free(ratio); free(bw);
   return rc;
 }
 

@@ -2,9 +2,10 @@
    process, interleaved (the order alternates each round), for A/B runs of a
    kernel change. Both libflashdecode.so files are dlopen'ed with their own
    symbols (RTLD_LOCAL | RTLD_DEEPBIND); A plans each row with its heuristic
-   (no tuned table: a table belongs to one build), B takes A's plan (chunk,
-   group tile, splits, isa, planes, precision through fd_plan_create_opts),
-   so only the kernels' code differs. Rows: issue 18's bound shapes (bf16 q
+   (no tuned table: a table belongs to one build), B is forced to A's chunk,
+   group tile, splits, threads and isa (fd_plan_create_opts; planes and
+   precision each build's default), so with equal keys only the kernels'
+   code differs. Rows: issue 18's bound shapes (bf16 q
    and out, causal, BHSD), warm at lengths whose K and V fit a 32 MiB
    last-level cache (the memory's level moves on a shared machine: warm, the
    ratio resolves a few percent), or cold at the bound lengths with the
@@ -61,12 +62,6 @@ static int open_lib(const char *path, lib *l) {
   return 0;
 }
 
-/* Ascending doubles, for qsort. */
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* Microseconds per call of plan p: REPS calls (cold: each after a flush), the median. */
 static double time_us(const lib *l, const fd_plan *p, const fd_args *a, int cold, int *rc) {
   double t[REPS];
@@ -76,7 +71,7 @@ static double time_us(const lib *l, const fd_plan *p, const fd_args *a, int cold
     if (l->run(p, a)) *rc = 1;
     t[i] = (fdb_now() - s) * 1e6;
   }
-  qsort(t, REPS, sizeof *t, by_value);
+  qsort(t, REPS, sizeof *t, fdb_by_value);
   return t[REPS / 2];
 }
 
@@ -102,45 +97,17 @@ static int plan_both(lib *A, lib *B, const fd_shape *s, fd_plan **pa, fd_plan **
   return 0;
 }
 
-/* Buffers of one row: q, K, V (and int8 row scales), positions, out. */
-typedef struct bufs { void *q, *k, *v, *out; float *ks, *vs; int32_t *pos; } bufs;
-
-/* Allocate and fill the buffers of row r at length len; 1 on failure. */
-static int fill_row(const row *r, long len, bufs *m) {
-  size_t rows = (size_t)r->batch * r->hkv * len, kv = rows * r->d, qn = (size_t)r->batch * r->hq * r->d;
-  size_t esz = r->kv == FD_I8 ? 1 : 2;
-  m->k = fdb_alloc(esz * kv); m->v = fdb_alloc(esz * kv);
-  m->q = fdb_alloc(2 * qn); m->out = fdb_alloc(2 * qn);
-  m->ks = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL;
-  m->vs = r->kv == FD_I8 ? fdb_alloc(4 * rows) : NULL;
-  m->pos = malloc(sizeof *m->pos * r->batch);
-  if (!m->k || !m->v || !m->q || !m->out || !m->pos || (r->kv == FD_I8 && (!m->ks || !m->vs))) return 1;
-  if (r->kv == FD_I8) {
-    fdb_fill_i8(m->k, kv, 1); fdb_fill_i8(m->v, kv, 2);
-    fdb_fill(m->ks, rows, 0, 4, 0.005f, 0.02f); fdb_fill(m->vs, rows, 0, 5, 0.005f, 0.02f);
-  } else {
-    fdb_fill(m->k, kv, 2, 1, -1, 1); fdb_fill(m->v, kv, 2, 2, -1, 1);
-  }
-  fdb_fill(m->q, qn, 2, 3, -1, 1);
-  for (int b = 0; b < r->batch; b++) m->pos[b] = (int32_t)(len - 1);
-  return 0;
-}
-
-/* Free what fill_row allocated. */
-static void free_row(bufs *m) {
-  free(m->k); free(m->v); free(m->q); free(m->out); free(m->ks); free(m->vs); free(m->pos);
-}
-
 /* Time row r in both builds, rounds rounds; print its table line. */
 static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
   long len = cold ? r->cold_len : r->warm_len;
   fd_shape s = { .batch = r->batch, .n_q_heads = r->hq, .n_kv_heads = r->hkv, .head_dim = r->d, .kv_len = len,
                  .q_dtype = FD_BF16, .kv_dtype = r->kv, .out_dtype = FD_BF16, .mask_mode = FD_CAUSAL, .layout = FD_BHSD };
-  bufs m = { 0 };
+  fdb_rowbufs m;
   fd_plan *pa = NULL, *pb = NULL;
   char ka[24] = "", kb[24] = "";
   double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
-  int rc = !ta || !tb || !ratio || fill_row(r, len, &m) || plan_both(A, B, &s, &pa, &pb, ka, kb);
+  int rc = fdb_rowbufs_fill(&m, r->batch, r->hq, r->hkv, r->d, len, r->kv == FD_I8);
+  rc = rc || !ta || !tb || !ratio || plan_both(A, B, &s, &pa, &pb, ka, kb);
   fd_args a = { .q = m.q, .k = m.k, .v = m.v, .k_scale = m.ks, .v_scale = m.vs, .cur_pos = m.pos, .out = m.out };
   for (int i = 0; !rc && i < 3; i++) { time_us(A, pa, &a, 0, &rc); time_us(B, pb, &a, 0, &rc); }   /* warm-up */
   for (int i = 0; !rc && i < rounds; i++) {
@@ -152,8 +119,8 @@ static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
     ratio[i] = tb[i] / ta[i];
   }
   if (!rc) {
-    qsort(ta, rounds, sizeof *ta, by_value); qsort(tb, rounds, sizeof *tb, by_value);
-    qsort(ratio, rounds, sizeof *ratio, by_value);
+    qsort(ta, rounds, sizeof *ta, fdb_by_value); qsort(tb, rounds, sizeof *tb, fdb_by_value);
+    qsort(ratio, rounds, sizeof *ratio, fdb_by_value);
     printf("| %s | %ld | `%s` | `%s` | %.1f | %.1f | %.3f | %.3f-%.3f |\n", r->name, len, ka, kb, ta[rounds / 2],
            tb[rounds / 2], ratio[rounds / 2], ratio[rounds / 4], ratio[3 * rounds / 4]);
     fflush(stdout);
@@ -162,7 +129,7 @@ static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
   }
   if (pa) A->plan_destroy(pa);
   if (pb) B->plan_destroy(pb);
-  free_row(&m); free(ta); free(tb); free(ratio);
+  fdb_rowbufs_free(&m); free(ta); free(tb); free(ratio);
   return rc;
 }
 

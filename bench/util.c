@@ -83,6 +83,35 @@ void *fdb_alloc(size_t bytes) {
   return p;
 }
 
+/* Ascending doubles, for qsort. */
+int fdb_by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Allocate and fill the buffers of a decode call (util.h). */
+int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_i8) {
+  size_t rows = (size_t)batch * hkv * len, kv = rows * d, qn = (size_t)batch * hq * d, esz = kv_i8 ? 1 : 2;
+  *m = (fdb_rowbufs){ .k = fdb_alloc(esz * kv), .v = fdb_alloc(esz * kv), .q = fdb_alloc(2 * qn),
+                      .out = fdb_alloc(2 * qn), .ks = kv_i8 ? fdb_alloc(4 * rows) : NULL,
+                      .vs = kv_i8 ? fdb_alloc(4 * rows) : NULL, .pos = malloc(sizeof *m->pos * batch) };
+  if (!m->k || !m->v || !m->q || !m->out || !m->pos || (kv_i8 && (!m->ks || !m->vs))) return 1;
+  if (kv_i8) {
+    fdb_fill_i8(m->k, kv, 1); fdb_fill_i8(m->v, kv, 2);
+    fdb_fill(m->ks, rows, 0, 4, 0.005f, 0.02f); fdb_fill(m->vs, rows, 0, 5, 0.005f, 0.02f);
+  } else {
+    fdb_fill(m->k, kv, 2, 1, -1, 1); fdb_fill(m->v, kv, 2, 2, -1, 1);
+  }
+  fdb_fill(m->q, qn, 2, 3, -1, 1);
+  for (int b = 0; b < batch; b++) m->pos[b] = (int32_t)(len - 1);
+  return 0;
+}
+
+/* Free what fdb_rowbufs_fill allocated. */
+void fdb_rowbufs_free(fdb_rowbufs *m) {
+  free(m->k); free(m->v); free(m->q); free(m->out); free(m->ks); free(m->vs); free(m->pos);
+}
+
 /* Run this program again with OMP_WAIT_POLICY=passive unless it is set so (util.h). */
 void fdb_passive_openmp(char **argv, const char *name) {
   const char *w = getenv("OMP_WAIT_POLICY");

@@ -33,6 +33,22 @@ void *fdb_alloc(size_t bytes);
    under virtualization 4 KiB pages cost a large share of the read bandwidth. */
 int fdb_hugepages(void);
 
+/* Ascending doubles, for qsort. */
+int fdb_by_value(const void *a, const void *b);
+
+/* The buffers of a decode call with bf16 q and out: q and out [batch, hq, d],
+   K and V [batch, hkv, len, d] bf16, or int8 with one float scale per row
+   (ks, vs; NULL for bf16), every row's position len - 1. */
+typedef struct fdb_rowbufs { void *q, *k, *v, *out; float *ks, *vs; int32_t *pos; } fdb_rowbufs;
+
+/* Allocate and fill m (zeroed first) for those sizes, K/V int8 where kv_i8:
+   fixed seeds, so two tools fill alike; 1 on failure (fdb_rowbufs_free still
+   frees what was allocated). */
+int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_i8);
+
+/* Free what fdb_rowbufs_fill allocated. */
+void fdb_rowbufs_free(fdb_rowbufs *m);
+
 /* Run this program again with OMP_WAIT_POLICY=passive unless it is set so:
    idle OpenMP threads spinning after the flush took the pool's cores (the
    kernels ran up to 2x slower on 2 cores). Returns only on failure (said on
