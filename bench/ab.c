@@ -12,7 +12,8 @@
                                      (default 0 = the planner's choice, and
                                      FD_ISA_AVX512_BF16)
      ab precision [ROUNDS [TABLE]]   `make bench-fast`: Llama-3.1-8B int8 KV
-                                     and bf16 on a context with
+                                     and bf16, the MQA batch and Falcon-40B
+                                     bf16 on a context with
                                      FD_PRECISION_FAST and the tuned table
                                      TABLE (none: the heuristic), A with
                                      fd_plan_opts.precision -1 (the default
@@ -43,6 +44,8 @@ static const ab_row PRECISION_ROWS[] = {
   { "llama3-8b-int8", 1, 32, 8, 128, 16384, FD_I8 },
   { "llama3-8b-int8", 1, 32, 8, 128, 65536, FD_I8 },
   { "llama3-8b-bf16", 1, 32, 8, 128, 16384, FD_BF16 },
+  { "mqa-b8-bf16", 8, 8, 1, 128, 16384, FD_BF16 },
+  { "falcon-40b-bf16", 32, 128, 8, 64, 2048, FD_BF16 },
 };
 
 /* One axis: its rows, what A and B force besides the threads, the context's precision and table. */

@@ -83,7 +83,8 @@ bench-phases: lib $(B)/libfdbench.so
 # cores (bench/ab.c; ROUNDS overrides):
 # `make bench-isa`: the bf16 grouped shapes, A the planner's isa, B FD_ISA_AVX512_BF16 forced
 # (a CPU with AVX512-BF16; ISA_A, ISA_B override): results/bench/isa-<machine>.md;
-# `make bench-fast`: Llama-3.1-8B int8 KV (16k, 64k) and bf16 (16k), A the default precision,
+# `make bench-fast`: Llama-3.1-8B int8 KV (16k, 64k) and bf16 (16k), the MQA batch and Falcon-40B
+# bf16, A the default precision,
 # B fast precision where served (int8 needs AVX512-VNNI), with the machine's committed tuned
 # table where there is one: results/bench/fast-<machine>.md.
 $(B)/ab: bench/ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a

@@ -63,9 +63,8 @@ function M.planes_misfit(t)
 end
 
 -- Why fast precision (the precision digit: bf16 weights in P.V by
--- vdpbf16ps) cannot serve the key's other fields, or nil: bf16 V, an isa
--- record with the bf16 group, a row-major tile (not the record's head-lane
--- tile, whose key-major weights pair no keys).
+-- vdpbf16ps) cannot serve the key's other fields, or nil: bf16 V and an isa
+-- record with the bf16 group (row-major and head-lane tiles alike).
 function M.precision_misfit(t)
   if (t.precision or 0) == 0 then return nil end
   if F.dtypes[t.kv_dtype].name ~= "bf16" then
@@ -73,9 +72,6 @@ function M.precision_misfit(t)
   end
   if not F.isas[t.isa].groups.bf16 then
     return ("fast precision needs an isa with bf16 dot products (vdpbf16ps), not isa %s"):format(F.isas[t.isa].name)
-  end
-  if F.isas[t.isa].head_lane_tile == t.group_tile then
-    return ("fast precision is not served for the head-lane group tile %d (key-major weights)"):format(t.group_tile)
   end
   return nil
 end

@@ -1672,8 +1672,10 @@ end
 -- in place (vcvtneps2bf16, round to nearest even): row t's bf16 weights fill
 -- the first 2 n bytes of its row, so the weights of keys s and s + 1 are one
 -- dword at byte 2 s of the row (pv_dpbf16 broadcasts it). Each 64-byte read
--- precedes the 32-byte write that overlaps it.
+-- precedes the 32-byte write that overlaps it. Head-lane tiles (key-major
+-- rows of T = W weights) pair rows instead: pround_pairs.
 function M.pround(isa, p)
+  if M.head_lanes(isa, p) then return M.pround_pairs(isa, p) end
   local b = new_block(isa, p)
   prologue(b, { "ptr", "n" })
   b.gp("shr $4, %rcx")
@@ -1695,6 +1697,41 @@ function M.pround(isa, p)
   return M.statement(b)
 end
 
+-- Fast precision of a head-lane tile: the key-major weight rows (row i: the
+-- T = W heads' f32 weights of key i) of n keys at ptr, in pairs (2j, 2j + 1)
+-- rounded to bf16 and interleaved by word into one row of T dwords at row j
+-- (dword t: p[2j][t] | p[2j+1][t] << 16), in place: pair row j is written
+-- after rows 2j and 2j + 1 are read, and lies below row 2j + 2. An odd n
+-- reads row n (a later piece's row or a stale one inside the score buffer,
+-- never written) into the upper words of its last pair row, which
+-- pv_dpbf16's odd last key clears. The template calls it per P.V piece, so
+-- pairs start at each piece's first key (pieces start at odd keys).
+function M.pround_pairs(isa, p)
+  local b = new_block(isa, p)
+  local RB = p.T * 4
+  assert(p.T == b.g.W and b.g.groups.bf16, "simd: pround_pairs needs a head-lane tile of W heads and the bf16 group")
+  prologue(b, { "ptr", "n" })
+  b.gp("add $1, %rcx")
+  b.gp("shr $1, %rcx")
+  b.gp("jz 2f")
+  b.gp("mov %rdi, %r10")
+  b.gp("1:")
+  for k = 0, 1 do
+    b.v("vmovups", b.r(k), mem("rdi", k * RB))
+    b.v("vcvtneps2bf16", b.r(k, "ymm"), b.r(k))
+    b.v("vpmovzxwd", b.r(k), b.r(k, "ymm"))
+  end
+  b.v("vpslld", b.r(1), b.r(1), 16)
+  b.v("vpord", b.r(0), b.r(0), b.r(1))
+  b.v("vmovups", mem("r10", 0), b.r(0))
+  b.gp(("add $%d, %%rdi"):format(2 * RB))
+  b.gp(("add $%d, %%r10"):format(RB))
+  b.gp("dec %rcx")
+  b.gp("jnz 1b")
+  b.gp("2:")
+  return M.statement(b)
+end
+
 -- P.V of fast precision for one d-block: keys in pairs (s, s + 1), each
 -- 16-element piece of V rows s and s + 1 interleaved by word into one
 -- register (vpmovzxwd both, the second shifted up 16 and or-ed in: dword d
@@ -1704,14 +1741,16 @@ end
 -- with the next word cleared (vpandnd with hi16: past a piece lie a later
 -- piece's weight or, after a chunk of a multiple of 16 keys, stale f32 bits that
 -- may read as a NaN), so no V row past the n given is read and no word past
--- the piece's weights counts. Row-major tiles only (gen/key.lua
--- precision_misfit); the weights' f32 sums (the exp statement's) stay the
--- softmax denominators.
+-- the piece's weights counts. Head-lane tiles take head t's pair as dword t
+-- of the pair's row (pround_pairs). The weights' f32 sums (the exp
+-- statement's) stay the softmax denominators.
 function M.pv_dpbf16(isa, p, block)
   local b = new_block(isa, p)
   local W, T, cb = b.g.W, p.T, block[2]
-  assert(b.g.groups.bf16 and not M.head_lanes(isa, p), "simd: pv_dpbf16 needs the bf16 group and a row-major tile")
-  local row = function(t) return t * p.CHUNKP * 4 end
+  assert(b.g.groups.bf16, "simd: pv_dpbf16 needs the bf16 group")
+  local hl = M.head_lanes(isa, p)
+  -- head t's weight pair: in its row (bytes 2 s), or dword t of the pair's row
+  local row = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
   prologue(b, { "src", "ptr", "sc", "n", "stride", "consts" })
   if p.T >= M.PREFETCH_MIN_TILE then b.gp(("mov %d(%%rax), %%rax"):format(ARG.pf)) end
   for t = 0, T - 1 do
@@ -1740,7 +1779,7 @@ function M.pv_dpbf16(isa, p, block)
   prefetch_row(b, p, "rax", span0, span1)
   prefetch_row(b, p, "rax", span0, span1)
   b.gp("lea (%rsi,%r8,2), %rsi")
-  b.gp("add $4, %rdx")
+  b.gp(("add $%d, %%rdx"):format(hl and T * 4 or 4))
   b.gp("sub $2, %rcx")
   b.gp("cmp $2, %rcx")
   b.gp("jae 1b")

@@ -111,9 +111,9 @@ int fd_heuristic_isa(const fd_shape *s, int max, int fast, int fma_bf16);
    weights in 2 int8 planes instead of FD_H_PLANES (plan.c fast_digits;
    README "Fast precision" has the errors). */
 enum { FD_FAST_PLANES = 2 };
-/* Whether a kernel of shape s, isa and group tile can take fast precision's
-   digit, bf16 weights (gen/key.lua precision_misfit). */
-int fd_precision_fits(const fd_shape *s, int isa, int tile);
+/* Whether a kernel of shape s and isa can take fast precision's digit, bf16
+   weights (gen/key.lua precision_misfit). */
+int fd_precision_fits(const fd_shape *s, int isa);
 /* fd_kernel_key with the planes digit (MSD int8 scores) set. */
 int fd_kernel_key_planes(const fd_shape *s, int chunk, int tile, int isa, int flags, int planes, char *key, char *err,
                          size_t errlen);

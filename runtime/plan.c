@@ -153,11 +153,10 @@ int fd_kernel_key_planes(const fd_shape *s, int chunk, int tile, int isa, int fl
   return fd_kernel_key_ext(s, chunk, tile, isa, flags, planes, 0, key, err, errlen);
 }
 
-/* Whether fast precision serves shape s on isa with tile: bf16 V, a record
-   with the bf16 group, a row-major tile (not the head-lane tile); the rule of
-   gen/key.lua precision_misfit. */
-int fd_precision_fits(const fd_shape *s, int isa, int tile) {
-  return s->kv_dtype == FD_BF16 && fd_isa_table[isa].bf16 && fd_isa_table[isa].head_lane_tile != tile;
+/* Whether fast precision serves shape s on isa: bf16 V and a record with
+   the bf16 group (every tile); the rule of gen/key.lua precision_misfit. */
+int fd_precision_fits(const fd_shape *s, int isa) {
+  return s->kv_dtype == FD_BF16 && fd_isa_table[isa].bf16;
 }
 
 /* fd_kernel_key with the planes and precision digits; see internal.h. */
@@ -338,9 +337,8 @@ static int check_fast_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan
 }
 
 /* opts.precision: 0 (the context's config.precision), -1 (off), or 1 with
-   bf16 V, an isa with bf16 dot products and a group tile other than the
-   head-lane one where one is forced (gen/key.lua precision_misfit), or with
-   int8 K and V where MSD planes serve (check_fast_planes). */
+   bf16 V and an isa with bf16 dot products (gen/key.lua precision_misfit),
+   or with int8 K and V where MSD planes serve (check_fast_planes). */
 static int check_precision(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o) {
   if (o->precision == 0 || o->precision == -1) return FD_OK;
   if (o->precision != 1)
@@ -354,9 +352,6 @@ static int check_precision(const fd_ctx *ctx, const fd_shape *s, const fd_plan_o
   if (!fd_isa_table[isa].bf16)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa %s",
                    fd_isa_table[isa].name);
-  if (o->group_tile && o->group_tile == fd_isa_table[isa].head_lane_tile)
-    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 is not served with opts.group_tile %d (the head-lane tile: "
-                   "key-major weights)", o->group_tile);
   return FD_OK;
 }
 
@@ -450,12 +445,12 @@ static int bucket_splits(const fd_plan *p, const fd_plan_opts *o, const fd_bucke
   return heuristic_splits(&p->shape, b->threads, len);
 }
 
-/* Whether isa, tile and planes serve fast precision for shape s: int8 K and
+/* Whether isa and planes serve fast precision for shape s: int8 K and
    V with MSD planes on an isa with int8 dot products (fast_digits lowers
    them to FD_FAST_PLANES), else fd_precision_fits. */
-static int serves_fast(const fd_shape *s, int isa, int tile, int planes) {
+static int serves_fast(const fd_shape *s, int isa, int planes) {
   if (s->kv_dtype == FD_I8) return fd_isa_table[isa].vnni && planes > 0;
-  return fd_precision_fits(s, isa, tile);
+  return fd_precision_fits(s, isa);
 }
 
 /* Whether a tuned row's key serves fast precision for shape s (a key that
@@ -464,7 +459,7 @@ static int row_serves_fast(const fd_shape *s, const fd_table_row *row) {
   int v[FD_KF_COUNT];
   char why[256];
   if (fd_table_decode_key(row->key, v, why, sizeof why)) return 0;
-  return serves_fast(s, v[FD_KF_ISA], v[FD_KF_GROUP_TILE], v[FD_KF_PLANES]);
+  return serves_fast(s, v[FD_KF_ISA], v[FD_KF_PLANES]);
 }
 
 /* Decide one bucket: table row (unless chunk, tile, splits or threads are
@@ -479,14 +474,12 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
                             : fd_table_find(ctx->table, sig, b->max_len);
   int must_fast = o->precision == 1;   /* forced: served, or refused after compiling (plan_buckets) */
   if (row && must_fast && !row_serves_fast(&p->shape, row)) row = NULL;
-  int max = ctx->max_isa, max_tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, max, p->shape.kv_dtype);
-  int fast = p->fast && (must_fast || fd_precision_fits(&p->shape, max, max_tile));   /* fast precision serves on max */
+  int max = ctx->max_isa;
+  int fast = p->fast && (must_fast || fd_precision_fits(&p->shape, max));   /* fast precision serves on max */
   b->isa = o->isa ? o->isa - 1 : fd_heuristic_isa(&p->shape, max, fast, fd_cpu_intel());
   b->chunk = o->chunk ? o->chunk : fd_isa_table[b->isa].width > 1 ? H_CHUNK_SIMD : H_CHUNK;
   b->tile_forced = o->group_tile != 0;
   b->tile = o->group_tile ? o->group_tile : heuristic_tile(p->G, b->isa, p->shape.kv_dtype);
-  if (must_fast && !o->group_tile && p->shape.kv_dtype == FD_BF16 && !fd_precision_fits(&p->shape, b->isa, b->tile))
-    b->tile = row_major_tile(p->G);   /* not the head-lane tile, which fast precision does not serve */
   b->threads = o->threads ? o->threads : ctx->threads;
   b->forced_isa = o->isa != 0;
   b->planes = o->planes > 0 ? o->planes : o->planes < 0 ? 0 : heuristic_planes(&p->shape, b->isa);
@@ -521,7 +514,7 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
 static int fast_digits(const fd_plan *p, fd_bucket *b) {
   if (!p->fast) return 0;
   if (!p->forced_planes && b->planes > FD_FAST_PLANES) b->planes = FD_FAST_PLANES;
-  return fd_precision_fits(&p->shape, b->isa, b->tile);
+  return fd_precision_fits(&p->shape, b->isa);
 }
 
 /* Compile the three variants (plain, lse, split) of a bucket's chunk, tile and isa. */
@@ -574,8 +567,18 @@ static int compile_bucket(fd_plan *p, fd_bucket *b) {
   }
 }
 
+/* The isa a bucket runs a tuned row of isa on: the row's, unless the plan
+   wants fast precision for bf16 V and the context's best isa serves it
+   while the row's does not (the tuner times the default precision, where an
+   FMA isa can win by a hair; its chunk, tile and splits are kept). */
+static int row_isa(const fd_plan *p, int isa) {
+  int max = p->ctx->max_isa;
+  if (p->fast && !fd_precision_fits(&p->shape, isa) && fd_precision_fits(&p->shape, max)) return max;
+  return isa;
+}
+
 /* Use a table row's key: compile it, then take chunk, tile and isa from its
-   descriptor. A key that does not fit the shape (fd_table_key_fits, which the
+   descriptor (the isa through row_isa). A key that does not fit the shape (fd_table_key_fits, which the
    loader already enforced), whose isa this CPU lacks or that does not compile
    leaves the heuristic in charge. */
 static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
@@ -594,7 +597,7 @@ static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
     return FD_OK;
   }
   b->chunk = d->chunk; b->tile = d->group_tile;
-  if (!b->forced_isa) b->isa = d->isa;   /* a forced isa keeps the row's chunk, tile and splits */
+  if (!b->forced_isa) b->isa = row_isa(p, d->isa);   /* a forced isa keeps the row's chunk, tile and splits */
   b->planes = b->forced_isa ? heuristic_planes(s, b->isa) : d->planes;   /* a forced isa takes the heuristic's */
   fd_kcache_put(p->ctx->kernels, d);     /* compile_bucket takes the bucket's kernels itself */
   return FD_OK;
@@ -641,7 +644,7 @@ static void free_plan(fd_plan *p) {
 /* opts.precision 1 forced: the bucket's compiled kernels must serve it (a
    fallback isa may not); refused naming the field, never dropped silently. */
 static int check_fast_served(fd_plan *p, const fd_bucket *b) {
-  if (serves_fast(&p->shape, b->isa, b->tile, b->planes)) return FD_OK;
+  if (serves_fast(&p->shape, b->isa, b->planes)) return FD_OK;
   return fd_fail(p->ctx, FD_EUNSUPPORTED, "opts.precision 1 is not served for rows of up to %lld keys: their kernel %s "
                  "(isa %s, group tile %d, %d MSD planes) has no fast-precision variant", (long long)b->max_len,
                  b->plain->key, fd_isa_table[b->isa].name, b->tile, b->planes);

@@ -372,10 +372,6 @@ $(simd_exp())
           aa.ptr = st0;
           aa.in = hs;
 $(simd_sums_lanes())
-@     if PRECISION == 1 then
-          aa.ptr = sc;
-$(simd_pround())
-@     end
         }
 @   else
         {
@@ -449,11 +445,15 @@ $(simd_pv(blk))
         for (po = 0; po < n; po += pm) {
           fd_i64 nk = c + po + $(CHUNK);
 $(beam_piece("          "))
-          aa.sc = $(PRECISION == 1 and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
+          aa.sc = $(PRECISION == 1 and not HL and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
           aa.n = pm;
           aa.pf = nk < end ? $(row("kbase", "nk")) : vp;
 @     if QUANT then
           aa.scl = vsp;
+@     end
+@     if PRECISION == 1 and HL then
+          aa.ptr = aa.sc;   /* the piece's weights in key pairs from its first key */
+$(simd_pround())
 @     end
 @     for _, blk in ipairs(PV_BLOCKS) do
           aa.src = (const char *)vp + $(kv_off(blk[1] * W));
@@ -467,11 +467,15 @@ $(simd_pv(blk))
           fd_i64 slot = (c + po) & pmask, pg = (fd_i64)pages[(c + po) >> w->page_shift], nk = c + po + $(CHUNK);
           const $(KVT) *vseg = vbase + pg * w->page_stride + slot * kvs;
           pm = n - po < pmask + 1 - slot ? n - po : pmask + 1 - slot;
-          aa.sc = $(PRECISION == 1 and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
+          aa.sc = $(PRECISION == 1 and not HL and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
           aa.n = pm;
           aa.pf = nk < end ? $(row("kbase", "nk")) : vseg;
 @     if QUANT then
           aa.scl = w->v_scale + pg * w->scale_page_stride + slot;
+@     end
+@     if PRECISION == 1 and HL then
+          aa.ptr = aa.sc;   /* the piece's weights in key pairs from its first key */
+$(simd_pround())
 @     end
 @     for _, blk in ipairs(PV_BLOCKS) do
           aa.src = (const char *)vseg + $(kv_off(blk[1] * W));
@@ -487,6 +491,11 @@ $(simd_pv(blk))
         aa.scl = w->v_scale + c * w->scale_stride;
 @     end
 $(simd_pv_prep("        ", "vbase + c * kvs"))
+@     if PRECISION == 1 and HL then
+        /* fast precision, head-lane: the weights rounded to bf16 in key pairs */
+        aa.ptr = sc;
+$(simd_pround())
+@     end
 @     for _, blk in ipairs(PV_BLOCKS) do
         aa.src = (const char *)(vbase + c * kvs) + $(kv_off(blk[1] * W));
         aa.ptr = st0 + $(blk[1] * W);

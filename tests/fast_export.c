@@ -1,6 +1,6 @@
 /* The exported header's fast-precision kernels (tests/test_fast_export.sh):
    FDT_HEADER holds one row whose key has precision digit 1 (bf16 V, isa 3);
-   fdt_run on random bf16 q/K/V (Hq 8, Hkv 2, D 128, causal, rows of 1000,
+   fdt_run on random bf16 q/K/V (Hq 8 or HQ, Hkv 2, D 128, causal, rows of 1000,
    777 and 1 keys) against a double reference computed here, within
    FAST_TOL of the largest |output|; prints the error. Exit 0 on success. */
 #include FDT_HEADER
@@ -10,7 +10,9 @@
 #include <string.h>
 
 #define B 3
-#define HQ 8
+#ifndef HQ
+#define HQ 8      /* -DHQ=32: 16 query heads per kv head, the head-lane tile */
+#endif
 #define HKV 2
 #define D 128
 #define S 1024

@@ -6,7 +6,8 @@
    FD_H_PLANES); for each arm:
    - the outputs of every mask mode (causal with q_len 1 and 3, a window with
      sinks, mask, full), the layouts (bhsd, bshd, paged; windows start
-     chunks and pages at odd keys), odd groups (tiles 1, 3, 5, 7, and 4 and 8),
+     chunks and pages at odd keys), odd groups (tiles 1, 3, 5, 7, and 4, 8
+     and the head-lane 16),
      head_dims 48, 64, 80, 96, 128, unsplit and 3 splits, f32/f16/bf16 q and
      out, a third of them through beam_src (runs of 1..40 keys from random
      rows: P.V pieces start at odd keys), within the arm's tolerance of the
@@ -16,7 +17,7 @@
      at 4096 keys, printed (README "Fast precision");
    - a tuned row's int8 key (3 planes) takes the int8 arm on a FAST context
      (its chunk and tile kept, planes 2);
-   - FAST on a shape it cannot serve (f16 V; group tile 16; an isa without
+   - FAST on a shape it cannot serve (f16 V; an isa without
      int8 dot products) plans the default key and runs it; opts.precision -1
      turns it off, a forced opts.planes keeps its count;
    - the refusals: config.precision 2 / -1 (no context), opts.precision 2, and
@@ -251,6 +252,11 @@ static void sweep(fd_ctx *ctx, int kd, int every) {
         if (idx % every == 0) run_case(ctx, kd, layout, D, tile, mode, q_len, v % 2 ? 3 : 1, v % 3 == 2, idx);
         idx++;
       }
+  /* the head-lane tile (16 heads): dense and paged, causal q_len 3 with a
+     window and sinks (case 49: idx % 4 == 1), 3 splits, with and without
+     beam_src (P.V pieces, whose key pairs start at each piece's first key) */
+  for (int beams = 0; beams <= 1; beams++)
+    run_case(ctx, kd, FD_BHSD, beams ? 128 : 64, 16, FD_CAUSAL, 3, 3, beams, 49);
   printf("fast precision sweep, %s K/V (every %d-th case): largest error %.3g of the largest |output| (f16/bf16 out "
          "rounding included; tolerance %.3g plus the out dtype's)\n", fd_dtype_names[kd], every, sweep_worst, arm_tol(kd));
 }
@@ -305,8 +311,8 @@ static int planned(int prec, int kd, int G, fd_plan_opts o, int field) {
   return key_digit(info.key, field);
 }
 
-/* FAST is a permission: bf16 V on isa 3 takes it; f16 V, the head-lane tile
-   (16 heads), a context at the default or opts.precision -1 do not. */
+/* FAST is a permission: bf16 V on isa 3 takes it (the head-lane tile of 16
+   heads too); f16 V, a context at the default or opts.precision -1 do not. */
 static void permission(void) {
   int want = fd_cpu_has_isa(ISA3), p;
   p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ 0 }, FD_KF_PRECISION);
@@ -316,7 +322,7 @@ static void permission(void) {
   p = planned(FD_PRECISION_FAST, FD_F16, 4, (fd_plan_opts){ 0 }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, f16 V: precision %d (the default kernel)", p);
   p = planned(FD_PRECISION_FAST, FD_BF16, 16, (fd_plan_opts){ 0 }, FD_KF_PRECISION);
-  t_check(p == 0, "FAST, 16 heads (head-lane tile): precision %d", p);
+  t_check(p == want, "FAST, 16 heads (head-lane tile): precision %d (want %d)", p, want);
   p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .precision = -1 }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, opts.precision -1: precision %d", p);
   p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .isa = FD_ISA_AVX512 }, FD_KF_PRECISION);
@@ -424,6 +430,29 @@ static void int8_row_forced_fast(void) {
   unlink(path);
 }
 
+/* A tuned bf16 row on isa 2 (f32 FMA P.V; chunk 64, tile 4): a default
+   context runs it as it is; a FAST one (this CPU has AVX512-BF16) takes
+   isa 3 and the precision digit with the row's chunk, tile and splits (the
+   tuner times the default precision only). */
+static void bf16_row_takes_fast_isa(void) {
+  fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  char key[FD_KEY_BUFSZ], err[256], path[] = "/tmp/fd_fast_table_XXXXXX";
+  int isa2 = FD_ISA_AVX512 - 1;
+  if (!t_check(fd_kernel_key_ext(&s, 64, 4, isa2, 0, 0, 0, key, err, sizeof err) == 0, "row key: %s", err) ||
+      write_table(&s, key, path))
+    return;
+  for (int prec = FD_PRECISION_DEFAULT; prec <= FD_PRECISION_FAST; prec++) {
+    fd_plan_info info = table_plan(&s, prec, path, (fd_plan_opts){ 0 });
+    int up = prec;
+    t_check(info.from_table == 1 && info.chunk == 64 && info.group_tile == 4 &&
+            key_digit(info.key, FD_KF_ISA) == (up ? ISA3 : isa2) && key_digit(info.key, FD_KF_PRECISION) == up,
+            "%s context, bf16 isa-2 table row %s: key %s from_table %d chunk %d tile %d (want isa %d, precision %d, "
+            "the row's chunk 64 and tile 4)", prec ? "FAST" : "default", key, info.key, info.from_table, info.chunk,
+            info.group_tile, up ? ISA3 : isa2, up);
+  }
+  unlink(path);
+}
+
 /* A FAST context on an f16 V shape runs the default kernel: its output
    within the default tolerance of the reference. */
 static void f16_runs_default(void) {
@@ -468,11 +497,6 @@ static void refusals(void) {
   refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED,
           "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa avx512", "isa avx512");
   refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
-  s.n_q_heads = 2 * 16;
-  if (fd_cpu_has_isa(ISA3))
-    refused(ctx, s, (fd_plan_opts){ .precision = 1, .group_tile = 16 }, FD_EUNSUPPORTED,
-            "opts.precision 1 is not served with opts.group_tile 16", "tile 16");
-  s.n_q_heads = 8;
   s.kv_dtype = FD_F16;
   refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 needs bf16 V (bf16 weights) or "
           "int8 K and V (2 MSD planes), not kv_dtype f16", "f16 V");
@@ -532,6 +556,7 @@ int main(void) {
     return t_done();
   }
   f16_runs_default();
+  bf16_row_takes_fast_isa();
   arm_kernels(FD_BF16);
   return t_done();
 }

@@ -92,15 +92,16 @@ T.raises("field planes", "a key with planes and f16 K does not decode", key.deco
 T.ok(key.describe("30010064064013000300"):find("MSD scores in 3 int8 planes", 1, true) ~= nil, "describe names the planes")
 
 -- The precision digit (fast precision, bf16 weights in P.V): bf16 V, an isa
--- with the bf16 group, not the head-lane tile; refused with the field named.
+-- with the bf16 group, any tile (the head-lane tile too); refused with the
+-- field named.
 T.eq(key.encode { head_dim = 128, chunk = 256, kv_dtype = "bf16", q_dtype = "bf16", isa = "avx512bf16", group_tile = 4,
                   precision = 1 }, "100010256128043000220", "precision digit 20 (21-digit keys)")
 T.raises("field precision: fast precision %(bf16 weights%) needs bf16 V, not kv_dtype f16", "f16 V", key.encode,
          { head_dim = 64, chunk = 64, kv_dtype = "f16", isa = 3, precision = 1 })
 T.raises("field precision: fast precision needs an isa with bf16 dot products %(vdpbf16ps%), not isa avx512", "isa avx512",
          key.encode, { head_dim = 64, chunk = 64, kv_dtype = "bf16", isa = 2, precision = 1 })
-T.raises("field precision: fast precision is not served for the head.lane group tile 16", "tile 16", key.encode,
-         { head_dim = 64, chunk = 64, kv_dtype = "bf16", isa = 3, group_tile = 16, precision = 1 })
+T.eq(key.encode { head_dim = 64, chunk = 64, kv_dtype = "bf16", q_dtype = "bf16", isa = 3, group_tile = 16,
+                  precision = 1 }, "100010064064163000220", "precision 1 with the head-lane tile 16")
 T.raises("field precision", "a key with precision 1 and f16 V does not decode", key.decode, "100010064064043000100")
 T.raises("field precision: 2 is out of range", "precision 2", key.encode,
          { head_dim = 64, chunk = 64, kv_dtype = "bf16", isa = 3, precision = 2 })
