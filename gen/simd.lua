@@ -2053,6 +2053,46 @@ function M.q_planes(isa, p)
   return M.statement(b)
 end
 
+-- The n (r14) v scales at r9, r10 bytes apart, copied to the vs buffer
+-- (rdi, r12, r13, rcx, k1 clobbered), then 16 zeros: 16 per vector move where
+-- they are contiguous (scl_stride 4: bhsd and paged rows), the last ones by a
+-- masked load (no read past the n-th), else one at a time (bshd).
+local function vscale_copy(b, l)
+  b.gp(("lea %d(%%rbx), %%rdi"):format(l.vs))
+  b.gp("mov %r14, %r12")
+  b.gp("cmp $4, %r10")
+  b.gp("jne 5f")
+  b.gp("7:")
+  b.gp("cmp $16, %r12")
+  b.gp("jb 8f")
+  b.v("vmovups", "zmm0", mem("r9", 0))
+  b.v("vmovups", mem("rdi", 0), "zmm0")
+  b.gp("add $64, %r9")
+  b.gp("add $64, %rdi")
+  b.gp("sub $16, %r12")
+  b.gp("jmp 7b")
+  b.gp("8:")
+  b.gp("mov %r12d, %ecx")
+  b.gp("mov $1, %r13d")
+  b.gp("shl %cl, %r13d")
+  b.gp("dec %r13d")
+  b.v("kmovw", "k1", "r13d")
+  b.v("vmovups", "zmm0{k1}{z}", mem("r9", 0))
+  b.v("vmovups", mem("rdi", 0), "zmm0")
+  b.gp("lea (%rdi,%r12,4), %rdi")
+  b.gp("jmp 2f")
+  b.gp("5:")
+  b.gp("mov (%r9), %r13d")
+  b.gp("mov %r13d, (%rdi)")
+  b.gp("add $4, %rdi")
+  b.gp("add %r10, %r9")
+  b.gp("dec %r12")
+  b.gp("jnz 5b")
+  b.gp("2:")
+  b.v("vpxord", "zmm0", "zmm0", "zmm0")
+  b.v("vmovups", mem("rdi", 0), "zmm0")
+end
+
 -- The MSD P.V preparation statement of one call (see above): v scales, the
 -- transposed V, then each head's weight planes. gather (paged and beam
 -- kernels): src is the chunk's V row pointers and the v scales are staged
@@ -2064,22 +2104,9 @@ local function pv_msd_prep(isa, p, gather)
   b.gp("test %rcx, %rcx")
   b.gp("jz 9f")
   local pf = p.T >= M.PREFETCH_MIN_TILE and not msd_pf_blocks(isa, p, pv_msd_blocks(isa, p)[1])
+  if not gather then vscale_copy(b, l) end
   if pf then b.gp(("mov %d(%%rax), %%rcx"):format(ARG.pf)) end
-  if not gather then
-    b.gp(("lea %d(%%rbx), %%rax"):format(l.vs))
-    b.gp("mov %r14, %r12")
-    b.gp("5:")
-    b.gp("mov (%r9), %r13d")
-    b.gp("mov %r13d, (%rax)")
-    b.gp("add $4, %rax")
-    b.gp("add %r10, %r9")
-    b.gp("dec %r12")
-    b.gp("jnz 5b")
-    b.v("vpxord", "zmm0", "zmm0", "zmm0")
-    b.v("vmovups", mem("rax", 0), "zmm0")
-  else
-    b.gp("mov %rsi, %r12")
-  end
+  if gather then b.gp("mov %rsi, %r12") end
   b.v("vmovups", "zmm30", mem("r11", C.x80))
   b.gp("mov %r14, %rax")
   b.gp(("lea %d(%%rbx), %%rdi"):format(l.vt))
