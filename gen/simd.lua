@@ -521,18 +521,21 @@ end
 
 -- Whether the scores kernel takes bf16 pair dot products (vdpbf16ps, a record
 -- with the bf16 group): q and K bf16, whole 32-element d-blocks; head-lane
--- tiles, or direct tiles of 8 to 12 heads (q in registers 16..27, the scale
--- in 29). Direct tiles of 2-4 heads keep the split loads: with vdpbf16ps,
--- Llama-3.1-8B bf16 (4 heads) measured 0.90x at 64k in `make bench` (25.5
--- against 28.3 GB/s, both backends alike), where the MQA batch (8 heads)
--- gained 1.19x in an A/B run. The products of two
+-- tiles, or direct tiles of 2 to 12 heads (q in registers 16..27, the scale
+-- in 29). On the Zen 5 VM, warm (K/V in the L3), against the split-load FMA
+-- scores on the same isa: 2 heads 0.89x the time, 3 0.87x, 4 0.92x (Llama
+-- bf16 4k), 6 0.84x, 7 0.83x; cold at 39 GB/s, Llama bf16 16k and 64k
+-- 1.00-1.04x (memory bound there: the faster scores leave V's prefetch less
+-- lead). An earlier `make bench` (another VM) had Llama 64k at 0.90x the
+-- GB/s with it. The isa digit keeps both: isa 2 and 4 take the FMA scores,
+-- so the tuner picks per shape and length. The products of two
 -- bf16 values are exact in f32; q is read unscaled as bf16 (each head's row of
 -- the q buffer holds its raw bf16 values, templates/decode.c.tpl) and each
 -- group's scores are multiplied by the scale after the reduction.
 function M.dpbf16(isa, p)
   local g = GEOM[isa]
   return g.groups.bf16 == true and facts.dtypes[p.KV_DTYPE].name == "bf16" and facts.dtypes[p.Q_DTYPE].name == "bf16"
-    and p.D % 32 == 0 and (M.head_lanes(isa, p) or M.direct_rows(isa, p) ~= nil and p.T >= 8 and p.T <= 12)
+    and p.D % 32 == 0 and (M.head_lanes(isa, p) or M.direct_rows(isa, p) ~= nil and p.T >= 2 and p.T <= 12)
 end
 
 -- One 32-element d-block c of the dpbf16 scores: K rows into registers, then

@@ -72,6 +72,20 @@ static void sweep_wide(void) {
   }
 }
 
+/* bf16 q and K in every row-major tile of the direct scores kernel (2-12
+   heads: vdpbf16ps where the isa has it, 4 or 8 keys per row group as the
+   tile allows), head_dims multiples of 32, both layouts, every mask mode,
+   chunks that do and do not divide the keys, split and unsplit. */
+static void sweep_bf16_tiles(void) {
+  static const int dims[] = { 64, 128, 96, 256 };
+  for (int tile = 2; tile <= 12; tile++)
+    for (int c = 0; c < 2; c++) {
+      int i = 2 * tile + c;
+      run_case(2, 2 * tile, 2, dims[i % 4], c ? 300 : 256, 2, 2, i % 3, i % 3, c, c ? 64 : 32, tile, c ? 3 : 1,
+               7000 + (uint64_t)i);
+    }
+}
+
 /* Every q x kv x out dtype combination on one GQA shape. */
 static void sweep_dtypes(void) {
   for (int c = 0; c < 27; c++)
@@ -426,6 +440,7 @@ int main(void) {
     if (!fd_cpu_has_isa(isa)) { printf("note: this CPU lacks isa %d: its kernels are not run here\n", isa); continue; }
     sweep_shapes();
     sweep_dtypes();
+  sweep_bf16_tiles();
     sweep_wide();
     sweep_quantized();
     fp8_codes();
