@@ -100,12 +100,15 @@ near(roof.ceiling(llama("bf16", { isa = bf16_isa, pv = "bf16" }), { fma = 100, l
      "P.V bf16 without its rate: f32 FMA")
 
 -- The kernel's own arithmetic from its key (the generator's rule): Llama bf16
--- on isa 3 with 4-head tiles scores by f32 FMA (split loads), 8-head tiles by
--- bf16 dot; a planes digit by int8 dot; a kernel scoring by FMA on a bf16
--- record gets the f32 FMA ceiling, not the bf16 one.
+-- on isa 3 with tiles of 2-12 heads scores by bf16 dot, one head (no direct
+-- rows) and isa 4 (no bf16 dots) by f32 FMA; a planes digit by int8 dot; a
+-- kernel scoring by FMA on a bf16 record gets the f32 FMA ceiling, not the
+-- bf16 one.
 local isa3 = facts.value(facts.isas, "avx512bf16")
 if isa3 then
-  T.eq(roof.kernel_arith("10256128043002220").scores, "fma", "bf16, tile 4, isa 3: scores by f32 FMA")
+  T.eq(roof.kernel_arith("10256128043002220").scores, "bf16", "bf16, tile 4, isa 3: scores by bf16 dot")
+  T.eq(roof.kernel_arith("10256128013002220").scores, "fma", "bf16, tile 1, isa 3: scores by f32 FMA")
+  T.eq(roof.kernel_arith("10256128044002220").scores, "fma", "bf16, tile 4, isa 4: scores by f32 FMA")
   T.eq(roof.kernel_arith("10256128083002220").scores, "bf16", "bf16, tile 8, isa 3: scores by bf16 dot")
   local k = roof.kernel_arith("30010256128043002320")
   T.ok(k.scores == "int8" and k.planes == 3 and k.pv == "int8", "int8 K/V, planes 3: scores and P.V by int8 dot")
