@@ -924,24 +924,28 @@ local function msd_transpose(b, p)
     function(col) return mem("rbx", 16 * D + 64 * col) end, nd)
 end
 
--- The int32 sums of heads [h0, h1) over the staged group, recombined per head
--- into f32 scores times the row scales and stored at their score rows.
-local function msd_heads(b, p, h0, h1)
-  local D, P, nd = p.D, p.PLANES, p.D / 4
-  local function acc(h, j) return b.r((h - h0) * P + j) end
-  local function qoff(h) return h * 4 * D end
+-- Start the int32 sums acc(h, j) of heads [h0, h1) at their planes' biases.
+local function msd_sums_init(b, p, acc, h0, h1)
   for h = h0, h1 - 1 do
-    for j = 0, P - 1 do b.v("vpbroadcastd", acc(h, j), mem("rdi", qoff(h) + P * D + 4 * j)) end
+    for j = 0, p.PLANES - 1 do b.v("vpbroadcastd", acc(h, j), mem("rdi", h * 4 * p.D + p.PLANES * p.D + 4 * j)) end
   end
-  for c = 0, nd - 1 do
-    local kz = b.r(30 + c % 2)
-    b.v("vmovups", kz, mem("rbx", 16 * D + 64 * c))
-    for h = h0, h1 - 1 do
-      for j = 0, P - 1 do b.v("vpdpbusd", acc(h, j), kz, mem("rdi", qoff(h) + j * D + 4 * c, nil, nil, true)) end
+end
+
+-- One dword column c of the group (register kz, u8) into the sums of heads [h0, h1).
+local function msd_column(b, p, acc, h0, h1, kz, c)
+  for h = h0, h1 - 1 do
+    for j = 0, p.PLANES - 1 do
+      b.v("vpdpbusd", acc(h, j), kz, mem("rdi", h * 4 * p.D + j * p.D + 4 * c, nil, nil, true))
     end
   end
+end
+
+-- The sums of heads [h0, h1) recombined into f32 scores with the plane
+-- scales, times the group's row scales (rbx + 32 D), stored at their score rows.
+local function msd_recombine(b, p, acc, h0, h1)
+  local D, P = p.D, p.PLANES
   for h = h0, h1 - 1 do
-    local a0, sc = acc(h, 0), qoff(h) + P * D + 4 * P
+    local a0, sc = acc(h, 0), h * 4 * D + P * D + 4 * P
     b.v("vcvtdq2ps", a0, a0)
     b.v("vmulps", a0, a0, mem("rdi", sc, nil, nil, true))
     for j = 1, P - 1 do
@@ -951,6 +955,20 @@ local function msd_heads(b, p, h0, h1)
     b.v("vmulps", a0, a0, mem("rbx", 32 * D))
     b.v("vmovups", mem("rdx", h * p.CHUNKP * 4), a0)
   end
+end
+
+-- The int32 sums of heads [h0, h1) over the staged group, recombined per head
+-- into f32 scores times the row scales and stored at their score rows.
+local function msd_heads(b, p, h0, h1)
+  local D, P = p.D, p.PLANES
+  local function acc(h, j) return b.r((h - h0) * P + j) end
+  msd_sums_init(b, p, acc, h0, h1)
+  for c = 0, D / 4 - 1 do
+    local kz = b.r(30 + c % 2)
+    b.v("vmovups", kz, mem("rbx", 16 * D + 64 * c))
+    msd_column(b, p, acc, h0, h1, kz, c)
+  end
+  msd_recombine(b, p, acc, h0, h1)
 end
 
 -- Whether the MSD scores take a whole group of 16 keys straight from the
@@ -988,14 +1006,11 @@ end
 -- are recombined as msd_heads does. The same int32 sums, in the same order,
 -- as the staged path. rsi ends 16 rows on, r14 (the other stream) too.
 local function msd_direct_group(b, p)
-  local D, P, T = p.D, p.PLANES, p.T
+  local P, T = p.PLANES, p.T
   local function acc(h, j) return b.r(17 + h * P + j) end
-  local function qoff(h) return h * 4 * D end
   msd_group_scales(b, p)
-  for h = 0, T - 1 do
-    for j = 0, P - 1 do b.v("vpbroadcastd", acc(h, j), mem("rdi", qoff(h) + P * D + 4 * j)) end
-  end
-  for blk = 0, D / 64 - 1 do
+  msd_sums_init(b, p, acc, 0, T)
+  for blk = 0, p.D / 64 - 1 do
     b.gp("mov %rsi, %rax")
     local L = {}
     for i = 0, 15 do
@@ -1005,26 +1020,14 @@ local function msd_direct_group(b, p)
     end
     L = transpose_pass(b, L, 16)
     for k = 0, 15 do
-      local c, kz = 16 * blk + TRANSPOSE_COLS[k], b.r(L[k])
+      local kz = b.r(L[k])
       b.v("vpxord", kz, kz, b.r(30))
-      for h = 0, T - 1 do
-        for j = 0, P - 1 do b.v("vpdpbusd", acc(h, j), kz, mem("rdi", qoff(h) + j * D + 4 * c, nil, nil, true)) end
-      end
+      msd_column(b, p, acc, 0, T, kz, 16 * blk + TRANSPOSE_COLS[k])
     end
   end
   b.gp("mov %rax, %rsi")
   for _ = 1, 16 do prefetch_row(b, p, "r14") end
-  for h = 0, T - 1 do
-    local a0, sc = acc(h, 0), qoff(h) + P * D + 4 * P
-    b.v("vcvtdq2ps", a0, a0)
-    b.v("vmulps", a0, a0, mem("rdi", sc, nil, nil, true))
-    for j = 1, P - 1 do
-      b.v("vcvtdq2ps", acc(h, j), acc(h, j))
-      b.v("vfmadd231ps", a0, acc(h, j), mem("rdi", sc + 4 * j, nil, nil, true))
-    end
-    b.v("vmulps", a0, a0, mem("rbx", 32 * D))
-    b.v("vmovups", mem("rdx", h * p.CHUNKP * 4), a0)
-  end
+  msd_recombine(b, p, acc, 0, T)
 end
 
 -- The MSD scores statement (see above): per group of 16 keys, stage, transpose,
