@@ -578,9 +578,9 @@ static int row_isa(const fd_plan *p, int isa) {
 }
 
 /* Use a table row's key: compile it, then take chunk, tile and isa from its
-   descriptor (the isa through row_isa). A key that does not fit the shape (fd_table_key_fits, which the
-   loader already enforced), whose isa this CPU lacks or that does not compile
-   leaves the heuristic in charge. */
+   descriptor (the isa through row_isa). A key that does not fit the shape
+   (fd_table_key_fits, which the loader already enforced), whose isa this CPU
+   lacks or that does not compile leaves the heuristic in charge. */
 static int adopt_table_key(fd_plan *p, const char *sig, fd_bucket *b) {
   const fd_table_row *row = fd_table_find(p->ctx->table, sig, b->max_len);
   char err[4096];
