@@ -358,9 +358,11 @@ static void int8_permission(void) {
 }
 
 /* Write a tuned table with one row for shape s (bucket 4096, splits 1,
-   threads 2) holding key into path (a mkstemp template); 0 on success. */
-static int write_table(const fd_shape *s, const char *key, char *path) {
-  char head[4096], sig[256], text[8192];
+   threads 2) into path (a mkstemp template): the key of chunk 64, tile 4,
+   isa digit isa and planes digit planes, also into key; 0 on success. */
+static int write_table(const fd_shape *s, int isa, int planes, char *key, char *path) {
+  char head[4096], sig[256], text[8192], err[256];
+  if (!t_check(fd_kernel_key_ext(s, 64, 4, isa, 0, planes, 0, key, err, sizeof err) == 0, "row key: %s", err)) return -1;
   fd_tuned_table_header(head, sizeof head);
   fd_shape_signature(s, sig, sizeof sig);
   snprintf(text, sizeof text, "%s%s\t4096\t%s\t1\t2\t100.0\t1.5\t120.0\tint8-row\t-\nend\t1\n", head, sig, key);
@@ -390,10 +392,8 @@ static fd_plan_info table_plan(const fd_shape *s, int prec, const char *path, fd
    FD_FAST_PLANES planes. */
 static void int8_table_row(void) {
   fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  char key[FD_KEY_BUFSZ], err[256], path[] = "/tmp/fd_fast_table_XXXXXX";
-  if (!t_check(fd_kernel_key_ext(&s, 64, 4, msd_isa, 0, FD_H_PLANES, 0, key, err, sizeof err) == 0, "row key: %s", err) ||
-      write_table(&s, key, path))
-    return;
+  char key[FD_KEY_BUFSZ], path[] = "/tmp/fd_fast_table_XXXXXX";
+  if (write_table(&s, msd_isa, FD_H_PLANES, key, path)) return;
   for (int prec = FD_PRECISION_DEFAULT; prec <= FD_PRECISION_FAST; prec++) {
     fd_plan_info info = table_plan(&s, prec, path, (fd_plan_opts){ 0 });
     int want = prec ? FD_FAST_PLANES : FD_H_PLANES;
@@ -411,11 +411,9 @@ static void int8_table_row(void) {
    heuristic plan takes the MSD isa with FD_FAST_PLANES planes. */
 static void int8_row_forced_fast(void) {
   fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  char key[FD_KEY_BUFSZ], err[256], path[] = "/tmp/fd_fast_table_XXXXXX";
+  char key[FD_KEY_BUFSZ], path[] = "/tmp/fd_fast_table_XXXXXX";
   int isa2 = FD_ISA_AVX512 - 1;
-  if (!t_check(fd_kernel_key_ext(&s, 64, 4, isa2, 0, 0, 0, key, err, sizeof err) == 0, "row key: %s", err) ||
-      write_table(&s, key, path))
-    return;
+  if (write_table(&s, isa2, 0, key, path)) return;
   fd_plan_info ctx_fast = table_plan(&s, FD_PRECISION_FAST, path, (fd_plan_opts){ 0 });
   t_check(ctx_fast.from_table == 1 && key_digit(ctx_fast.key, FD_KF_ISA) == isa2 &&
           key_digit(ctx_fast.key, FD_KF_PLANES) == 0, "FAST context, isa-2 int8 row %s: key %s from_table %d (want the row)",
@@ -436,11 +434,9 @@ static void int8_row_forced_fast(void) {
    tuner times the default precision only). */
 static void bf16_row_takes_fast_isa(void) {
   fd_shape s = { 1, 8, 2, 128, 4096, FD_BF16, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  char key[FD_KEY_BUFSZ], err[256], path[] = "/tmp/fd_fast_table_XXXXXX";
+  char key[FD_KEY_BUFSZ], path[] = "/tmp/fd_fast_table_XXXXXX";
   int isa2 = FD_ISA_AVX512 - 1;
-  if (!t_check(fd_kernel_key_ext(&s, 64, 4, isa2, 0, 0, 0, key, err, sizeof err) == 0, "row key: %s", err) ||
-      write_table(&s, key, path))
-    return;
+  if (write_table(&s, isa2, 0, key, path)) return;
   for (int prec = FD_PRECISION_DEFAULT; prec <= FD_PRECISION_FAST; prec++) {
     fd_plan_info info = table_plan(&s, prec, path, (fd_plan_opts){ 0 });
     int up = prec;
