@@ -68,7 +68,10 @@ M.features = {
 -- of the head-lane kernels (one lane per head), if any; fallback: the digit a
 -- shape without a variant here steps down to (-1: none); groups: instruction
 -- groups the micro-kernels may use; cpuid: the CPU features it needs (names
--- as in tuned-table headers), xcr0: the register state the OS must save.
+-- as in tuned-table headers), xcr0: the register state the OS must save;
+-- other_hint: the prefetch instruction by which the scores pass of a tile of
+-- at least gen/simd.lua PREFETCH_MIN_TILE heads fetches the V rows it is about
+-- to need (the other stream, one phase ahead), measured per record.
 -- Adding an ISA variant is one record here plus its micro-kernels. The
 -- records form one chain by fallback (3 -> 4 -> 2 -> 1 -> 0), so a record's
 -- rank (its depth on the chain: M.isa_rank) orders them by what they need:
@@ -79,24 +82,30 @@ M.isas = {
   [0] = { name = "c", enum = "FD_ISA_C", text = "portable C", W = 1, nregs = 0, max_tile = 99, fallback = -1,
           groups = {}, cpuid = {}, xcr0 = 0 },
   { name = "avx2", enum = "FD_ISA_AVX2", text = "AVX2+FMA+F16C", short = "AVX2", W = 8, reg = "ymm", nregs = 16,
-    max_tile = 12, fallback = 0, groups = { fma = true, f16c = true },
+    max_tile = 12, fallback = 0, groups = { fma = true, f16c = true }, other_hint = "prefetcht1",
     cpuid = { "avx2", "fma", "f16c" }, xcr0 = 0x6 },
   { name = "avx512", enum = "FD_ISA_AVX512", text = "AVX-512", short = "AVX-512", W = 16, reg = "zmm", nregs = 32,
-    max_tile = 32, head_lane_tile = 16, fallback = 1,
+    max_tile = 32, head_lane_tile = 16, fallback = 1, other_hint = "prefetcht1",
     groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true },
     cpuid = { "avx512f", "avx512bw", "avx512vl" }, xcr0 = 0xe6 },
   -- AVX-512 with the pair dot products: vdpbf16ps (AVX512-BF16) scores bf16 q
   -- against bf16 K with exact products; vpdpbusd (AVX512-VNNI) is reserved for
   -- the int8 kernels. cpuid lists what it adds to its fallback's features.
+  -- Its V prefetch goes into L1 (prefetcht0): on the Zen 5 EPYC, the only
+  -- machine of this record measured, the cold calls of the bound shapes took
+  -- 0.93-0.97x (Llama bf16 64k), 0.92-0.94x (the MQA batch), 0.86-0.90x
+  -- (Falcon-40B) and 0.95x (int8) the time of prefetcht1 (`make bench-builds
+  -- MODE=cold`); warm (K/V in the L3) 0.99-1.03x. The other records keep L2:
+  -- on the Xeon (AVX-512+VNNI) into L1 measured slower.
   { name = "avx512bf16", enum = "FD_ISA_AVX512_BF16", text = "AVX-512+BF16+VNNI", short = "AVX-512-BF16", W = 16,
-    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 4,
+    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 4, other_hint = "prefetcht0",
     groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true, bf16 = true, vnni = true },
     cpuid = { "avx512_bf16" }, xcr0 = 0xe6 },
   -- AVX-512 with vpdpbusd (AVX512-VNNI) but no bf16 dot products (Ice Lake and
   -- Cascade Lake servers): the int8 kernels' MSD planes; bf16 q and K take the
   -- f32 FMA scores of AVX-512. Digit 4 although it ranks below digit 3.
   { name = "avx512vnni", enum = "FD_ISA_AVX512_VNNI", text = "AVX-512+VNNI", short = "AVX-512-VNNI", W = 16,
-    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 2,
+    reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 2, other_hint = "prefetcht1",
     groups = { fma = true, f16c = true, avx512f = true, avx512bw = true, avx512vl = true, vnni = true },
     cpuid = { "avx512_vnni" }, xcr0 = 0xe6 },
 }

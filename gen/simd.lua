@@ -220,19 +220,23 @@ end
 -- while computing scores; the next chunk's K rows during P.V, each d-block
 -- pass its own lines, so no pass leaves memory idle): their compute is long
 -- enough for memory to idle otherwise. Into L1 (prefetcht0) a phase ahead
--- evicts the rows in use and measured slower; tiles 1 and 2 are bandwidth
+-- evicts the rows in use and measured slower on the Xeon, faster for V on the
+-- Zen 5 (the isa record's other_hint, gen/facts.lua); tiles 1 and 2 are bandwidth
 -- bound without it. Measured with the cycle counts of each phase (rdtsc around
 -- the statements, cold, 2 threads): without the spread, P.V's second pass and
 -- the softmax left memory idle and the next scores pass stalled.
 M.PREFETCH_MIN_TILE = 4
 
 -- Prefetch one row of the other stream (pointer reg), or only its cache lines
--- that hold bytes [from, to), and advance the pointer by the row stride.
+-- that hold bytes [from, to), and advance the pointer by the row stride: V
+-- (reg r14, the scores pass) by the isa record's other_hint, K (the P.V
+-- pass) into L2.
 local function prefetch_row(b, p, reg, from, to)
   if p.T < M.PREFETCH_MIN_TILE then return end
   from, to = from or 0, to or facts.kv_bytes(p.KV_DTYPE, p.D)
+  local hint = reg == "r14" and b.g.other_hint or "prefetcht1"
   for line = math.floor(from / 64), math.ceil(to / 64) - 1 do
-    b.gp(("prefetcht1 %d(%%%s)"):format(line * 64, reg))
+    b.gp(("%s %d(%%%s)"):format(hint, line * 64, reg))
   end
   b.gp(("add %%r8, %%%s"):format(reg))
 end

@@ -106,6 +106,22 @@ local msd, big, plain = g.source("30010256128043000300"), g.source("300140961280
 T.ok(msd:find("pvm_raw", 1, true) and select(2, msd:gsub("vpunpcklbw", "")) > 0, "planes 3, int8 V: the MSD P.V")
 T.ok(not big:find("pvm_raw", 1, true) and big:find("vpdpbusd", 1, true), "planes 3, chunk 4096: MSD scores, f32 P.V")
 T.ok(not plain:find("pvm_raw", 1, true) and not plain:find("vpdpbusd", 1, true), "planes 0: f32 scores and P.V")
+-- the scores pass's V prefetch (tiles of at least PREFETCH_MIN_TILE heads)
+-- by the isa record's other_hint (gen/facts.lua), the P.V's K prefetch into L2
+local hints = {}
+for _, isa in ipairs { 3, 4, 2, 1 } do
+  local s = g.source(("1025612804%d002220"):format(isa))
+  local used = {}
+  for hint, reg in s:gmatch("(prefetcht%d) %d+%(%%%%(%w+)%)") do used[#used + 1] = reg .. ":" .. hint end
+  table.sort(used)
+  local uniq = {}
+  for i, u in ipairs(used) do if u ~= used[i - 1] then uniq[#uniq + 1] = u end end
+  hints[isa] = table.concat(uniq, " ")
+end
+T.eq(hints[3], "r14:prefetcht0 rax:prefetcht1", "isa 3, tile 4: V prefetched into L1 by the scores pass, K into L2 by P.V")
+T.eq(hints[4], "r14:prefetcht1 rax:prefetcht1", "isa 4, tile 4: V and K into L2")
+T.eq(hints[2], "r14:prefetcht1 rax:prefetcht1", "isa 2, tile 4: V and K into L2")
+T.eq(hints[1], "r14:prefetcht1 rax:prefetcht1", "isa 1, tile 4: V and K into L2")
 T.raises("field flags", "split + lse refused", g.source, "10064064020301110")
 T.raises("field head_dim", "malformed key refused", g.source, "10064000020001110")
 
