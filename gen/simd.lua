@@ -1917,10 +1917,16 @@ M.PV_MSD_ACCS = 28          -- int32 accumulators (z0..z27); z28..z31 hold V dwo
 M.PV_MSD_MAX_BYTES = 262144 -- the transposed V of a chunk (CHUNKP x D bytes) on the stack at most
 
 -- Whether key fields p take the MSD P.V (else f32 FMA over dequantized V): MSD
--- scores (int8 K and V) whose chunk's transposed V fits PV_MSD_MAX_BYTES. The
--- one place the P.V kind is decided.
+-- scores in 2 planes (int8 K and V) whose chunk's transposed V fits
+-- PV_MSD_MAX_BYTES. The one place the P.V kind is decided. With 3 planes the
+-- f32 P.V is faster and closer (test_msd's output error 1.85e-6 of the
+-- largest output against 2.3e-6): on the Zen 5 VM, warm, isa 3, the same plans, it took
+-- 0.93x (Llama int8, tile 4, chunk 128), 0.96x (chunk 512; the MQA batch,
+-- tile 8), 0.85x (tile 2), 0.80x (tile 1) and 0.84x (Falcon-40B, tile 16)
+-- the time of the 3-plane MSD P.V (the Xeon's first runs had it even); with
+-- 2 planes the MSD P.V keeps 0.93x at tiles 4 and 8 (1.02x at tile 16).
 function M.msd_pv(isa, p)
-  return M.msd(isa, p) and p.KV_DTYPE ~= nil and facts.dtypes[p.KV_DTYPE].name == "i8"
+  return M.msd(isa, p) and p.PLANES == 2 and p.KV_DTYPE ~= nil and facts.dtypes[p.KV_DTYPE].name == "i8"
     and p.CHUNKP * p.D <= M.PV_MSD_MAX_BYTES
 end
 

@@ -100,11 +100,13 @@ end
 T.ok(g.source("10064064020001112"):find("pages[(c + i) >> w->page_shift]", 1, true), "paged C kernel reads rows through the block table")
 T.ok(g.source("10064064022001112"):find("for (po = 0; po < n; po += pm)", 1, true), "paged AVX-512 kernel walks a chunk page by page")
 T.ok(not g.source("10064064022001110"):find("pages = w->pages", 1, true), "dense kernels hold no paged code")
--- the P.V kind (gen/simd.lua msd_pv): MSD for int8 V with the planes digit
--- while the chunk's transposed V fits PV_MSD_MAX_BYTES, else f32 FMA
-local msd, big, plain = g.source("30010256128043000300"), g.source("30014096128043000300"), g.source("10256128043000300")
-T.ok(msd:find("pvm_raw", 1, true) and select(2, msd:gsub("vpunpcklbw", "")) > 0, "planes 3, int8 V: the MSD P.V")
-T.ok(not big:find("pvm_raw", 1, true) and big:find("vpdpbusd", 1, true), "planes 3, chunk 4096: MSD scores, f32 P.V")
+-- the P.V kind (gen/simd.lua msd_pv): MSD for int8 V with 2 planes while the
+-- chunk's transposed V fits PV_MSD_MAX_BYTES, else f32 FMA
+local msd, big, plain = g.source("20010256128043000300"), g.source("20014096128043000300"), g.source("10256128043000300")
+local three = g.source("30010256128043000300")
+T.ok(msd:find("pvm_raw", 1, true) and select(2, msd:gsub("vpunpcklbw", "")) > 0, "planes 2, int8 V: the MSD P.V")
+T.ok(not big:find("pvm_raw", 1, true) and big:find("vpdpbusd", 1, true), "planes 2, chunk 4096: MSD scores, f32 P.V")
+T.ok(not three:find("pvm_raw", 1, true) and three:find("vpdpbusd", 1, true), "planes 3: MSD scores, f32 P.V")
 T.ok(not plain:find("pvm_raw", 1, true) and not plain:find("vpdpbusd", 1, true), "planes 0: f32 scores and P.V")
 -- the scores pass's V prefetch (tiles of at least PREFETCH_MIN_TILE heads)
 -- by the isa record's other_hint (gen/facts.lua), the P.V's K prefetch into L2
