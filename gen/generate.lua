@@ -154,6 +154,9 @@ local function add_simd(p)
   -- fast precision (key digit precision): bf16 weights in place, then P.V by key pairs
   p.simd_pv = function(blk) return (p.PRECISION == 1 and simd.pv_dpbf16 or simd.pv)(p.ISA, p, blk) end
   p.simd_pround = function() return simd.pround(p.ISA, p) end
+  -- the f32 P.V over int8/fp8 V: the weights times the v scales first (gen/simd.lua pv_prescale)
+  p.PV_PRESCALE = simd.pv_prescale(p.ISA, p)
+  p.simd_pscale = function() return simd.pscale(p.ISA, p) end
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end
   p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end

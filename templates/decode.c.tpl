@@ -451,6 +451,9 @@ $(beam_piece("          "))
 @     if QUANT then
           aa.scl = vsp;
 @     end
+@     if PV_PRESCALE then
+$(simd_pscale())
+@     end
 @     if PRECISION == 1 and HL then
           aa.ptr = aa.sc;   /* the piece's weights in key pairs from its first key */
 $(simd_pround())
@@ -473,6 +476,9 @@ $(simd_pv(blk))
 @     if QUANT then
           aa.scl = w->v_scale + pg * w->scale_page_stride + slot;
 @     end
+@     if PV_PRESCALE then
+$(simd_pscale())
+@     end
 @     if PRECISION == 1 and HL then
           aa.ptr = aa.sc;   /* the piece's weights in key pairs from its first key */
 $(simd_pround())
@@ -489,6 +495,10 @@ $(simd_pv(blk))
         aa.pf = kbase + (c + $(CHUNK)) * kvs;
 @     if QUANT then
         aa.scl = w->v_scale + c * w->scale_stride;
+@     end
+@     if PV_PRESCALE then
+        /* the weights times their keys' v scales, so P.V multiplies no V vector */
+$(simd_pscale())
 @     end
 $(simd_pv_prep("        ", "vbase + c * kvs"))
 @     if PRECISION == 1 and HL then

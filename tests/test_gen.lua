@@ -107,6 +107,15 @@ local three = g.source("30010256128043000300")
 T.ok(msd:find("pvm_raw", 1, true) and select(2, msd:gsub("vpunpcklbw", "")) > 0, "planes 2, int8 V: the MSD P.V")
 T.ok(not big:find("pvm_raw", 1, true) and big:find("vpdpbusd", 1, true), "planes 2, chunk 4096: MSD scores, f32 P.V")
 T.ok(not three:find("pvm_raw", 1, true) and three:find("vpdpbusd", 1, true), "planes 3: MSD scores, f32 P.V")
+-- the f32 P.V over int8/fp8 V on AVX-512 takes the weights times the v
+-- scales (gen/simd.lua pscale: one masked multiply per head and 16 keys)
+-- instead of a multiply per V vector; AVX2 keeps the multiply in the P.V
+local function count(src, pat) return select(2, src:gsub(pat, "")) end
+T.eq(count(three, "ptr %[r9%]{1to16}"), 0, "planes 3, isa 3: P.V multiplies no V vector by its scale")
+T.eq(count(three, "vmulps zmm%d+{k1}{z}, zmm31"), 4, "planes 3, isa 3, tile 4: the weights of 4 heads times the v scales")
+local avx2 = g.source("10256128041000300")
+T.ok(count(avx2, "vbroadcastss ymm%d+, dword ptr %[r9%]") > 0 and count(avx2, "{k1}") == 0,
+  "int8 V on AVX2: the v scale multiplied in the P.V, no pscale")
 T.ok(not plain:find("pvm_raw", 1, true) and not plain:find("vpdpbusd", 1, true), "planes 0: f32 scores and P.V")
 -- the scores pass's V prefetch (tiles of at least PREFETCH_MIN_TILE heads)
 -- by the isa record's other_hint (gen/facts.lua), the P.V's K prefetch into L2
