@@ -176,7 +176,7 @@ static void print_header(const char *axis, const ab_axis *ax, long cores, int ro
     printf("- A: opts.isa %d (0 = the planner's choice), B: opts.isa %d; each plan's chunk, tile and splits the planner's\n",
            ax->a.isa, ax->b.isa);
   else
-    printf("- A: opts.precision -1 (the default: f32 softmax weights, 3 MSD planes for int8 K and an f32 P.V), B: opts.precision 0 "
+    printf("- A: opts.precision -1 (the default: f32 softmax weights, 3 MSD planes for int8 K), B: opts.precision 0 "
            "on a context with FD_PRECISION_FAST (fast precision where a kernel serves it: 2 MSD planes for int8, bf16 "
            "weights for bf16 V on AVX512-BF16, else the same kernel as A); each plan's chunk, tile, isa and splits the "
            "planner's, from the tuned table %s%s%s\n", ax->table ? "`" : "", ax->table ? ax->table : "(none: the heuristic)",

@@ -23,7 +23,6 @@ M.PHASES = {
   { id = "grow_lanes", label = "rescale (head lanes)", color = "#bf5b17" },
   { id = "exp", label = "exp and sums", color = "#ffd92f" },
   { id = "sums_lanes", label = "sums (head lanes)", color = "#f0027f" },
-  { id = "pv_prep", label = "P·V staging", color = "#377eb8" },
   { id = "pscale", label = "weights x v scales", color = "#80b1d3" },
   { id = "pv", label = "P·V", color = "#e41a1c" },
   { id = "store_out", label = "output", color = "#000000" },

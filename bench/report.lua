@@ -414,7 +414,7 @@ function M.md(res, charts)
   for _, v in ipairs(res.variants) do
     rows[#rows + 1] = { v.name, v.backend, v.isa, v.vanilla and
       "unfused: scores = qK^T over the whole length into a buffer, softmax, PV; K and V read once per query head; OpenMP over (b, h)"
-      or v.fast and "planner's choice with fd_config.precision = FD_PRECISION_FAST: bf16 softmax weights in P·V (vdpbf16ps) where the kernel serves it (bf16 V, isa 3), 2 MSD planes for int8 K and V (scores and P·V; the default takes 3 for the scores and an f32 P·V), else the same kernel as tcc"
+      or v.fast and "planner's choice with fd_config.precision = FD_PRECISION_FAST: bf16 softmax weights in P·V (vdpbf16ps) where the kernel serves it (bf16 V, isa 3), 2 MSD planes instead of 3 for int8 K, else the same kernel as tcc"
       or (v.opts and "ISA forced (chunk, tile and splits still from the tuned table when it has the shape)" or "planner's choice: tuned table, else heuristic") }
   end
   add(md_table({ "variant", "backend", "isa", "what" }, rows))

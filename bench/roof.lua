@@ -57,8 +57,8 @@ end
 -- The arithmetic of a kernel from its tiling key (digit string or nil), as
 -- the generator decides it (gen/generate.lua params, gen/simd.lua): { scores
 -- = "bf16" (vdpbf16ps), "int8" (MSD planes) or "fma", planes = the planes
--- digit, pv = "int8" (MSD P.V over int8 V), "bf16" (fast precision: key
--- digit precision) or nil (f32 FMA)
+-- digit, pv = "bf16" (fast precision: key digit precision) or nil (f32
+-- FMA; int8 V too: its P.V is f32 over the dequantized V)
 -- }; nil for a key the generator does not take.
 function M.kernel_arith(key_text)
   if not key_text then return nil end
@@ -66,7 +66,7 @@ function M.kernel_arith(key_text)
   if not ok or not p then return nil end
   local planes = p.FIELDS.planes or 0
   return { scores = planes > 0 and "int8" or p.DPBF16 and "bf16" or "fma", planes = planes,
-           pv = p.MSD_PV and "int8" or (p.FIELDS.precision or 0) > 0 and "bf16" or nil }
+           pv = (p.FIELDS.precision or 0) > 0 and "bf16" or nil }
 end
 
 -- The arithmetic kinds: the rate they run at (rates[rate]) and their name.

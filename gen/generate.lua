@@ -132,14 +132,6 @@ local function add_simd(p)
   p.QLOAD_SPLIT = simd.qload_split(p.ISA, p)
   p.DPBF16 = simd.dpbf16(p.ISA, p)
   p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
-  -- MSD P.V (gen/simd.lua msd_pv): its buffer and, per P.V call, its preparation
-  p.MSD_PV = simd.msd_pv(p.ISA, p)
-  p.PV_MSD = p.MSD_PV and simd.pv_msd_layout(p) or { bytes = 0 }
-  p.simd_pv_prep = function(ind, src)
-    if not p.MSD_PV then return "" end
-    local prep = (p.PAGED or p.BEAMS == 1) and simd.pv_msd_gather or simd.pv_msd_prep
-    return ("%saa.src = %s;\n%saa.stage = (float *)pvm;\n%s"):format(ind, src, ind, prep(p.ISA, p))
-  end
   p.simd_scores = function() return simd.scores(p.ISA, p) end
   -- paged kernels: the scores of a piece's last AHEAD_ROWS rows without the lookahead
   p.AHEAD_ROWS = simd.ahead_rows(p.ISA, p)

@@ -21,8 +21,7 @@
 --   scale_records the online-softmax rescale of the tile's accumulators
 --   exp           p = e^(s - in[t]) 2^-P_SHIFT in place, out[t] = sum of p
 --   pv            acc[t][d0..] += sum_i p_t[i] V[i][d0..] for one block of d
---                 (MSD P.V, M.msd_pv: after pv_msd_prep / pv_msd_gather, which
---                 stage V transposed by key quads and the weights' int8 planes)
+--   pscale        int8/fp8 V: the weights times their keys' v scales first
 --   pround        fast precision: the weights rounded to bf16 in place
 --   pv_dpbf16     pv of fast precision: bf16 weight pairs by vdpbf16ps
 --   store_out     one head's normalized output row, rounded to the out dtype
@@ -1620,11 +1619,8 @@ local function evex_pv_plan(T)
   return math.max(1, math.floor(24 / T)), false
 end
 
-local pv_msd_blocks, pv_msd, msd_pf_blocks   -- the MSD P.V (below)
-
 -- The d-blocks of the P.V pass: {first chunk, chunks} pairs sized to the registers.
 function M.pv_blocks(isa, p)
-  if M.msd_pv(isa, p) then return pv_msd_blocks(isa, p) end
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
   local cb = evex(GEOM[isa]) and evex_pv_plan(T) or avx2_pv_plan(T, p.QUANT or p.BLOCKS)
@@ -1689,7 +1685,6 @@ end
 
 -- P.V for one d-block: acc[t][c0*W ..] += sum over keys of p_t[i] * V[i][...].
 function M.pv(isa, p, block)
-  if M.msd_pv(isa, p) then return pv_msd(isa, p, block) end
   local b = new_block(isa, p)
   local W, T, cb = b.g.W, p.T, block[2]
   local nacc = T * cb
@@ -1773,7 +1768,7 @@ end
 -- Llama int8 (tile 4) 0.93x the time, the MQA batch int8 (tile 8) 0.94x,
 -- MHA int8 (tile 1) 0.90x.
 function M.pv_prescale(isa, p)
-  return evex(GEOM[isa]) and p.QUANT and not M.msd_pv(isa, p) and not M.head_lanes(isa, p)
+  return evex(GEOM[isa]) and p.QUANT and not M.head_lanes(isa, p)
 end
 
 -- The weights of n keys (T row-major rows of CHUNKP floats at sc) each
@@ -1958,130 +1953,6 @@ function M.pv_dpbf16(isa, p, block)
   return M.statement(b)
 end
 
--- MSD P.V (the key's planes digit over int8 V; M.msd_pv decides): per chunk
--- (paged and beam kernels gather its row pointers first) M.pv_msd_prep stages into
--- the kernel's pvm buffer (M.pv_msd_layout): the V rows as u8 (v + 128),
--- transposed by key quads (dword d of quad q: bytes V[4q..4q+3][d], rows past
--- n repeat row n-1, never read past it); per head t the weights w = p_t v_scale
--- as int8 planes, w ~= sigma (w0 + w1 2^-7 + w2 2^-14), sigma = max w / 127
--- (w0 in 0..127, later planes signed, the last one rounded; keys past n weigh
--- 0), with per plane -128 sum(plane) (int32, the +128 taken back) and its
--- scale sigma 2^-7j (NaN when a weight is not finite). Each d-block statement
--- (pv_msd) then adds, per quad, one vpdpbusd per (16 d, head, plane) with the
--- plane's weight quad broadcast ({1to16}) into int32 accumulators, which are
--- converted, recombined with the plane scales and added to acc[t][d].
--- int32 range: a sum starts at the bias (|.| <= 128 * 127 n) and adds at most
--- 127 * 255 * 4 per quad, so n <= 66311 keys per call are exact; calls hold at
--- most a chunk (facts.MAX_CHUNK = 4096 keys), so no flush is needed.
-M.PV_MSD_ACCS = 28          -- int32 accumulators (z0..z27); z28..z31 hold V dwords
-M.PV_MSD_MAX_BYTES = 262144 -- the transposed V of a chunk (CHUNKP x D bytes) on the stack at most
-
--- Whether key fields p take the MSD P.V (else f32 FMA over dequantized V): MSD
--- scores in 2 planes (int8 K and V) whose chunk's transposed V fits
--- PV_MSD_MAX_BYTES. The one place the P.V kind is decided. With 3 planes the
--- f32 P.V is faster and closer (test_msd's output error 1.85e-6 of the
--- largest output against 2.3e-6): on the Zen 5 VM, warm, isa 3, the same plans, it took
--- 0.93x (Llama int8, tile 4, chunk 128), 0.96x (chunk 512; the MQA batch,
--- tile 8), 0.85x (tile 2), 0.80x (tile 1) and 0.84x (Falcon-40B, tile 16)
--- the time of the 3-plane MSD P.V (the Xeon's first runs had it even); with
--- 2 planes the MSD P.V keeps 0.93x at tiles 4 and 8 (1.02x at tile 16).
-function M.msd_pv(isa, p)
-  return M.msd(isa, p) and p.PLANES == 2 and p.KV_DTYPE ~= nil and facts.dtypes[p.KV_DTYPE].name == "i8"
-    and p.CHUNKP * p.D <= M.PV_MSD_MAX_BYTES
-end
-
--- Byte offsets in the pvm buffer: vt (transposed V, CHUNKP / 4 quads of 4 D),
--- vs (CHUNKP staged v scales), wp (per head and plane CHUNKP weight bytes),
--- wb (per head and plane: int32 bias, f32 scale), rp (CHUNKP V row pointers,
--- gathered by paged and beam kernels), bytes (the total).
-function M.pv_msd_layout(p)
-  local NK, TP = p.CHUNKP, p.T * p.PLANES
-  local l = { vt = 0, vs = NK * p.D }
-  l.wp = l.vs + NK * 4
-  l.wb = l.wp + TP * NK
-  l.rp = l.wb + math.ceil(TP * 8 / 64) * 64
-  l.bytes = l.rp + NK * 8
-  l.NK = NK
-  return l
-end
-
--- Stage row pointers of the quad at rsi (keys left in rax): r9, r10, r13 =
--- rows 1..3 of the quad, each the row before it where the quad runs past n;
--- gather: all four from the row pointers at r12 (rsi = row 0).
-local function quad_rows(b, gather)
-  if gather then   -- from the row pointers at r12 (read in bounds: rp holds CHUNKP)
-    b.gp("mov (%r12), %rsi")
-    local prev = "rsi"
-    for i, reg in ipairs({ "r9", "r10", "r13" }) do
-      b.gp(("mov %%%s, %%%s"):format(prev, reg))
-      b.gp(("cmp $%d, %%rax"):format(i + 1))
-      b.gp(("cmovae %d(%%r12), %%%s"):format(8 * i, reg))
-      prev = reg
-    end
-    return
-  end
-  local prev = "rsi"
-  for i, reg in ipairs({ "r9", "r10", "r13" }) do
-    b.gp(("lea (%%%s,%%r8), %%r12"):format(prev))
-    b.gp(("mov %%%s, %%%s"):format(prev, reg))
-    b.gp(("cmp $%d, %%rax"):format(i + 1))
-    b.gp(("cmovae %%r12, %%%s"):format(reg))
-    prev = reg
-  end
-end
-
--- Transpose len (16, 32 or 64) bytes at offset o of the quad's 4 rows into
--- dwords of 4 keys at rdi + 4 o (register 30: 0x80 bytes), lanes in the
--- order of vt_lanes.
-local function quad_transpose(b, o, len)
-  local kind = len == 64 and "zmm" or len == 32 and "ymm" or "xmm"
-  local r = function(n) return b.r(n, kind) end
-  for i, base in ipairs({ "rsi", "r9", "r10", "r13" }) do b.v("vpxord", r(i - 1), r(30), mem(base, o)) end
-  b.v("vpunpcklbw", r(4), r(0), r(1))
-  b.v("vpunpckhbw", r(5), r(0), r(1))
-  b.v("vpunpcklbw", r(6), r(2), r(3))
-  b.v("vpunpckhbw", r(7), r(2), r(3))
-  b.v("vpunpcklwd", r(0), r(4), r(6))     -- lane L: d 16L + 0..3
-  b.v("vpunpckhwd", r(1), r(4), r(6))     --         d 16L + 4..7
-  b.v("vpunpcklwd", r(2), r(5), r(7))     --         d 16L + 8..11
-  b.v("vpunpckhwd", r(3), r(5), r(7))     --         d 16L + 12..15
-  for k = 0, 3 do b.v("vmovups", mem("rdi", 4 * o + k * len), r(k)) end
-end
-
--- The first d of each 16-byte lane of a quad's transposed V (index: byte
--- offset / 16), as quad_transpose leaves them: the pieces of len d at o, in
--- each piece register k's lane L (stored at 4 o + k len + 16 L) holds d
--- o + 16 L + 4 k .. + 3, so no lane shuffle is spent on the d order.
-local function vt_lanes(D)
-  local t, o = {}, 0
-  while o < D do
-    local len = D - o >= 64 and 64 or D - o >= 32 and 32 or 16
-    for k = 0, 3 do
-      for L = 0, len / 16 - 1 do t[(4 * o + k * len + 16 * L) / 16] = o + 16 * L + 4 * k end
-    end
-    o = o + len
-  end
-  return t
-end
-
--- Load k1 with the lanes of the next 16 keys below the rax keys left (rcx clobbered).
-local function keys_mask(b)
-  b.gp("mov $16, %rcx")
-  b.gp("cmp %rcx, %rax")
-  b.gp("cmovb %rax, %rcx")
-  b.gp("mov $1, %r13d")
-  b.gp("shl %cl, %r13d")
-  b.gp("dec %r13d")
-  b.v("kmovw", "k1", "r13d")
-end
-
--- z0 = w of the 16 keys at group offset r12 (x4 bytes) of head t (0 past n).
-local function head_weights(b, p, l, t)
-  keys_mask(b)
-  b.v("vmovups", "zmm0{k1}{z}", mem("rdx", t * p.CHUNKP * 4, "r12", 1))
-  b.v("vmulps", "zmm0", "zmm0", mem("rbx", l.vs, "r12", 1))
-end
-
 -- Registers 31 = 128.0 and 30 = 0, for the MSD planes.
 local function planes_consts(b)
   b.v("vmovups", "zmm31", mem("r11", C.sixteen_f))
@@ -2133,42 +2004,9 @@ local function planes_biases(b, P, bias)
   end
 end
 
--- Head t's weight planes, biases and scales (registers 31: 128.0, 30: 0).
-local function head_planes(b, p, l, t)
-  local P = p.PLANES
-  local wb = function(j) return l.wb + (t * P + j) * 8 end
-  b.v("vpxord", "zmm8", "zmm8", "zmm8")
-  b.v("vpxord", "zmm9", "zmm9", "zmm9")
-  b.gp("xor %r12, %r12")
-  b.gp("mov %r14, %rax")
-  b.gp("4:")
-  head_weights(b, p, l, t)
-  b.v("vmaxps", "zmm8", "zmm8", "zmm0")
-  b.v("vaddps", "zmm9", "zmm9", "zmm0")
-  b.gp("add $64, %r12")
-  b.gp("sub $16, %rax")
-  b.gp("jg 4b")
-  reduce(b, 8, 10, "vmaxps")
-  reduce(b, 9, 10, "vaddps")
-  b.v("vsubss", "xmm9", "xmm9", "xmm9")                        -- 0, or NaN for a non-finite sum
-  planes_scales(b, P, function(j) return mem("rbx", wb(j) + 4) end)
-  b.gp("xor %r12, %r12")
-  b.gp("xor %r9, %r9")
-  b.gp("mov %r14, %rax")
-  b.gp("6:")
-  head_weights(b, p, l, t)
-  b.v("vmulps", "zmm0", "zmm0", "zmm12")
-  planes_split(b, P, function(j) return mem("rbx", l.wp + (t * P + j) * l.NK, "r9", 1) end)
-  b.gp("add $64, %r12")
-  b.gp("add $16, %r9")
-  b.gp("sub $16, %rax")
-  b.gp("jg 6b")
-  planes_biases(b, P, function(j) return mem("rbx", wb(j)) end)
-end
-
 -- MSD q planes (M.msd): for each of n heads, its f32 q row at ptr + h D
 -- floats (scaled, any K scales folded) becomes P int8 planes in place, the
--- weights' recipe (head_planes): s = max |q| / 127, q / s rounded to nearest
+-- s = max |q| / 127, q / s rounded to nearest
 -- (even), the remainder times 128 for the next plane (f32: exact after the
 -- first product), so q ~= s (q0 + q1 2^-7 + q2 2^-14); after the P planes (D
 -- bytes each), per plane -128 sum(plane) (int32), then its scale s 2^-7j
@@ -2212,192 +2050,6 @@ function M.q_planes(isa, p)
   b.gp(("add $%d, %%rdi"):format(4 * D))
   b.gp("dec %rcx")
   b.gp("jnz 1b")
-  b.gp("9:")
-  restore_regs(b)
-  return M.statement(b)
-end
-
--- The n (r14) v scales at r9, r10 bytes apart, copied to the vs buffer
--- (rdi, r12, r13, rcx, k1 clobbered), then 16 zeros: 16 per vector move where
--- they are contiguous (scl_stride 4: bhsd and paged rows), the last ones by a
--- masked load (no read past the n-th), else one at a time (bshd).
-local function vscale_copy(b, l)
-  b.gp(("lea %d(%%rbx), %%rdi"):format(l.vs))
-  b.gp("mov %r14, %r12")
-  b.gp("cmp $4, %r10")
-  b.gp("jne 5f")
-  b.gp("7:")
-  b.gp("cmp $16, %r12")
-  b.gp("jb 8f")
-  b.v("vmovups", "zmm0", mem("r9", 0))
-  b.v("vmovups", mem("rdi", 0), "zmm0")
-  b.gp("add $64, %r9")
-  b.gp("add $64, %rdi")
-  b.gp("sub $16, %r12")
-  b.gp("jmp 7b")
-  b.gp("8:")
-  b.gp("mov %r12d, %ecx")
-  b.gp("mov $1, %r13d")
-  b.gp("shl %cl, %r13d")
-  b.gp("dec %r13d")
-  b.v("kmovw", "k1", "r13d")
-  b.v("vmovups", "zmm0{k1}{z}", mem("r9", 0))
-  b.v("vmovups", mem("rdi", 0), "zmm0")
-  b.gp("lea (%rdi,%r12,4), %rdi")
-  b.gp("jmp 2f")
-  b.gp("5:")
-  b.gp("mov (%r9), %r13d")
-  b.gp("mov %r13d, (%rdi)")
-  b.gp("add $4, %rdi")
-  b.gp("add %r10, %r9")
-  b.gp("dec %r12")
-  b.gp("jnz 5b")
-  b.gp("2:")
-  b.v("vpxord", "zmm0", "zmm0", "zmm0")
-  b.v("vmovups", mem("rdi", 0), "zmm0")
-end
-
--- The MSD P.V preparation statement of one call (see above): v scales, the
--- transposed V, then each head's weight planes. gather (paged and beam
--- kernels): src is the chunk's V row pointers and the v scales are staged
--- (templates/decode.c.tpl), so one call serves the chunk as dense.
-local function pv_msd_prep(isa, p, gather)
-  local b, l = new_block(isa, p), M.pv_msd_layout(p)
-  prologue(b, { "src", "sc", "n", "stride", "scl", "scl_stride", "consts", "stage" }, true)
-  b.gp("mov %rcx, %r14")
-  b.gp("test %rcx, %rcx")
-  b.gp("jz 9f")
-  local pf = p.T >= M.PREFETCH_MIN_TILE and not msd_pf_blocks(isa, p, pv_msd_blocks(isa, p)[1])
-  if not gather then vscale_copy(b, l) end
-  if pf then b.gp(("mov %d(%%rax), %%rcx"):format(ARG.pf)) end
-  if gather then b.gp("mov %rsi, %r12") end
-  b.v("vmovups", "zmm30", mem("r11", C.x80))
-  b.gp("mov %r14, %rax")
-  b.gp(("lea %d(%%rbx), %%rdi"):format(l.vt))
-  b.gp("3:")
-  quad_rows(b, gather)
-  local o = 0
-  while o < p.D do
-    local len = p.D - o >= 64 and 64 or p.D - o >= 32 and 32 or 16
-    quad_transpose(b, o, len)
-    o = o + len
-  end
-  -- the next chunk's K rows into L2 meanwhile (as M.pv), a quad of them
-  for r = 0, pf and 3 or -1 do
-    for line = 0, math.ceil(p.D / 64) - 1 do b.gp(("prefetcht1 %d(%%rcx)"):format(line * 64)) end
-    b.gp("add %r8, %rcx")
-  end
-  b.gp(gather and "add $32, %r12" or "lea (%r13,%r8), %rsi")
-  b.gp(("add $%d, %%rdi"):format(4 * p.D))
-  b.gp("sub $4, %rax")
-  b.gp("jg 3b")
-  planes_consts(b)
-  for t = 0, p.T - 1 do head_planes(b, p, l, t) end
-  b.gp("9:")
-  restore_regs(b)
-  return M.statement(b)
-end
-function M.pv_msd_prep(isa, p) return pv_msd_prep(isa, p, false) end
-function M.pv_msd_gather(isa, p) return pv_msd_prep(isa, p, true) end
-
--- The d-blocks of the MSD P.V: {first chunk, chunks}, chunks = 16 d each, so
--- that heads x planes x chunks int32 accumulators fit PV_MSD_ACCS (one chunk
--- per block, the heads in sub-tiles, where the whole tile's do not).
-pv_msd_blocks = function(isa, p)
-  local NCH, TP = math.floor(p.D / GEOM[isa].W), p.T * p.PLANES
-  local cb = math.max(1, math.min(NCH, math.floor(M.PV_MSD_ACCS / TP)))
-  -- fewer chunks per block where that makes the block count divide 4 (the
-  -- blocks then share the prefetches, msd_pf_blocks)
-  for c = cb, 1, -1 do
-    if 4 % math.ceil(NCH / c) == 0 then cb = c break end
-  end
-  local blocks = {}
-  for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
-  return blocks
-end
-
--- Whether the MSD P.V's d-blocks prefetch the next chunk's K rows (tiles of
--- PREFETCH_MIN_TILE heads, a block count dividing 4: each block a share of
--- every quad's rows, spread over the pass like M.pv's): the block count and
--- this block's index, else nil (then the preparation prefetches them).
-msd_pf_blocks = function(isa, p, block)
-  if p.T < M.PREFETCH_MIN_TILE then return nil end
-  local blocks = pv_msd_blocks(isa, p)
-  if 4 % #blocks ~= 0 then return nil end
-  for i, blk in ipairs(blocks) do if blk[1] == block[1] then return #blocks, i - 1 end end
-end
-
--- One head sub-tile [h0, h1) of an MSD P.V d-block: int32 sums over the
--- call's quads, recombined into acc[t][...] (rdi).
-local function pv_msd_heads(b, p, l, block, h0, h1)
-  local P, cb = p.PLANES, block[2]
-  local function acc(t, j, k) return b.r(((t - h0) * P + j) * cb + k) end
-  for t = h0, h1 - 1 do
-    for j = 0, P - 1 do
-      for k = 0, cb - 1 do b.v("vpbroadcastd", acc(t, j, k), mem("rbx", l.wb + (t * P + j) * 8)) end
-    end
-  end
-  b.gp(("lea %d(%%rbx), %%rax"):format(l.vt + block[1] * 64))
-  b.gp("xor %r12, %r12")
-  b.gp("mov %rcx, %r13")
-  b.gp("add $3, %r13")
-  b.gp("shr $2, %r13")
-  b.gp("7:")
-  if b.pf_rows and h0 == 0 then
-    for _ = 1, b.pf_rows.rows do
-      for line = 0, math.ceil(p.D / 64) - 1 do b.gp(("prefetcht1 %d(%%r9)"):format(line * 64)) end
-      b.gp(("lea (%%r9,%%r8,%d), %%r9"):format(b.pf_rows.nb))
-    end
-  end
-  for k = 0, cb - 1 do
-    local vz = b.r(28 + k % 4)
-    b.v("vmovups", vz, mem("rax", k * 64))
-    for t = h0, h1 - 1 do
-      for j = 0, P - 1 do
-        b.v("vpdpbusd", acc(t, j, k), vz, mem("rbx", l.wp + (t * P + j) * l.NK, "r12", 1, true))
-      end
-    end
-  end
-  b.gp(("add $%d, %%rax"):format(4 * p.D))
-  b.gp("add $4, %r12")
-  b.gp("dec %r13")
-  b.gp("jnz 7b")
-  local lanes = vt_lanes(p.D)
-  for t = h0, h1 - 1 do
-    for k = 0, cb - 1 do
-      local f = acc(t, 0, k)
-      b.v("vcvtdq2ps", f, f)
-      b.v("vmulps", f, f, mem("rbx", l.wb + t * P * 8 + 4, nil, nil, true))
-      for j = 1, P - 1 do
-        b.v("vcvtdq2ps", acc(t, j, k), acc(t, j, k))
-        b.v("vfmadd231ps", f, acc(t, j, k), mem("rbx", l.wb + (t * P + j) * 8 + 4, nil, nil, true))
-      end
-      for L = 3, 0, -1 do  -- each lane to its d (rdi: acc[0][16 block[1]]); lane 0 last, in place
-        local at = mem("rdi", (t * p.REC + lanes[4 * (block[1] + k) + L] - 16 * block[1]) * 4)
-        local x = L == 0 and b.r(f:match("%d+"), "xmm") or "xmm31"
-        if L > 0 then b.v("vextractf32x4", x, f, L) end
-        b.v("vaddps", x, x, at)
-        b.v("vmovups", at, x)
-      end
-    end
-  end
-end
-
--- The MSD P.V of one d-block (after M.pv_msd_prep of the call): the heads in
--- sub-tiles of PV_MSD_ACCS / (planes x chunks).
-pv_msd = function(isa, p, block)
-  local b, l = new_block(isa, p), M.pv_msd_layout(p)
-  local nb, bi = msd_pf_blocks(isa, p, block)
-  prologue(b, nb and { "ptr", "n", "stride", "stage", "pf" } or { "ptr", "n", "stage" }, true)
-  b.gp("test %rcx, %rcx")
-  b.gp("jz 9f")
-  if nb then   -- block bi of nb prefetches rows 4q + bi, 4q + bi + nb, ... of the next chunk's K
-    b.gp("mov %r14, %r9")
-    for _ = 1, bi do b.gp("add %r8, %r9") end
-    b.pf_rows = { nb = nb, rows = 4 / nb }
-  end
-  local HT = math.max(1, math.floor(M.PV_MSD_ACCS / (p.PLANES * block[2])))
-  for h0 = 0, p.T - 1, HT do pv_msd_heads(b, p, l, block, h0, math.min(p.T, h0 + HT)) end
   b.gp("9:")
   restore_regs(b)
   return M.statement(b)
@@ -2470,8 +2122,7 @@ end
 -- process that generates many kernels does not grow without bound.
 local MEMO_MAX = 256
 local memo, memo_n = {}, 0
-for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_dpbf16", "pround", "pv_msd_prep",
-                        "pv_msd_gather", "qload", "store_out", "scale_records", "grow_lanes", "sums_lanes" } do
+for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_dpbf16", "pround", "qload", "store_out", "scale_records", "grow_lanes", "sums_lanes" } do
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,

@@ -344,7 +344,7 @@ end
 -- A context handle from a table of fd_config fields { threads, backend ("tcc"|"cc"),
 -- table, cache_dir, isa_limit ("auto" or an isa name of M.ISA_NAMES, or the FD_ISA_* number),
 -- deterministic (1: batch-invariant results, fd_config.deterministic), precision (1:
--- FD_PRECISION_FAST: bf16 weights in P.V, 2 MSD planes for int8 K and V, where a kernel serves it) };
+-- FD_PRECISION_FAST: bf16 weights in P.V, 2 MSD planes for int8 K, where a kernel serves it) };
 -- missing fields are zero. Destroyed at collection. Or nil and why.
 local function make_ctx(t)
   local lib = M.load()

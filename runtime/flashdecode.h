@@ -116,8 +116,8 @@ typedef struct fd_config {
                                follow the threads and the batch's longest row (faster on uneven batches) */
   int precision;            /* FD_PRECISION_DEFAULT (0): f32 softmax weights. FD_PRECISION_FAST (1): P.V takes the
                                weights rounded to bf16, two keys per vdpbf16ps, where a kernel can serve it (bf16 V,
-                               FD_ISA_AVX512_BF16); int8 K and V with MSD planes take 2 planes of q instead of 3
-                               and P.V by 2 planes of the weights instead of f32; other shapes run at the default
+                               FD_ISA_AVX512_BF16); int8 K with MSD planes takes 2 planes of q instead of 3;
+                               other shapes run at the default
                                precision (a permission, not a demand). README "Fast precision" has the errors */
 } fd_config;
 

@@ -42,11 +42,6 @@ void fd_k$(KEY)(const fd_work *w) {
   float sc_raw[$(T * SCW + 16)], stage_raw[$(W * D + 16)];
   float *sc = (float *)(((unsigned long long)sc_raw + 63) & ~63ull);
   float *stage = (float *)(((unsigned long long)stage_raw + 63) & ~63ull);
-@   if MSD_PV then
-  /* the MSD P.V's transposed V and weight planes (gen/simd.lua pv_msd_layout) */
-  unsigned char pvm_raw[$(PV_MSD.bytes + 64)];
-  unsigned char *pvm = (unsigned char *)(((unsigned long long)pvm_raw + 63) & ~63ull);
-@   end
   /* the logit softcap's 1 / softcap and softcap, once per call */
   float cap[2];
   cap[0] = w->softcap > 0 ? 1.0f / w->softcap : 0.0f;
@@ -419,28 +414,7 @@ $(simd_pround())
 @   if QUANT and K_PER_CHANNEL == 1 then
         aa.scl_stride = $(PAGED and "4" or "w->scale_stride * 4");
 @   end
-@   if MSD_PV and (BEAMS == 1 or PAGED) then
-        /* MSD P.V: the chunk's V row pointers and v scales gathered, then one
-           pass as dense (the same planes and sums: paged bits = dense bits) */
-        {
-          const $(KVT) **vrp = (const $(KVT) **)(pvm + $(PV_MSD.rp));
-          float *vsg = (float *)(pvm + $(PV_MSD.vs));
-          fd_i64 nk = c + $(CHUNK);
-          for (i = 0; i < n; i++) {
-            vrp[i] = $(row("vbase", "c + i"));
-            vsg[i] = $(srow("w->v_scale", "c + i"));
-          }
-          for (i = n; i < n + 16; i++) vsg[i] = 0.0f;
-          aa.sc = sc;
-          aa.n = n;
-          aa.pf = nk < end ? $(row("kbase", "nk")) : vrp[0];
-$(simd_pv_prep("          ", "vrp"))
-@     for _, blk in ipairs(PV_BLOCKS) do
-          aa.ptr = st0 + $(blk[1] * W);
-$(simd_pv(blk))
-@     end
-        }
-@   elseif BEAMS == 1 then
+@   if BEAMS == 1 then
         /* P.V piece by piece (runs of one source row), in key order as dense */
         for (po = 0; po < n; po += pm) {
           fd_i64 nk = c + po + $(CHUNK);
@@ -500,7 +474,6 @@ $(simd_pv(blk))
         /* the weights times their keys' v scales, so P.V multiplies no V vector */
 $(simd_pscale())
 @     end
-$(simd_pv_prep("        ", "vbase + c * kvs"))
 @     if PRECISION == 1 and HL then
         /* fast precision, head-lane: the weights rounded to bf16 in key pairs */
         aa.ptr = sc;

@@ -1,13 +1,13 @@
-/* MSD int8 scores and P.V (the key's planes digit, fd_plan_opts.planes: q
-   split into 2 or 3 int8 planes, scores by vpdpbusd; with 2 planes the
-   softmax weights times v_scale split alike over int8 V, with 3 the f32 P.V,
-   gen/simd.lua msd_pv) through the
-   public API, against the double-precision reference (tools/fdgen/ref.c):
+/* MSD int8 scores (the key's planes digit, fd_plan_opts.planes: q split
+   into 2 or 3 int8 planes, scores by vpdpbusd; P.V in f32 over the
+   dequantized V, the weights times the v scales first, gen/simd.lua pscale)
+   through the public API, against the double-precision reference
+   (tools/fdgen/ref.c):
    - the output error per plane count (f32 q and out, -1 = the f32 kernel,
      printed; the f32 kernel and 3 planes within 1e-5), and every sweep case
      held to 1e-5 (3 planes) or 1e-3 (2 planes) beside its out dtype's rounding;
-   - the last partial quad of keys with V and v_scale ending at an
-     inaccessible page (no read past the last row), and chunk 4096 (f32 P.V);
+   - the last partial chunk with V and v_scale ending at an inaccessible
+     page (no read past the last row), chunks 64 and 4096;
    - the score error per plane count: each query head sees exactly one key
      (an additive mask), so its lse is that key's score; the largest error of
      the lse against the reference's, relative to the largest |score|, for
@@ -228,7 +228,7 @@ static void sweep(fd_ctx *ctx, int every) {
 }
 
 /* The output error per plane count (-1: the f32 scores and P.V over the
-   dequantized V; 3: MSD scores, f32 P.V; 2: MSD scores and P.V) over the same cases (f32 q and
+   dequantized V; 3 and 2: MSD scores, the f32 P.V) over the same cases (f32 q and
    out, both K scale modes, bhsd/paged/bshd, head_dims 128/80/48, windows,
    splits 1 and 3), printed; the f32 kernel and 3 planes within 1e-5. */
 static void output_errors(fd_ctx *ctx, const char *backend) {
@@ -262,11 +262,9 @@ static void *guarded(const void *src, size_t n, void **map, size_t *maplen) {
   return dst;
 }
 
-/* The MSD P.V's last quad of keys (203 keys: the last chunk holds 11, a
-   quad of 3) with V and v_scale ending at an inaccessible page: its missing
-   keys weigh 0 and no byte past the last row is read; against the reference.
-   3 planes, and chunk 4096, take the f32 P.V beside MSD scores (gen/simd.lua
-   msd_pv). */
+/* The last partial chunk (203 keys: at chunk 64 the last holds 11) with V
+   and v_scale ending at an inaccessible page: no byte past the last row or
+   scale is read (pscale's masked tail); against the reference. */
 static void guard_tail(fd_ctx *ctx, int planes, int chunk) {
   const int D = 80, S = 203, G = 4;
   kproblem kp;

@@ -251,7 +251,7 @@ class Context(_Handle):
     cores, max_kernels=0 an unbounded kernel cache, check_inputs=True refuses non-finite inputs in run(),
     deterministic=True gives batch-invariant results (a row's bits independent of the threads and the other rows;
     fd_config.deterministic), precision="fast" bf16 softmax weights in P.V where a kernel serves it
-    (fd_config.precision FD_PRECISION_FAST: bf16 V on avx512bf16), 2 MSD planes for int8 K and V (the default: 3 for K, f32 P.V).
+    (fd_config.precision FD_PRECISION_FAST: bf16 V on avx512bf16), 2 MSD planes instead of 3 for int8 K.
     close() (or the end of a with block, or garbage collection) ends it; plans made from it keep it referenced, and
     running one after close() raises DestroyedError.
     """
