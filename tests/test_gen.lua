@@ -114,7 +114,6 @@ T.eq(count(three, "vmulps zmm%d+{k1}{z}, zmm31"), 4, "planes 3, isa 3, tile 4: t
 local avx2 = g.source("10256128041000300")
 T.ok(count(avx2, "vbroadcastss ymm%d+, dword ptr %[r9%]") > 0 and count(avx2, "{k1}") == 0,
   "int8 V on AVX2: the v scale multiplied in the P.V, no pscale")
-T.ok(not plain:find("pvm_raw", 1, true) and not plain:find("vpdpbusd", 1, true), "planes 0: f32 scores and P.V")
 -- the scores pass's V prefetch (tiles of at least PREFETCH_MIN_TILE heads)
 -- by the isa record's other_hint (gen/facts.lua), the P.V's K prefetch into L2
 local hints = {}
