@@ -93,9 +93,10 @@ M.isas = {
   -- the int8 kernels. cpuid lists what it adds to its fallback's features.
   -- Its V prefetch goes into L1 (prefetcht0): on the Zen 5 EPYC, the only
   -- machine of this record measured, the cold calls of the bound shapes took
-  -- 0.93-0.97x (Llama bf16 64k), 0.92-0.94x (the MQA batch), 0.86-0.90x
-  -- (Falcon-40B) and 0.95x (int8) the time of prefetcht1 (`make bench-builds
-  -- MODE=cold`); warm (K/V in the L3) 0.99-1.03x. The other records keep L2:
+  -- 0.935x and 0.947x (Llama bf16 64k), 0.898x and 0.973x (the MQA batch),
+  -- 0.888x and 0.895x (Falcon-40B) and 0.954x and 0.971x (int8) the time of
+  -- prefetcht1 (two runs of `make bench-builds MODE=cold ROUNDS=31`); warm
+  -- (K/V in the L3) 0.996-1.029x. The other records keep L2:
   -- on the Xeon (AVX-512+VNNI) into L1 measured slower.
   { name = "avx512bf16", enum = "FD_ISA_AVX512_BF16", text = "AVX-512+BF16+VNNI", short = "AVX-512-BF16", W = 16,
     reg = "zmm", nregs = 32, max_tile = 32, head_lane_tile = 16, fallback = 4, other_hint = "prefetcht0",
@@ -305,6 +306,7 @@ M.ASM_ARGS = {
   { "float *", "out", "max or sum out" },
   { "float *", "stage", "f32 staging block of one group of K rows" },
   { "const void *", "pf", "rows to prefetch meanwhile (V of this chunk, K of the next)" },
+  { "const void *", "pf_v", "V rows of the next chunk (the head-lane P.V prefetches them)" },
 }
 
 -- The names of an enum table's values, by value ({ [0] = "f32", ... }), up to max.

@@ -148,6 +148,7 @@ local function add_simd(p)
   p.simd_pround = function() return simd.pround(p.ISA, p) end
   -- the f32 P.V over int8/fp8 V: the weights times the v scales first (gen/simd.lua pv_prescale)
   p.PV_PRESCALE = simd.pv_prescale(p.ISA, p)
+  p.PV_NEXT_V = simd.pv_next_v(p.ISA, p)
   p.simd_pscale = function() return simd.pscale(p.ISA, p) end
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end

@@ -211,8 +211,9 @@ local function new_block(isa, p)
 end
 
 -- Memory operand helper.
-local function mem(base, disp, index, scale, bcst)
-  return { base = base, disp = disp ~= 0 and disp or nil, index = index, scale = index and scale or nil, bcst = bcst }
+local function mem(base, disp, index, scale, bcst, mask)
+  return { base = base, disp = disp ~= 0 and disp or nil, index = index, scale = index and scale or nil, bcst = bcst,
+           mask = mask }
 end
 
 -- Tiles of at least this many heads prefetch the other stream into L2 (V rows
@@ -238,6 +239,26 @@ local function prefetch_row(b, p, reg, from, to)
     b.gp(("%s %d(%%%s)"):format(hint, line * 64, reg))
   end
   b.gp(("add %%r8, %%%s"):format(reg))
+end
+
+-- Whether the P.V pass also prefetches the next chunk's V rows into L2 (r9,
+-- pf_v): head-lane tiles, whose P.V (four passes of 16 FMAs a key at head_dim
+-- 64) is the longest stretch of the chunk; K of the next chunk alone left
+-- memory idle there. Measured on the Zen 5 VM (Falcon-40B bf16, cold, the
+-- same plans): 0.93x the time at chunk 1024, 0.94x at 128; on row-major
+-- tiles (Llama bf16 and int8, the MQA batch) 1.07-1.13x, so not for them.
+function M.pv_next_v(isa, p)
+  return M.head_lanes(isa, p) and p.T >= M.PREFETCH_MIN_TILE
+end
+
+-- Prefetch the cache lines of the next chunk's V row (r9) that hold bytes
+-- [from, to) of the row and start in that range (a line shared with the
+-- previous d-block was taken there), and advance r9 by the row stride.
+local function prefetch_next_v(b, from, to)
+  for line = math.ceil(from / 64), math.ceil(to / 64) - 1 do
+    b.gp(("prefetcht1 %d(%%r9)"):format(line * 64))
+  end
+  b.gp("add %r8, %r9")
 end
 
 
@@ -408,7 +429,7 @@ end
 
 -- The register each fd_asm_args field is loaded into.
 local ARG_REG = { src = "rsi", ptr = "rdi", sc = "rdx", n = "rcx", stride = "r8", scl = "r9", scl_stride = "r10",
-                  consts = "r11", stage = "rbx", pf = "r14" }
+                  consts = "r11", stage = "rbx", pf = "r14", pf_v = "r9" }
 
 -- Point rax at the block's fd_asm_args and load the named fields into their
 -- registers (ARG_REG); with save, first push the callee-saved ones (save_regs).
@@ -1706,7 +1727,9 @@ function M.pv(isa, p, block)
     vreg = nacc + (preload and T or 1)
     tmp = vreg + 2
   end
-  prologue(b, { "src", "ptr", "sc", "n", "stride", "scl", "scl_stride", "consts" })
+  local next_v = M.pv_next_v(isa, p)
+  assert(not (next_v and p.QUANT), "pv: r9 holds either the V scales or the next chunk's V")
+  prologue(b, { "src", "ptr", "sc", "n", "stride", next_v and "pf_v" or "scl", "scl_stride", "consts" })
   if p.T >= M.PREFETCH_MIN_TILE then b.gp(("mov %d(%%rax), %%rax"):format(ARG.pf)) end
   for t = 0, T - 1 do
     for k = 0, cb - 1 do
@@ -1746,6 +1769,7 @@ function M.pv(isa, p, block)
   -- each block prefetches the next chunk's K lines of its own d range, so
   -- prefetches are spread over the whole P.V pass
   prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W))
+  if next_v then prefetch_next_v(b, kv_span(p, block[1] * W, (block[1] + cb) * W)) end
   b.gp("add %r8, %rsi")
   b.gp(("add $%d, %%rdx"):format(hl and T * 4 or 4))
   if p.QUANT and not prescaled then b.gp("add %r10, %r9") end
@@ -1799,7 +1823,7 @@ function M.pscale(isa, p)
   for t = 0, p.T - 1 do
     local r = b.r(t % 30)
     b.v("vmulps", r .. "{k1}{z}", b.r(31), mem("rdx", t * p.CHUNKP * 4))
-    b.v("vmovups", { base = "rdx", disp = t * p.CHUNKP * 4 ~= 0 and t * p.CHUNKP * 4 or nil, mask = "k1" }, r)
+    b.v("vmovups", mem("rdx", t * p.CHUNKP * 4, nil, nil, nil, "k1"), r)
   end
   b.gp("add $64, %rdx")
   b.gp("add $64, %r9")
@@ -2122,7 +2146,9 @@ end
 -- process that generates many kernels does not grow without bound.
 local MEMO_MAX = 256
 local memo, memo_n = {}, 0
-for _, name in ipairs { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_dpbf16", "pround", "qload", "store_out", "scale_records", "grow_lanes", "sums_lanes" } do
+local MEMOIZED = { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_dpbf16", "pround", "qload", "store_out",
+                   "scale_records", "grow_lanes", "sums_lanes" }
+for _, name in ipairs(MEMOIZED) do
   local build = M[name]
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,

@@ -422,6 +422,9 @@ $(beam_piece("          "))
           aa.sc = $(PRECISION == 1 and not HL and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
           aa.n = pm;
           aa.pf = nk < end ? $(row("kbase", "nk")) : vp;
+@     if PV_NEXT_V then
+          aa.pf_v = nk < end ? $(row("vbase", "nk")) : vp;
+@     end
 @     if QUANT then
           aa.scl = vsp;
 @     end
@@ -447,6 +450,9 @@ $(simd_pv(blk))
           aa.sc = $(PRECISION == 1 and not HL and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
           aa.n = pm;
           aa.pf = nk < end ? $(row("kbase", "nk")) : vseg;
+@     if PV_NEXT_V then
+          aa.pf_v = nk < end ? $(row("vbase", "nk")) : vseg;
+@     end
 @     if QUANT then
           aa.scl = w->v_scale + pg * w->scale_page_stride + slot;
 @     end
@@ -467,6 +473,9 @@ $(simd_pv(blk))
         aa.sc = sc;
         aa.n = n;
         aa.pf = kbase + (c + $(CHUNK)) * kvs;
+@     if PV_NEXT_V then
+        aa.pf_v = vbase + (c + $(CHUNK)) * kvs;   /* the head-lane P.V prefetches the next chunk's V too */
+@     end
 @     if QUANT then
         aa.scl = w->v_scale + c * w->scale_stride;
 @     end

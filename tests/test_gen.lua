@@ -130,6 +130,14 @@ T.eq(hints[3], "r14:prefetcht0 rax:prefetcht1", "isa 3, tile 4: V prefetched int
 T.eq(hints[4], "r14:prefetcht1 rax:prefetcht1", "isa 4, tile 4: V and K into L2")
 T.eq(hints[2], "r14:prefetcht1 rax:prefetcht1", "isa 2, tile 4: V and K into L2")
 T.eq(hints[1], "r14:prefetcht1 rax:prefetcht1", "isa 1, tile 4: V and K into L2")
+-- head-lane tiles: the P.V passes also prefetch the next chunk's V rows into
+-- L2 (r9 from pf_v), each cache line of a row once; row-major tiles do not
+local hl, hl_paged = g.source("11024064163002220"), g.source("11024064163002222")
+T.eq(count(hl, "prefetcht1 %d+%(%%%%r9%)"), 2, "head-lane, head_dim 64 bf16: the P.V prefetches the 2 lines of the next chunk's V row")
+T.ok(hl:find("aa.pf_v = vbase + (c + 1024) * kvs;", 1, true), "dense head-lane kernel: pf_v is the next chunk's V")
+T.ok(hl_paged:find("aa.pf_v = nk < end ? vbase + (fd_i64)pages[(nk) >> w->page_shift]", 1, true),
+  "paged head-lane kernel: pf_v is the next chunk's V row through the block table")
+T.eq(count(g.source("10256128043002220"), "%%%%r9%)"), 0, "row-major tile 4: no next-chunk V prefetch")
 T.raises("field flags", "split + lse refused", g.source, "10064064020301110")
 T.raises("field head_dim", "malformed key refused", g.source, "10064000020001110")
 
