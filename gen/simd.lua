@@ -742,35 +742,39 @@ local function hl_group(dp)
   return 8, 16
 end
 
--- Head-lane scores: KG K rows (hl_group) are staged as f32, then for each d
--- acc[r] += q column d (the 16 heads' q[t][d]) * K[r][d] broadcast from the
--- stage; acc[r] is the score vector of key r, stored at sc[(i + r) * 16].
--- A short last group leaves stale staged rows; their rows of sc are never read.
--- With dpbf16 (M.dpbf16), the rows are staged as raw bf16 and each q column
--- register holds the pairs (q[t][2j], q[t][2j+1]) of the 16 heads: one
--- vdpbf16ps with K[r][2j..2j+1] broadcast adds two d-steps; the scale follows.
-local function scores_hl(isa, p)
-  local b = new_block(isa, p)
-  local T, dp = p.T, M.dpbf16(isa, p)
-  local KG, QC = hl_group(dp)
-  prologue(b, dp and { "src", "ptr", "sc", "n", "stride", "scl", "consts", "stage", "pf" }
-                 or { "src", "ptr", "sc", "n", "stride", "consts", "stage", "pf" }, true)
-  if dp then b.v("vbroadcastss", b.r(KG + QC), mem("r9", 0)) end
-  b.gp("test %rcx, %rcx")
-  b.gp("jz 9f")
-  b.gp("1:")
-  stage_group(b, p, KG, dp)
+-- Whether the head-lane dpbf16 scores read a whole group's K rows in place
+-- (broadcast from the rows, no staging copy): AVX-512 with vdpbf16ps; a group
+-- short of 16 rows (the chunk's tail) is still staged, so no row past n is read.
+function M.hl_direct(isa, p)
+  return M.head_lanes(isa, p) and M.dpbf16(isa, p)
+end
+
+-- Row r of a direct head-lane group: rows 3k .. 3k + 2 from base k (rsi,
+-- then HL_BASES[k], each 3 rows past the last) and 0, 1 or 2 strides (r8).
+local HL_BASES = { "r9", "r10", "r12", "r13", "r15" }
+local function hl_row(r, disp)
+  local k, j = math.floor(r / 3), r % 3
+  return mem(k == 0 and "rsi" or HL_BASES[k], disp, j > 0 and "r8" or nil, j > 0 and j or nil, true)
+end
+
+-- The group's dot products: acc[r] (register r) += q column (registers KG ..)
+-- times row r's K at d, the row's operand from at(r, byte offset) (a
+-- broadcast); then the scale (dp) and the stores of the KG score vectors.
+local function hl_dots(b, p, KG, QC, dp, at, between)
+  local T = p.T
   for r = 0, KG - 1 do
     local z = b.r(r, "xmm")
     b.v("vxorps", z, z, z)
   end
   local step = dp and 2 or 1   -- d-steps per q column register
+  local steps = math.ceil(p.D / (QC * step))
   for d0 = 0, p.D - 1, QC * step do
+    if between then between(d0 / (QC * step), steps) end
     for j = 0, QC - 1 do b.v("vmovups", b.r(KG + j), mem("rdi", (math.floor(d0 / step) + j) * T * 4)) end
     for j = 0, QC - 1 do
       for r = 0, KG - 1 do
-        if dp then b.v("vdpbf16ps", b.r(r), b.r(KG + j), mem("rbx", r * p.D * 4 + (d0 + 2 * j) * 2, nil, nil, true))
-        else b.v("vfmadd231ps", b.r(r), b.r(KG + j), mem("rbx", (r * p.D + d0 + j) * 4, nil, nil, true)) end
+        if dp then b.v("vdpbf16ps", b.r(r), b.r(KG + j), at(r, (d0 + 2 * j) * 2))
+        else b.v("vfmadd231ps", b.r(r), b.r(KG + j), at(r, (d0 + j) * 4)) end
       end
     end
   end
@@ -779,7 +783,67 @@ local function scores_hl(isa, p)
     b.v("vmovups", mem("rdx", r * T * 4), b.r(r))
   end
   b.gp(("add $%d, %%rdx"):format(KG * T * 4))
-  return close_group_loop(b)
+end
+
+-- A direct group of 16 rows (M.hl_direct): the row bases, the V prefetch of
+-- its 16 keys, the dot products from the rows in place, rsi past the group.
+local function hl_direct_group(b, p, KG, QC)
+  local prev = "rsi"
+  for _, base in ipairs(HL_BASES) do
+    b.gp(("lea (%%%s,%%rax), %%%s"):format(prev, base))
+    prev = base
+  end
+  -- the V prefetches of the group's rows spread over its d-steps
+  local function prefetches(step, steps)
+    local from, to = math.floor(step * KG / steps), math.floor((step + 1) * KG / steps)
+    for _ = from + 1, to do prefetch_row(b, p, "r14") end
+  end
+  hl_dots(b, p, KG, QC, true, function(r, disp) return hl_row(r, disp) end, prefetches)
+  b.gp("lea (%r15,%r8), %rsi")
+  b.gp(("sub $%d, %%rcx"):format(KG))
+end
+
+-- Head-lane scores: KG K rows (hl_group) are staged as f32, then for each d
+-- acc[r] += q column d (the 16 heads' q[t][d]) * K[r][d] broadcast from the
+-- stage; acc[r] is the score vector of key r, stored at sc[(i + r) * 16].
+-- A short last group leaves stale staged rows; their rows of sc are never read.
+-- With dpbf16 (M.dpbf16), the rows are staged as raw bf16 and each q column
+-- register holds the pairs (q[t][2j], q[t][2j+1]) of the 16 heads: one
+-- vdpbf16ps with K[r][2j..2j+1] broadcast adds two d-steps; the scale follows.
+-- Whole groups then read K in place (M.hl_direct: rax = 3 strides).
+local function scores_hl(isa, p)
+  local b = new_block(isa, p)
+  local dp, direct = M.dpbf16(isa, p), M.hl_direct(isa, p)
+  local KG, QC = hl_group(dp)
+  prologue(b, dp and { "src", "ptr", "sc", "n", "stride", "scl", "consts", "stage", "pf" }
+                 or { "src", "ptr", "sc", "n", "stride", "consts", "stage", "pf" }, true)
+  if dp then b.v("vbroadcastss", b.r(KG + QC), mem("r9", 0)) end
+  if direct then
+    b.gp("push %r15")
+    b.gp("imul $3, %r8, %rax")
+  end
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 9f")
+  b.gp("1:")
+  if direct then
+    b.gp(("cmp $%d, %%rcx"):format(KG))
+    b.gp("jb 3f")
+    hl_direct_group(b, p, KG, QC)
+    b.gp("jmp 4f")
+    b.gp("3:")
+  end
+  stage_group(b, p, KG, dp)
+  hl_dots(b, p, KG, QC, dp, function(r, disp)
+    return mem("rbx", r * p.D * 4 + disp, nil, nil, true)
+  end)
+  if not direct then return close_group_loop(b) end
+  b.gp("4:")
+  b.gp("test %rcx, %rcx")
+  b.gp("jnz 1b")
+  b.gp("9:")
+  b.gp("pop %r15")
+  restore_regs(b)
+  return M.statement(b)
 end
 
 -- MSD scores (the key's planes digit, M.msd): groups of 16 int8 K rows are

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Compare kernel output with the reference (kp_errors): out within tolerance, lse within
    KP_LSE_TOL relative, identical -inf for rows with no valid key, never NaN. Returns the
@@ -66,4 +68,15 @@ int t_plan_run(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_a
   if (!rc) rc = fd_run(plan, a);
   fd_plan_destroy(plan);
   return rc;
+}
+
+void *t_guarded(const void *src, size_t n, void **map, size_t *maplen) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), body = (n + pg - 1) / pg * pg;
+  *maplen = body + pg;
+  *map = mmap(NULL, *maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (*map == MAP_FAILED) return NULL;
+  mprotect((char *)*map + body, pg, PROT_NONE);
+  char *dst = (char *)*map + body - n;
+  memcpy(dst, src, n);
+  return dst;
 }

@@ -20,4 +20,8 @@ int t_quant_dtype(int i);
 /* Plan shape s with opts o on ctx, run it once with a, destroy the plan;
    FD_OK or the failing call's code (its message in fd_errmsg(ctx)). */
 int t_plan_run(fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, const fd_args *a);
+/* A copy of n bytes of src that ends where an inaccessible page begins (*map,
+   *maplen: the mapping to munmap), so that a read past its end faults; NULL
+   when the mapping fails. */
+void *t_guarded(const void *src, size_t n, void **map, size_t *maplen);
 #endif

@@ -138,6 +138,19 @@ T.ok(hl:find("aa.pf_v = vbase + (c + 1024) * kvs;", 1, true), "dense head-lane k
 T.ok(hl_paged:find("aa.pf_v = nk < end ? vbase + (fd_i64)pages[(nk) >> w->page_shift]", 1, true),
   "paged head-lane kernel: pf_v is the next chunk's V row through the block table")
 T.eq(count(g.source("10256128043002220"), "%%%%r9%)"), 0, "row-major tile 4: no next-chunk V prefetch")
+-- head-lane bf16 scores: whole groups of 16 K rows read in place (16 row
+-- operands, 32 dot products each at head_dim 64), the short last group staged
+local rows = {}
+for operand in hl:gmatch("vdpbf16ps zmm%d+, zmm%d+, dword ptr %[([%w%*+]+)%]") do
+  operand = operand:gsub("%+%d+$", "")
+  rows[operand] = (rows[operand] or 0) + 1
+end
+local in_place, distinct = 0, 0
+for operand, n in pairs(rows) do
+  if operand ~= "rbx" then in_place, distinct = in_place + n, distinct + 1 end
+end
+T.eq(rows.rbx, 512, "head-lane scores: the staged tail group's 512 dot products")
+T.ok(in_place == 512 and distinct == 16, ("head-lane scores: 512 dot products from 16 rows in place (%d from %d)"):format(in_place, distinct))
 T.raises("field flags", "split + lse refused", g.source, "10064064020301110")
 T.raises("field head_dim", "malformed key refused", g.source, "10064000020001110")
 

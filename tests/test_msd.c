@@ -249,19 +249,6 @@ static void output_errors(fd_ctx *ctx, const char *backend) {
           e[1]);
 }
 
-/* A copy of n bytes of src that ends where an inaccessible page begins (*map,
-   *maplen: the mapping to unmap), so that a read past its end faults. */
-static void *guarded(const void *src, size_t n, void **map, size_t *maplen) {
-  size_t pg = (size_t)sysconf(_SC_PAGESIZE), body = (n + pg - 1) / pg * pg;
-  *maplen = body + pg;
-  *map = mmap(NULL, *maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (*map == MAP_FAILED) return NULL;
-  mprotect((char *)*map + body, pg, PROT_NONE);
-  char *dst = (char *)*map + body - n;
-  memcpy(dst, src, n);
-  return dst;
-}
-
 /* The last partial chunk (203 keys: at chunk 64 the last holds 11) with V
    and v_scale ending at an inaccessible page: no byte past the last row or
    scale is read (pscale's masked tail); against the reference. */
@@ -272,8 +259,8 @@ static void guard_tail(fd_ctx *ctx, int planes, int chunk) {
   kp.cur_pos[0] = S - 1;
   void *vmap, *smap;
   size_t vlen, slen;
-  void *v = guarded(kp.v, (size_t)S * D, &vmap, &vlen);
-  float *vs = guarded(kp.v_scale, sizeof(float) * S, &smap, &slen);
+  void *v = t_guarded(kp.v, (size_t)S * D, &vmap, &vlen);
+  float *vs = t_guarded(kp.v_scale, sizeof(float) * S, &smap, &slen);
   if (!t_check(v && vs, "guarded V copies")) { kp_free(&kp); return; }
   float out[G * 80], lse[G];
   double rout[G * 80], rlse[G];
