@@ -251,16 +251,24 @@ function M.pv_next_v(isa, p)
   return M.head_lanes(isa, p) and p.T >= M.PREFETCH_MIN_TILE
 end
 
--- Prefetch the cache lines of the next chunk's V row (r9) that hold bytes
--- [from, to) of the row and start in that range (a line shared with the
--- previous d-block was taken there), and advance r9 by the row stride.
-local function prefetch_next_v(b, from, to)
-  for line = math.ceil(from / 64), math.ceil(to / 64) - 1 do
-    b.gp(("prefetcht1 %d(%%r9)"):format(line * 64))
+-- The next chunk's prefetches of a head-lane P.V pass (block {c0, cb}): the
+-- K lines (rax) and V lines (r9) of a row, alternating, dealt out evenly over
+-- the D / W d-block passes (at head_dim 64 bf16, one line a pass), each
+-- pointer then advanced by the row stride. Against each pass prefetching the
+-- K and V lines of its own d range (the K line taken twice): 0.963x-0.986x
+-- the time, Falcon-40B bf16 cold, chunks 64 to 1024.
+local function prefetch_next_rows(b, p, block)
+  local passes, lines = math.floor(p.D / b.g.W), math.ceil(facts.kv_bytes(p.KV_DTYPE, p.D) / 64)
+  local items = {}
+  for line = 0, lines - 1 do
+    items[#items + 1] = { "rax", line }
+    items[#items + 1] = { "r9", line }
   end
+  local first, last = math.floor(block[1] * #items / passes), math.floor((block[1] + block[2]) * #items / passes)
+  for k = first + 1, last do b.gp(("prefetcht1 %d(%%%s)"):format(items[k][2] * 64, items[k][1])) end
+  b.gp("add %r8, %rax")
   b.gp("add %r8, %r9")
 end
-
 
 -- The loads of W elements of each dtype (by name) at m into vector register
 -- dst as f32, each function(b, dst, m, tmp) (tmp: a scratch register).
@@ -1832,8 +1840,8 @@ function M.pv(isa, p, block)
   end
   -- each block prefetches the next chunk's K lines of its own d range, so
   -- prefetches are spread over the whole P.V pass
-  prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W))
-  if next_v then prefetch_next_v(b, kv_span(p, block[1] * W, (block[1] + cb) * W)) end
+  if next_v then prefetch_next_rows(b, p, block)
+  else prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W)) end
   b.gp("add %r8, %rsi")
   b.gp(("add $%d, %%rdx"):format(hl and T * 4 or 4))
   if p.QUANT and not prescaled then b.gp("add %r10, %r9") end

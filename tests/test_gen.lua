@@ -134,6 +134,7 @@ T.eq(hints[1], "r14:prefetcht1 rax:prefetcht1", "isa 1, tile 4: V and K into L2"
 -- L2 (r9 from pf_v), each cache line of a row once; row-major tiles do not
 local hl, hl_paged = g.source("11024064163002220"), g.source("11024064163002222")
 T.eq(count(hl, "prefetcht1 %d+%(%%%%r9%)"), 2, "head-lane, head_dim 64 bf16: the P.V prefetches the 2 lines of the next chunk's V row")
+T.eq(count(hl, "prefetcht1 %d+%(%%%%rax%)"), 2, "head-lane, head_dim 64 bf16: and each of its K row's 2 lines once")
 T.ok(hl:find("aa.pf_v = vbase + (c + 1024) * kvs;", 1, true), "dense head-lane kernel: pf_v is the next chunk's V")
 T.ok(hl_paged:find("aa.pf_v = nk < end ? vbase + (fd_i64)pages[(nk) >> w->page_shift]", 1, true),
   "paged head-lane kernel: pf_v is the next chunk's V row through the block table")
