@@ -245,7 +245,7 @@ end
 -- pf_v): head-lane tiles, whose P.V (four passes of 16 FMAs a key at head_dim
 -- 64) is the longest stretch of the chunk; K of the next chunk alone left
 -- memory idle there. Measured on the Zen 5 VM (Falcon-40B bf16, cold, the
--- same plans): 0.93x the time at chunk 1024, 0.94x at 128; on row-major
+-- same plans): 0.949x the time at chunk 1024, 0.945x at 128; on row-major
 -- tiles (Llama bf16 and int8, the MQA batch) 1.07-1.13x, so not for them.
 function M.pv_next_v(isa, p)
   return M.head_lanes(isa, p) and p.T >= M.PREFETCH_MIN_TILE
@@ -777,7 +777,7 @@ local function hl_dots(b, p, KG, QC, dp, at, between)
   local step = dp and 2 or 1   -- d-steps per q column register
   local steps = math.ceil(p.D / (QC * step))
   for d0 = 0, p.D - 1, QC * step do
-    if between then between(d0 / (QC * step), steps) end
+    if between then between(math.floor(d0 / (QC * step)), steps) end
     for j = 0, QC - 1 do b.v("vmovups", b.r(KG + j), mem("rdi", (math.floor(d0 / step) + j) * T * 4)) end
     for j = 0, QC - 1 do
       for r = 0, KG - 1 do
@@ -811,14 +811,15 @@ local function hl_direct_group(b, p, KG, QC)
   b.gp(("sub $%d, %%rcx"):format(KG))
 end
 
--- Head-lane scores: KG K rows (hl_group) are staged as f32, then for each d
+-- Head-lane scores: KG K rows (hl_group) are staged as f32 (or, with
+-- dpbf16, a whole group read in place: M.hl_direct), then for each d
 -- acc[r] += q column d (the 16 heads' q[t][d]) * K[r][d] broadcast from the
 -- stage; acc[r] is the score vector of key r, stored at sc[(i + r) * 16].
 -- A short last group leaves stale staged rows; their rows of sc are never read.
 -- With dpbf16 (M.dpbf16), the rows are staged as raw bf16 and each q column
 -- register holds the pairs (q[t][2j], q[t][2j+1]) of the 16 heads: one
 -- vdpbf16ps with K[r][2j..2j+1] broadcast adds two d-steps; the scale follows.
--- Whole groups then read K in place (M.hl_direct: rax = 3 strides).
+-- (The direct groups keep 3 row strides in rax.)
 local function scores_hl(isa, p)
   local b = new_block(isa, p)
   local dp, direct = M.dpbf16(isa, p), M.hl_direct(isa, p)
@@ -1838,7 +1839,8 @@ function M.pv(isa, p, block)
       end
     end
   end
-  -- each block prefetches the next chunk's K lines of its own d range, so
+  -- each block prefetches the next chunk's K lines of its own d range (a
+  -- head-lane tile: its share of the next chunk's K and V lines), so
   -- prefetches are spread over the whole P.V pass
   if next_v then prefetch_next_rows(b, p, block)
   else prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W)) end
