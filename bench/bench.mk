@@ -14,7 +14,8 @@
 # their multiply-adds (f32 FMAs, or int8 dots for int8 KV; bench/stream.lua, about 70 s);
 # `QUICK=1 make bench-stream`: the 16k/4k/2k rows, 7 rounds.
 # `make bench-phases`: issue 18's bound rows under `perf record`, each sample named by the template
-# statement it ran in (bench/phases.lua; needs perf, about 220 s); `QUICK=1`: the quick lengths, about 50 s.
+# statement it ran in (bench/phases.lua; needs perf, about 220 s); `QUICK=1`: the quick lengths, about 50 s;
+# `FDB_WARM=1`: warm calls back to back (no flush), results/bench/phases-warm-<machine>[-quick].
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench

@@ -14,6 +14,8 @@
 -- (.svg, .png). Never asserts a time; fails when perf cannot sample, a child
 -- fails, or a row has no sample in its kernel.
 --   QUICK=1        the rows at the shapes' quick lengths, 0.5 s of calls each (else 2 s), "-quick" files
+--   FDB_WARM=1     warm calls back to back, no flush (K and V in the caches as far as they
+--                  fit: where the time goes without memory's share), "phases-warm" files
 --   SHAPES         the shape set (default tuner/shapes/bench.lua): its shapes with a target
 --   FDB_TABLE      tuned table the plans come from (default results/tuned/<machine>.tsv if present)
 --   FDB_OUT        output folder (default results/bench); FDB_PLOT=0: no gnuplot
@@ -34,6 +36,8 @@ local sys = require("tuner.sys")
 
 local env = side.env
 local QUICK = env("QUICK", "0") ~= "0"
+local WARM = env("FDB_WARM", "0") ~= "0"
+local NAME = WARM and "phases-warm" or "phases"
 local CFG = side.config(root, QUICK, {
   seconds = QUICK and 0.5 or 2, hz = tonumber(env("FDB_PERF_HZ", "999")), perf = env("PERF", "perf"),
   shapes = env("SHAPES", root .. "/tuner/shapes/bench.lua"),
@@ -59,7 +63,7 @@ end
 -- one line "key K splits S threads H calls N median_ms M".
 local function child(n)
   local row = assert(bound_rows(CFG.shapes)[n], "no row " .. n)
-  local info = side.run_info("phases", root, QUICK)
+  local info = side.run_info(NAME, root, QUICK)
   local ctx = side.context(info, "cc")
   if info.backend ~= "cc" then error("the cc backend is not available (no C compiler?)", 0) end
   local keep, s = {}, row.shape
@@ -74,7 +78,7 @@ local function child(n)
   end
   local times, sum, start = {}, 0, now()
   repeat
-    if fdb.fdb_flush_caches() ~= 0 then error("out of memory for the cache flush buffer", 0) end
+    if not WARM and fdb.fdb_flush_caches() ~= 0 then error("out of memory for the cache flush buffer", 0) end
     perf_control("enable")
     local t0 = now()
     local rc = lib.fd_run(plan, args)
@@ -183,12 +187,14 @@ local function markdown(res, chart)
     rows[#rows + 1] = t
   end
   local L = {
-    ("# flashdecode phase profile: %s%s"):format(i.machine.slug, QUICK and " (QUICK)" or ""), "",
+    ("# flashdecode phase profile: %s%s%s"):format(i.machine.slug, QUICK and " (QUICK)" or "", WARM and ", warm" or ""), "",
     side.run_lines(i),
     ("- Rows: the shapes of `%s` with issue 18's target, at the target's lengths, causal, cur_pos = kv_len - 1; each kernel is the planner's plan from %s, built by the cc backend under `FD_CC_DEBUG=1` (#line back to the templates, -g)")
       :format(side.relative(root, CFG.shapes), side.plans_from(root, i)),
-    ("- Method: each row in its own process, `perf record -e cpu-clock -F %d` over cold `fd_run` calls on %d threads until they add up to %g s: before each call the caches are flushed (%d MiB read) with perf paused, and perf samples the call alone (its control FIFO); the planning, compiling, buffer fill and 3 warm-up calls are not sampled. `perf report --sort dso,srcline` names each sample's template line; a share is the %% of the samples. A share counts time, stalls included: a phase waiting on memory is charged for the wait. ms / call = the median call (perf's own work on these cores makes it a few %% slower than `make bench`'s); GB/s = KV bytes / that")
-      :format(CFG.hz, i.threads, CFG.seconds, i.flush / 2 ^ 20),
+    ("- Method: each row in its own process, `perf record -e cpu-clock -F %d` over %s `fd_run` calls on %d threads until they add up to %g s: %s, and perf samples the call alone (its control FIFO); the planning, compiling, buffer fill and 3 warm-up calls are not sampled. `perf report --sort dso,srcline` names each sample's template line; a share is the %% of the samples. A share counts time, stalls included: a phase waiting on memory is charged for the wait. ms / call = the median call (perf's own work on these cores makes it a few %% slower than `make bench`'s); GB/s = KV bytes / that")
+      :format(CFG.hz, WARM and "warm" or "cold", i.threads, CFG.seconds, WARM
+        and "the calls back to back, no flush (`FDB_WARM=1`: K and V in the caches as far as they fit), perf paused between them"
+        or ("before each call the caches are flushed (%d MiB read) with perf paused"):format(i.flush / 2 ^ 20)),
     "- Phases: a template statement's inline assembly (`$(simd_NAME())` in templates/decode.c.tpl; bench/profile.lua names them); kernel's C = the template's C between them (loops, pointers, the softmax bookkeeping); executor = libflashdecode (work items, the thread pool, merging splits); outside = everything else (libc, the OS, LuaJIT). ns / key / thread = the call's time x threads / (batch x kv heads x kv_len): the thread-time one key of one kv head costs; times a phase's share, that phase's",
     "- The statements are the same machine code under tcc (the default backend); the C between them is gcc's here; calls = the calls sampled, samples = perf's samples of them",
     ("- Read bandwidth sampled at the end (%s sum, 256 MiB, all threads): %.1f GB/s"):format(i.bw_kernel, res.bw_best),
@@ -238,7 +244,7 @@ local function main()
   if arg[1] == "--child" then return child(tonumber(arg[2])) end
   local why = perf_missing()
   if why then io.stderr:write("bench-phases: ", why, "\n"); os.exit(1) end
-  local info = side.run_info("phases", root, QUICK)
+  local info = side.run_info(NAME, root, QUICK)
   side.context(info, "cc")
   capture("mkdir", ("mkdir -p %s"):format(q(CFG.work)))
   local todo = bound_rows(CFG.shapes)
