@@ -13,7 +13,14 @@
    table: each row's keys, median microseconds per call of A and B, and the
    median of the per-round ratios B/A with its quartiles. It asserts no
    speed; it fails only when a library, a plan or a call fails.
-     builds LIB_A LIB_B [ROUNDS [warm|cold]]   (`make bench-builds REV=...`) */
+     builds LIB_A LIB_B [ROUNDS [warm|cold]]   (`make bench-builds REV=...`)
+   Environment, to reproduce one A/B of a kernel change at a chosen plan:
+     FDB_ROWS    the rows to run, names separated by commas (default: all)
+     FDB_BATCH   every row's batch instead of its own
+     FDB_LEN     every row's kv_len instead of its warm or cold one
+     FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (a key's isa digit): A's plan
+                 forced to them (fd_plan_opts) instead of its heuristic's
+   A malformed value or an unknown row name is refused (exit 2). */
 #include "bw.h"
 #include "flashdecode.h"
 #include "util.h"
@@ -62,6 +69,62 @@ static int open_lib(const char *path, lib *l) {
   return 0;
 }
 
+/* The overrides read from the environment (0: none; isa -1: none). */
+typedef struct overrides { const char *rows; long batch, len, chunk, tile, splits, isa; } overrides;
+static overrides OV = { NULL, 0, 0, 0, 0, 0, -1 };
+
+/* Read integer variable name into *v when set: 0, or 1 (said) when it is not
+   an integer in [lo, hi]. */
+static int env_long(const char *name, long lo, long hi, long *v) {
+  const char *e = getenv(name);
+  if (!e || !*e) return 0;
+  char *end;
+  long x = strtol(e, &end, 10);
+  if (*end || x < lo || x > hi) {
+    fprintf(stderr, "builds: %s='%s': want an integer from %ld to %ld\n", name, e, lo, hi);
+    return 1;
+  }
+  *v = x;
+  return 0;
+}
+
+/* Whether row name is among the comma-separated names of FDB_ROWS (all when unset). */
+static int row_selected(const char *name) {
+  if (!OV.rows) return 1;
+  size_t n = strlen(name);
+  for (const char *p = OV.rows; *p;) {
+    const char *q = strchr(p, ',');
+    size_t len = q ? (size_t)(q - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0) return 1;
+    p += len + (q != NULL);
+  }
+  return 0;
+}
+
+/* Read the overrides; 1 (said, with the row names) on a malformed one. */
+static int read_overrides(size_t nrows, const char *const *names) {
+  if (env_long("FDB_BATCH", 1, 1 << 16, &OV.batch) || env_long("FDB_LEN", 1, 1L << 30, &OV.len) ||
+      env_long("FDB_CHUNK", 1, 1 << 20, &OV.chunk) || env_long("FDB_TILE", 1, 1024, &OV.tile) ||
+      env_long("FDB_SPLITS", 1, 1 << 16, &OV.splits) || env_long("FDB_ISA", 0, 9, &OV.isa))
+    return 1;
+  const char *rows = getenv("FDB_ROWS");
+  if (!rows || !*rows) return 0;
+  OV.rows = rows;
+  for (const char *p = rows; *p;) {   /* every listed name must be a row */
+    const char *q = strchr(p, ',');
+    size_t len = q ? (size_t)(q - p) : strlen(p), i = 0;
+    while (i < nrows && !(strlen(names[i]) == len && strncmp(p, names[i], len) == 0)) i++;
+    if (i == nrows) {
+      fprintf(stderr, "builds: FDB_ROWS: no row '%.*s'; the rows:", (int)len, p);
+      for (i = 0; i < nrows; i++) fprintf(stderr, " %s", names[i]);
+      fprintf(stderr, "\n");
+      return 1;
+    }
+    p += len + (q != NULL);
+  }
+  return 0;
+}
+
 /* Microseconds per call of plan p: REPS calls (cold: each after a flush), the median. */
 static double time_us(const lib *l, const fd_plan *p, const fd_args *a, int cold, int *rc) {
   double t[REPS];
@@ -75,13 +138,14 @@ static double time_us(const lib *l, const fd_plan *p, const fd_args *a, int cold
   return t[REPS / 2];
 }
 
-/* Plan s in A with its heuristic and in B with A's chunk, group tile,
-   splits, threads and isa (planes and precision: each build's default);
-   their keys into ka and kb (equal keys: the same kernel parameters). */
+/* Plan s in A with its heuristic (or the overrides) and in B with A's chunk,
+   group tile, splits, threads and isa (planes and precision: each build's
+   default); their keys into ka and kb (equal keys: the same kernel parameters). */
 static int plan_both(lib *A, lib *B, const fd_shape *s, fd_plan **pa, fd_plan **pb, char *ka, char *kb) {
-  fd_plan_opts none = { 0 };
+  fd_plan_opts forced = { .chunk = (int)OV.chunk, .group_tile = (int)OV.tile, .splits = (int)OV.splits,
+                          .isa = (int)OV.isa + 1 };
   fd_plan_info ia, ib;
-  if (A->plan_opts(A->ctx, s, &none, pa) || A->info(*pa, s->kv_len, &ia)) {
+  if (A->plan_opts(A->ctx, s, &forced, pa) || A->info(*pa, s->kv_len, &ia)) {
     fprintf(stderr, "builds: plan A: %s\n", A->errmsg(A->ctx));
     return 1;
   }
@@ -99,14 +163,15 @@ static int plan_both(lib *A, lib *B, const fd_shape *s, fd_plan **pa, fd_plan **
 
 /* Time row r in both builds, rounds rounds; print its table line. */
 static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
-  long len = cold ? r->cold_len : r->warm_len;
-  fd_shape s = { .batch = r->batch, .n_q_heads = r->hq, .n_kv_heads = r->hkv, .head_dim = r->d, .kv_len = len,
+  long len = OV.len ? OV.len : cold ? r->cold_len : r->warm_len;
+  int batch = OV.batch ? (int)OV.batch : r->batch;
+  fd_shape s = { .batch = batch, .n_q_heads = r->hq, .n_kv_heads = r->hkv, .head_dim = r->d, .kv_len = len,
                  .q_dtype = FD_BF16, .kv_dtype = r->kv, .out_dtype = FD_BF16, .mask_mode = FD_CAUSAL, .layout = FD_BHSD };
   fdb_rowbufs m;
   fd_plan *pa = NULL, *pb = NULL;
   char ka[24] = "", kb[24] = "";
   double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
-  int rc = fdb_rowbufs_fill(&m, r->batch, r->hq, r->hkv, r->d, len, r->kv == FD_I8);
+  int rc = fdb_rowbufs_fill(&m, batch, r->hq, r->hkv, r->d, len, r->kv == FD_I8);
   rc = rc || !ta || !tb || !ratio || plan_both(A, B, &s, &pa, &pb, ka, kb);
   fd_args a = { .q = m.q, .k = m.k, .v = m.v, .k_scale = m.ks, .v_scale = m.vs, .cur_pos = m.pos, .out = m.out };
   for (int i = 0; !rc && i < 3; i++) { time_us(A, pa, &a, 0, &rc); time_us(B, pb, &a, 0, &rc); }   /* warm-up */
@@ -121,7 +186,7 @@ static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
   if (!rc) {
     qsort(ta, rounds, sizeof *ta, fdb_by_value); qsort(tb, rounds, sizeof *tb, fdb_by_value);
     qsort(ratio, rounds, sizeof *ratio, fdb_by_value);
-    printf("| %s | %ld | `%s` | `%s` | %.1f | %.1f | %.3f | %.3f-%.3f |\n", r->name, len, ka, kb, ta[rounds / 2],
+    printf("| %s | %d | %ld | `%s` | `%s` | %.1f | %.1f | %.3f | %.3f-%.3f |\n", r->name, batch, len, ka, kb, ta[rounds / 2],
            tb[rounds / 2], ratio[rounds / 2], ratio[rounds / 4], ratio[3 * rounds / 4]);
     fflush(stdout);
   } else {
@@ -140,14 +205,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: builds LIB_A LIB_B [ROUNDS [warm|cold]]\n");
     return 2;
   }
+  const char *names[sizeof ROWS / sizeof *ROWS];
+  for (size_t i = 0; i < sizeof ROWS / sizeof *ROWS; i++) names[i] = ROWS[i].name;
+  if (read_overrides(sizeof ROWS / sizeof *ROWS, names)) return 2;
   lib A, B;
   if (open_lib(argv[1], &A) || open_lib(argv[2], &B)) return 1;
   printf("A: `%s`; B: `%s`; %d rounds, %s, %d calls per timing (the median), all cores\n\n", argv[1], argv[2],
          rounds, cold ? "cold (caches flushed before each call)" : "warm", REPS);
-  printf("| shape | kv_len | key A | key B | A us | B us | B/A median | B/A quartiles |\n");
-  printf("|---|---|---|---|---|---|---|---|\n");
+  printf("| shape | batch | kv_len | key A | key B | A us | B us | B/A median | B/A quartiles |\n");
+  printf("|---|---|---|---|---|---|---|---|---|\n");
   int rc = 0;
-  for (size_t i = 0; i < sizeof ROWS / sizeof *ROWS; i++) rc |= run_row(&A, &B, &ROWS[i], rounds, cold);
+  for (size_t i = 0; i < sizeof ROWS / sizeof *ROWS; i++)
+    if (row_selected(ROWS[i].name)) rc |= run_row(&A, &B, &ROWS[i], rounds, cold);
   A.destroy(A.ctx);
   B.destroy(B.ctx);
   return rc;

@@ -17,12 +17,26 @@ check "a mode other than warm or cold: usage, exit 2" '[ $rc -eq 2 ]'
 "$B/builds" "$B/no-such-lib.so" "$B/libflashdecode.so" 3 >"$out" 2>"$err"; rc=$?
 check "a missing library: exit 1, said" '[ $rc -eq 1 ] && grep -q "^builds: " "$err"'
 
-# Each table row: | shape | kv_len | `key A` | `key B` | ...; the same build on both sides.
-rows_ok() { awk -F'|' '/^\| [a-z]/ && $2 !~ /shape/ { n++; if ($4 != $5) bad++ } END { exit !(n == 4 && bad == 0) }' "$1"; }
+# Each table row: | shape | batch | kv_len | `key A` | `key B` | ...; the same build on
+# both sides, so every row's keys are equal; $2: the rows expected (default 4).
+rows_ok() { awk -F'|' -v want="${2:-4}" '/^\| [a-z]/ && $2 !~ /shape/ { n++; if ($5 != $6) bad++ } END { exit !(n == want && bad == 0) }' "$1"; }
 "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 3 >"$out" 2>"$err"; rc=$?
 check "A/A warm: exit 0" '[ $rc -eq 0 ]'
 check "A/A warm: 4 rows, each B key equal to its A key" 'rows_ok "$out"'
 cat "$out"
+
+# The overrides: one row at a forced plan, batch and length; bad values refused.
+FDB_ROWS=falcon-40b-bf16 FDB_BATCH=1 FDB_LEN=300 FDB_CHUNK=64 FDB_TILE=16 \
+  "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 >"$out" 2>"$err"; rc=$?
+check "FDB_ROWS, FDB_BATCH, FDB_LEN, FDB_CHUNK, FDB_TILE: exit 0, one row" '[ $rc -eq 0 ] && rows_ok "$out" 1'
+check "the row at batch 1, kv_len 300, its key of chunk 64 (digits 2-5 0064)" \
+  'grep -Eq "^\| falcon-40b-bf16 \| 1 \| 300 \| \`10064064" "$out"'
+FDB_ROWS=llama3-8b-bf16,nope "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 >"$out" 2>"$err"; rc=$?
+check "FDB_ROWS naming no row: exit 2, the rows listed" '[ $rc -eq 2 ] && grep -q "no row .nope.; the rows: llama3-8b-bf16" "$err"'
+FDB_CHUNK=64k "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 >"$out" 2>"$err"; rc=$?
+check "FDB_CHUNK not an integer: exit 2, said" '[ $rc -eq 2 ] && grep -q "FDB_CHUNK=.64k.: want an integer" "$err"'
+FDB_ISA=12 "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 >"$out" 2>"$err"; rc=$?
+check "FDB_ISA out of range: exit 2, said" '[ $rc -eq 2 ] && grep -q "FDB_ISA=.12.: want an integer from 0 to 9" "$err"'
 
 make --no-print-directory B="$B" bench-builds >"$out" 2>&1; rc=$?
 check "make bench-builds without REV: exit non-zero, said" '[ $rc -ne 0 ] && grep -q "set REV" "$out"'
