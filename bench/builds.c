@@ -88,16 +88,27 @@ static int env_long(const char *name, long lo, long hi, long *v) {
   return 0;
 }
 
+/* The next name of the comma-separated list at *p (its length in *len), *p
+   moved past it and its comma; NULL at the list's end. */
+static const char *next_name(const char **p, size_t *len) {
+  const char *s = *p, *comma = strchr(s, ',');
+  if (!*s) return NULL;
+  *len = comma ? (size_t)(comma - s) : strlen(s);
+  *p = s + *len + (comma != NULL);
+  return s;
+}
+
+/* Whether name is the first len bytes at s. */
+static int same_name(const char *s, size_t len, const char *name) {
+  return strlen(name) == len && strncmp(s, name, len) == 0;
+}
+
 /* Whether row name is among the comma-separated names of FDB_ROWS (all when unset). */
 static int row_selected(const char *name) {
   if (!OV.rows) return 1;
-  size_t n = strlen(name);
-  for (const char *p = OV.rows; *p;) {
-    const char *q = strchr(p, ',');
-    size_t len = q ? (size_t)(q - p) : strlen(p);
-    if (len == n && strncmp(p, name, n) == 0) return 1;
-    p += len + (q != NULL);
-  }
+  size_t len;
+  for (const char *p = OV.rows, *s; (s = next_name(&p, &len));)
+    if (same_name(s, len, name)) return 1;
   return 0;
 }
 
@@ -110,17 +121,15 @@ static int read_overrides(size_t nrows, const char *const *names) {
   const char *rows = getenv("FDB_ROWS");
   if (!rows || !*rows) return 0;
   OV.rows = rows;
-  for (const char *p = rows; *p;) {   /* every listed name must be a row */
-    const char *q = strchr(p, ',');
-    size_t len = q ? (size_t)(q - p) : strlen(p), i = 0;
-    while (i < nrows && !(strlen(names[i]) == len && strncmp(p, names[i], len) == 0)) i++;
+  size_t len, i;
+  for (const char *p = rows, *s; (s = next_name(&p, &len));) {   /* every listed name must be a row */
+    for (i = 0; i < nrows && !same_name(s, len, names[i]); i++) {}
     if (i == nrows) {
-      fprintf(stderr, "builds: FDB_ROWS: no row '%.*s'; the rows:", (int)len, p);
+      fprintf(stderr, "builds: FDB_ROWS: no row '%.*s'; the rows:", (int)len, s);
       for (i = 0; i < nrows; i++) fprintf(stderr, " %s", names[i]);
       fprintf(stderr, "\n");
       return 1;
     }
-    p += len + (q != NULL);
   }
   return 0;
 }
