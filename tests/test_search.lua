@@ -117,6 +117,57 @@ end
 T.ok(rounds == 3 and each, "3 rounds (stages r1..r3), each timing every finalist once")
 T.ok(math.abs(st.refined["c1024.t4.s1.p2.i1"].median_us - 120) < 1e-9, "a finalist's refined time: the median of its rounds")
 
+-- Recheck (the int8 16k job of the tune at b89fc65): the quick pass timed
+-- chunk 64 (true 80) first, in a slow spell (108), then chunks 128 (90) and
+-- 32 (95) after the bandwidth rose; chunk 512 (true 99, timed 110) and a
+-- kernel at another decomposition (60) too. The recheck re-times the 3
+-- fastest at the heuristic's decomposition in 2 interleaved rounds (stages k1,
+-- k2), each keeping its fastest time: chunk 64 ranks first; chunk 512
+-- (fourth) and the other decomposition are not re-timed; a re-time slower
+-- than the quick one leaves the record as it was.
+truth, calls, stages = {}, 0, {}
+local slow_at = {}
+measure.measure = function(_, c, stage, reps, _)
+  calls = calls + 1
+  local name = measure.config_name(c)
+  stages[stage] = (stages[stage] or "") .. name .. " "
+  local t = truth[name] * ((slow_at[name] == calls) and 1.5 or 1)
+  return { ok = true, c = c, config = name, key = name, median_us = t, times = { t }, reps = reps }
+end
+local hk = { chunk = 256, tile = 4, isa = 4, splits = 1, threads = 2 }
+local sr = { j = {}, spent = 0, budget = 100, quick = {}, refined = {}, n = 0, planned = 0 }
+for _, q in ipairs { { 64, 1, 80, 108 }, { 128, 1, 90, 90 }, { 32, 1, 95, 95 }, { 512, 1, 99, 110 }, { 128, 2, 60, 60 } } do
+  local c = { chunk = q[1], tile = 4, isa = 4, splits = q[2], threads = 2 }
+  local name = measure.config_name(c)
+  truth[name] = q[3]
+  sr.quick[name] = { ok = true, c = c, config = name, median_us = q[4] }
+end
+slow_at["c128.t4.s1.p2.i4"] = 2        -- its first re-time (the second call) in a slow spell
+local saved = search.RECHECK
+search.RECHECK = 3
+search.recheck(sr, hk, 0.1)
+search.RECHECK = saved
+local at_h = {}
+for _, r in ipairs(search.ranked(sr.quick)) do if r.c.splits == 1 then at_h[#at_h + 1] = r.config end end
+T.eq(csv(at_h), "c64.t4.s1.p2.i4,c128.t4.s1.p2.i4,c32.t4.s1.p2.i4,c512.t4.s1.p2.i4",
+     "rechecked: the kernel timed in a slow spell ranks first at the heuristic's decomposition")
+T.ok(sr.quick["c64.t4.s1.p2.i4"].median_us == 80 and sr.quick["c64.t4.s1.p2.i4"].quick_us == 108,
+     "a rechecked record keeps its fastest time and its quick time as quick_us")
+T.ok(sr.quick["c128.t4.s1.p2.i4"].median_us == 90 and sr.quick["c512.t4.s1.p2.i4"].median_us == 110
+     and sr.quick["c128.t4.s2.p2.i4"].median_us == 60, "a slower re-time, the fourth kernel and another decomposition: unchanged")
+local each_k = true
+for _, stage in ipairs { "k1", "k2" } do
+  local n = 0
+  for name in (stages[stage] or ""):gmatch("%S+") do n = n + 1; each_k = each_k and name:find("s1", 1, true) ~= nil end
+  each_k = each_k and n == 3
+end
+T.ok(each_k and stages.k3 == nil and calls == 6, "2 rounds (stages k1, k2), each timing the 3 kernels once", calls)
+local tight = { j = {}, spent = 0.5, budget = 1, quick = {}, refined = {}, n = 0, planned = 0 }
+for name, r in pairs(sr.quick) do tight.quick[name] = r end
+calls = 0
+search.recheck(tight, hk, 0.1)
+T.eq(calls, 0, "no round when it would leave under 40% of the job's budget")
+
 -- Finalists: the fastest, the fastest at another decomposition, then quick order.
 local function rec(name, s, p) return { config = name, c = { splits = s, threads = p } } end
 local q = { rec("a", 1, 2), rec("b", 1, 2), rec("c", 1, 2), rec("d", 4, 2), rec("e", 2, 2) }

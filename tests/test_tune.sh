@@ -52,6 +52,10 @@ check "table ends with its row count" test "$(tail -n 1 "$tmp/t.tsv")" = $'end\t
 check "table header is fd_tuned_table_header()" bash -c "$LUAJIT tuner/tuned.lua check $tmp/t.tsv"
 check "summary names every bucket" test "$(grep '^tiny-' <<<"$out" | grep -vc ' searched ')" -eq 8
 check "log holds a line per measurement" test "$(measurements "$tmp/t.log")" -ge 20
+# The recheck (tuner/search.lua): the quick pass's fastest kernels re-timed in stages k1, k2, each a quick one.
+check "the quick pass's fastest kernels re-timed (stage k1), each timed in the quick pass" \
+  awk -F'\t' '$6 == "quick" { q[$2 "@" $3 "@" $7] = 1 } $6 == "k1" { k++; if (!(($2 "@" $3 "@" $7) in q)) bad = 1 }
+    END { exit bad || k < 2 }' "$tmp/t.log"
 check "tuned rows no slower than the heuristic (recorded)" \
   awk -F'\t' 'NR > 7 && $1 != "end" && $1 != "model" && $6 > 1.03 * $8 { print; bad = 1 } END { exit bad }' "$tmp/t.tsv"
 check "ratio_ci: '-' or a kept winner's interval, below 1" \

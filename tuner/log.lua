@@ -3,7 +3,8 @@
 -- (tab-separated):
 --   build shape bucket len cache stage config key status median_us times_us name
 -- build names the library build (a measurement of another build is never
--- reused); stage is quick, r<round> (refinement, interleaved; ref in older
+-- reused); stage is quick, k<round> (the quick pass's fastest kernels
+-- re-timed, interleaved), r<round> (refinement, interleaved; ref in older
 -- logs) or v<round> (verification); status
 -- is "ok" or "failed: <why>"; times_us is a comma list. Lines starting with
 -- '#' are comments. A verification's decision (tuner/stats.lua) is a line
