@@ -11,6 +11,9 @@ B=${B:-build}
 LUAJIT=${LUAJIT:-luajit}
 . tests/check.sh
 
+kvs=$("$LUAJIT" -e 'for _, s in ipairs(assert(loadfile("bench/peers/shapes.lua"))(".")) do io.write(s.kv_dtype, " ") end')
+check "the default peers shapes hold only K/V the harness takes (f32 f16 bf16 int8: $kvs)" \
+  bash -c '[ -n "$1" ] && ! grep -qvE "^(f32|f16|bf16|int8)$" <(tr " " "\n" <<<"$1" | sed "/^$/d")' _ "$kvs"
 check "the harness builds without ggml (make $B/peers/fdpeers-noggml)" make -s B="$B" "$B/peers/fdpeers-noggml"
 cat >"$tmp/shapes.lua" <<'LUA'
 return { { name = "tiny", batch = 1, n_q_heads = 4, n_kv_heads = 1, head_dim = 64, q_dtype = "f32", kv_dtype = "f16",

@@ -1,11 +1,18 @@
--- The shapes of `make bench-peers`: every shape of the benchmark set
--- (tuner/shapes/bench.lua, the same lengths and QUICK lengths), then the ones
--- the comparison with ggml adds. Fields as in bench.lua; kv_dtype may also be
+-- The shapes of `make bench-peers`: the shapes of the benchmark set
+-- (tuner/shapes/bench.lua, the same lengths and QUICK lengths) whose K/V the
+-- harness gives ggml as they are (f32, f16, bf16), then the ones the
+-- comparison with ggml adds. Fields as in bench.lua; kv_dtype may also be
 -- "int8" (flashdecode's int8 + one f32 scale per row; ggml gets the same
--- values as q8_0 blocks). `peer_note` is printed under the shape's rows.
+-- values as q8_0 blocks: the int8 row below stands for the set's int8, q8_0
+-- and q4_0 rows, which have no ggml twin of the same bytes). `peer_note` is
+-- printed under the shape's rows.
 local root = ...
 local K = 1024
-local shapes = dofile(root .. "/tuner/shapes/bench.lua")
+local HARNESS_KV = { f32 = true, f16 = true, bf16 = true }
+local shapes = {}
+for _, s in ipairs(dofile(root .. "/tuner/shapes/bench.lua")) do
+  if HARNESS_KV[s.kv_dtype] then shapes[#shapes + 1] = s end
+end
 
 -- A copy of the benchmark shape named `name` with fields replaced.
 local function variant_of(name, extra)
