@@ -12,6 +12,8 @@ LUAJIT=${LUAJIT:-luajit}
 . tests/check.sh
 
 kvs=$("$LUAJIT" -e 'for _, s in ipairs(assert(loadfile("bench/peers/shapes.lua"))(".")) do io.write(s.kv_dtype, " ") end')
+names=$("$LUAJIT" -e 'for _, s in ipairs(assert(loadfile("bench/peers/shapes.lua"))(".")) do io.write(s.name, "\n") end')
+check "  ... each shape once" test -z "$(sort <<<"$names" | uniq -d)"
 check "the default peers shapes hold only K/V the harness takes (f32 f16 bf16 int8: $kvs)" \
   bash -c '[ -n "$1" ] && ! grep -qvE "^(f32|f16|bf16|int8)$" <(tr " " "\n" <<<"$1" | sed "/^$/d")' _ "$kvs"
 check "the harness builds without ggml (make $B/peers/fdpeers-noggml)" make -s B="$B" "$B/peers/fdpeers-noggml"
