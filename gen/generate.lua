@@ -152,6 +152,8 @@ local function add_simd(p)
   p.simd_pscale = function() return simd.pscale(p.ISA, p) end
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end
+  p.simd_merge_first = function() return simd.merge_first(p.ISA, p) end
+  p.simd_merge_add = function() return simd.merge_add(p.ISA, p) end
   p.simd_scale_records = function() return simd.scale_records(p.ISA, p) end
   p.simd_init_records = function() return simd.init_records(p.ISA, p) end
   p.Q_COLUMNS = simd.q_columns_simd(p.ISA, p)

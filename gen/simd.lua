@@ -25,6 +25,8 @@
 --   pround        fast precision: the weights rounded to bf16 in place
 --   pv_dpbf16     pv of fast precision: bf16 weight pairs by vdpbf16ps
 --   store_out     one head's normalized output row, rounded to the out dtype
+--   merge_first,  the split merge's weighted sum of one head's split rows:
+--   merge_add     acc = r * w for the first split, acc += r * w for the rest
 local x86 = require("x86")
 local facts = require("facts")
 local M = {}
@@ -1654,6 +1656,31 @@ function M.store_out(isa, p)
   return M.statement(b)
 end
 
+-- One split's term of the merge of a head's partial states (the kernel's
+-- _merge, templates/merge.c.tpl): acc[d] = r[d] * w (first) or acc[d] += r[d]
+-- * w over the D floats, acc at ptr, r at src, w at in; one multiply or FMA
+-- a vector (NaN and infinities in r give what r[d] * w gives).
+local function merge_term(isa, p, first)
+  local b = new_block(isa, p)
+  local W = b.g.W
+  prologue(b, { "src", "ptr" })
+  b.gp(("mov %d(%%rax), %%rdx"):format(ARG.inp))
+  b.v("vbroadcastss", b.r(0), mem("rdx", 0))
+  for c = 0, p.D / W - 1 do
+    local r = b.r(1 + c % 4)
+    b.v("vmovups", r, mem("rsi", c * W * 4))
+    if first then b.v("vmulps", r, r, b.r(0)) else b.v("vfmadd213ps", r, b.r(0), mem("rdi", c * W * 4)) end
+    b.v("vmovups", mem("rdi", c * W * 4), r)
+  end
+  return M.statement(b)
+end
+
+-- The first split's term of a head's merge: acc = r * w (merge_term).
+function M.merge_first(isa, p) return merge_term(isa, p, true) end
+
+-- A later split's term of a head's merge: acc += r * w (merge_term).
+function M.merge_add(isa, p) return merge_term(isa, p, false) end
+
 -- Empty state records: for each of n heads, the D floats at ptr + h * REC
 -- floats set to 0, then m = -inf and l = 0 (the two floats after them).
 function M.init_records(isa, p)
@@ -2221,7 +2248,7 @@ end
 local MEMO_MAX = 256
 local memo, memo_n = {}, 0
 local MEMOIZED = { "scores", "max", "exp", "softcap", "alibi", "pv", "pv_dpbf16", "pround", "qload", "store_out",
-                   "scale_records", "grow_lanes", "sums_lanes" }
+                   "scale_records", "grow_lanes", "sums_lanes", "merge_first", "merge_add" }
 for _, name in ipairs(MEMOIZED) do
   local build = M[name]
   M[name] = function(isa, p, blk)

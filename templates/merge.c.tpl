@@ -10,6 +10,13 @@ void fd_k$(KEY)_merge(const fd_merge_args *a) {
   const float ninf = fd_ninf();
   float acc[$(D)];
   int h, s, d;
+@ if ISA > 0 then
+  /* the splits' weighted sums and the normalized row by SIMD statements
+     (every merged row has at least one split: the first sets acc) */
+  fd_asm_args aa;
+  aa.consts = &fd_simd_c;
+  aa.ptr = acc;
+@ end
   for (h = 0; h < a->n_heads; h++) {
     float m = ninf, base, l = 0.0f, inv, sink = a->sink ? a->sink[h % a->tok_heads] : ninf;
     for (s = 0; s < a->n_splits; s++) {
@@ -18,13 +25,25 @@ void fd_k$(KEY)_merge(const fd_merge_args *a) {
     }
     if (sink > m) m = sink;
     base = m == ninf ? 0.0f : m;
+@ if ISA == 0 then
     for (d = 0; d < $(D); d++) acc[d] = 0.0f;
+@ end
     if (a->sink) l = $(("%.9g"):format(2 ^ -P_SHIFT))f * fd_expf(sink - base);   /* e^(sink - m) 2^-$(P_SHIFT) */
     for (s = 0; s < a->n_splits; s++) {
       const float *r = a->part + s * a->split_stride + (fd_i64)h * $(REC);
       float wgt = fd_expf(r[$(D)] - base);
       l += r[$(D + 1)] * wgt;
+@ if ISA > 0 then
+      aa.src = r;
+      aa.in = &wgt;
+      if (s == 0) {
+$(simd_merge_first())
+      } else {
+$(simd_merge_add())
+      }
+@ else
       for (d = 0; d < $(D); d++) acc[d] += r[d] * wgt;
+@ end
     }
     if (l == 0.0f) {
       for (d = 0; d < $(D); d++) acc[d] = 0.0f;
@@ -32,7 +51,14 @@ void fd_k$(KEY)_merge(const fd_merge_args *a) {
     } else inv = 1.0f / l;
     {
       fd_i64 tok = h / a->tok_heads, o = tok * a->tok_stride + (fd_i64)(h % a->tok_heads) * $(D);
+@ if ISA > 0 then
+      aa.n = $(D);
+      aa.in = &inv;
+      aa.out = (float *)(out + o);
+$(simd_store_out())
+@ else
       for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, o + d, acc[d] * inv);
+@ end
       if (a->lse) a->lse[tok * a->lse_tok_stride + h % a->tok_heads] = l == 0.0f ? ninf : m + fd_log_sum(l);
     }
   }

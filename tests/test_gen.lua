@@ -30,6 +30,18 @@ T.ok(src:find('#line %d+ "templates/decode.c.tpl"'), "#line directives back to t
 T.ok(not src:find("fd_k" .. k .. "_merge", 1, true), "no merge in an unsplit kernel")
 T.ok(g.source("10064064020101110"):find("fd_k10064064020101110_merge", 1, true), "split kernel has its merge")
 T.eq(g.source(k), src, "generation is deterministic")
+do -- the merge of split partials: SIMD statements on a vector isa, the C loops on portable C
+  local function merge_of(key)
+    local m = g.source(key)
+    return m:sub(m:find("_merge(const fd_merge_args *a) {", 1, true), -1)
+  end
+  local m512, mc = merge_of("10064064022101110"), merge_of("10064064020101110")
+  T.eq(select(2, m512:gsub("vfmadd213ps zmm", "")), 4, "AVX-512 merge: one FMA a vector of head_dim 64 for a later split")
+  T.eq(select(2, m512:gsub("vmulps zmm%d+, zmm%d+, zmm0 ", "")), 4, "  ... a multiply a vector for the first split")
+  T.ok(m512:find("vcvtps2ph", 1, true) and not m512:find("fd_store_f16(", 1, true),
+       "  ... and the row stored by the store_out statement")
+  T.ok(mc:find("acc[d] += r[d] * wgt;", 1, true) and mc:find("fd_store_f16(out", 1, true), "portable C merge keeps its loops")
+end
 T.ok(g.source("10064064022001110"):find(".byte 0x62", 1, true), "AVX-512 kernel carries EVEX .byte lines")
 T.ok(g.source("10064064021001110"):find(".byte 0xc", 1, true), "AVX2 kernel carries VEX .byte lines")
 do -- the JIT's form: no #line, no instruction text; the same code otherwise
