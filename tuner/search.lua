@@ -166,6 +166,16 @@ local function timed(st, c, stage, reps, warmup)
   return r
 end
 
+-- Round r of interleaved timing: config_of(i) for i = 1..n, each once, in an
+-- order rotated by r (the warm-up in round 1), so that a bandwidth level
+-- switch hits them alike; each record to put(i, record).
+local function rotating_round(st, n, config_of, stage, r, put)
+  for k = 0, n - 1 do
+    local i = (r + k - 1) % n + 1
+    put(i, timed(st, config_of(i), stage .. r, 1, r == 1))
+  end
+end
+
 -- Quick-measure config c once (warm-up only for short runs); records kept by name.
 local function quick(st, c, warm)
   local name = measure.config_name(c)
@@ -258,11 +268,9 @@ local function recheck(st, h, cost)
   for r = 1, M.RECHECK_ROUNDS do
     if left(st) - n * cost < 0.4 * st.budget then break end
     st.planned = st.planned + n
-    for k = 0, n - 1 do
-      local i = (r + k - 1) % n + 1
-      local t = timed(st, recs[i].c, "k" .. r, 1, r == 1)
+    rotating_round(st, n, function(i) return recs[i].c end, "k", r, function(i, t)
       if t.ok and t.median_us < best[i] then best[i] = t.median_us end
-    end
+    end)
   end
   for i = 1, n do
     if best[i] < recs[i].median_us then
@@ -366,10 +374,7 @@ local function refine(st, cost)
   local recs = {}
   for i = 1, n do recs[i] = {} end
   for r = 1, reps do
-    for k = 0, n - 1 do
-      local i = (r + k - 1) % n + 1
-      recs[i][r] = timed(st, best[i].c, "r" .. r, 1, r == 1)
-    end
+    rotating_round(st, n, function(i) return best[i].c end, "r", r, function(i, rec) recs[i][r] = rec end)
   end
   local order = {}
   for i = 1, n do
