@@ -808,7 +808,7 @@ local function hl_direct_group(b, p, KG, QC)
     local from, to = math.floor(step * KG / steps), math.floor((step + 1) * KG / steps)
     for _ = from + 1, to do prefetch_row(b, p, "r14") end
   end
-  hl_dots(b, p, KG, QC, true, function(r, disp) return hl_row(r, disp) end, prefetches)
+  hl_dots(b, p, KG, QC, true, hl_row, prefetches)
   b.gp("lea (%r15,%r8), %rsi")
   b.gp(("sub $%d, %%rcx"):format(KG))
 end

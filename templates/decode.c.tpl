@@ -419,27 +419,8 @@ $(simd_pround())
         for (po = 0; po < n; po += pm) {
           fd_i64 nk = c + po + $(CHUNK);
 $(beam_piece("          "))
-          aa.sc = $(PRECISION == 1 and not HL and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
-          aa.n = pm;
-          aa.pf = nk < end ? $(row("kbase", "nk")) : vp;
-@     if PV_NEXT_V then
-          aa.pf_v = nk < end ? $(row("vbase", "nk")) : vp;
-@     end
-@     if QUANT then
-          aa.scl = vsp;
-@     end
-@     if PV_PRESCALE then
-$(simd_pscale())
-@     end
-@     if PRECISION == 1 and HL then
-          aa.ptr = aa.sc;   /* the piece's weights in key pairs from its first key */
-$(simd_pround())
-@     end
-@     for _, blk in ipairs(PV_BLOCKS) do
-          aa.src = (const char *)vp + $(kv_off(blk[1] * W));
-          aa.ptr = st0 + $(blk[1] * W);
-$(simd_pv(blk))
-@     end
+@     include("pv_piece.c.tpl", { IND = "          ", PIECE = true, N = "pm", VROW = "vp", SCL = "vsp",
+@       PF = "nk < end ? " .. row("kbase", "nk") .. " : vp", PF_V = "nk < end ? " .. row("vbase", "nk") .. " : vp" })
         }
 @   elseif PAGED then
         /* P.V page by page, in key order as dense (the same sums) */
@@ -447,52 +428,14 @@ $(simd_pv(blk))
           fd_i64 slot = (c + po) & pmask, pg = (fd_i64)pages[(c + po) >> w->page_shift], nk = c + po + $(CHUNK);
           const $(KVT) *vseg = vbase + pg * w->page_stride + slot * kvs;
           pm = n - po < pmask + 1 - slot ? n - po : pmask + 1 - slot;
-          aa.sc = $(PRECISION == 1 and not HL and "(float *)((char *)sc + 2 * po)" or "sc + po" .. (HL and (" * " .. T) or ""));
-          aa.n = pm;
-          aa.pf = nk < end ? $(row("kbase", "nk")) : vseg;
-@     if PV_NEXT_V then
-          aa.pf_v = nk < end ? $(row("vbase", "nk")) : vseg;
-@     end
-@     if QUANT then
-          aa.scl = w->v_scale + pg * w->scale_page_stride + slot;
-@     end
-@     if PV_PRESCALE then
-$(simd_pscale())
-@     end
-@     if PRECISION == 1 and HL then
-          aa.ptr = aa.sc;   /* the piece's weights in key pairs from its first key */
-$(simd_pround())
-@     end
-@     for _, blk in ipairs(PV_BLOCKS) do
-          aa.src = (const char *)vseg + $(kv_off(blk[1] * W));
-          aa.ptr = st0 + $(blk[1] * W);
-$(simd_pv(blk))
-@     end
+@     include("pv_piece.c.tpl", { IND = "          ", PIECE = true, N = "pm", VROW = "vseg",
+@       SCL = "w->v_scale + pg * w->scale_page_stride + slot",
+@       PF = "nk < end ? " .. row("kbase", "nk") .. " : vseg", PF_V = "nk < end ? " .. row("vbase", "nk") .. " : vseg" })
         }
 @   else
-        aa.sc = sc;
-        aa.n = n;
-        aa.pf = kbase + (c + $(CHUNK)) * kvs;
-@     if PV_NEXT_V then
-        aa.pf_v = vbase + (c + $(CHUNK)) * kvs;   /* the head-lane P.V prefetches the next chunk's V too */
-@     end
-@     if QUANT then
-        aa.scl = w->v_scale + c * w->scale_stride;
-@     end
-@     if PV_PRESCALE then
-        /* the weights times their keys' v scales, so P.V multiplies no V vector */
-$(simd_pscale())
-@     end
-@     if PRECISION == 1 and HL then
-        /* fast precision, head-lane: the weights rounded to bf16 in key pairs */
-        aa.ptr = sc;
-$(simd_pround())
-@     end
-@     for _, blk in ipairs(PV_BLOCKS) do
-        aa.src = (const char *)(vbase + c * kvs) + $(kv_off(blk[1] * W));
-        aa.ptr = st0 + $(blk[1] * W);
-$(simd_pv(blk))
-@     end
+@     include("pv_piece.c.tpl", { IND = "        ", PIECE = false, N = "n", VROW = "(vbase + c * kvs)",
+@       SCL = "w->v_scale + c * w->scale_stride",
+@       PF = "kbase + (c + " .. CHUNK .. ") * kvs", PF_V = "vbase + (c + " .. CHUNK .. ") * kvs" })
 @   end
       }
 @ else
@@ -619,30 +562,20 @@ $(exp_body("x", "p", "            ", P_BIAS))
     }
   }
 @ if not SPLIT then
-  /* Epilogue: normalize. A head with no visible key (l = 0: all masked) gives
-     exactly 0, even where a masked key's V held NaN, and lse -inf; a NaN l
-     (a NaN or +Inf score) gives NaN. */
+  /* Epilogue: normalize (templates/store_row.c.tpl). A head with no visible
+     key (l = 0: all masked) gives exactly 0 and lse -inf; a NaN l (a NaN or
+     +Inf score) gives NaN. */
   {
     $(OUTT) *out = ($(OUTT) *)w->out;
     for (h = 0; h < nh; h++) {
       float *st = state + (fd_i64)h * $(REC);
       float l = st[$(D + 1)], inv;
-      if (l == 0.0f) {
-        for (d = 0; d < $(D); d++) st[d] = 0.0f;
-        inv = 0.0f;
-      } else inv = 1.0f / l;
+      const fd_i64 o = (fd_i64)(h / th) * w->tok_stride + (fd_i64)(h % th) * $(D);
 @   if ISA > 0 then
       fd_asm_args aa;
       aa.consts = &fd_simd_c;
-      aa.ptr = (float *)st;
-      aa.n = $(D);
-      aa.in = &inv;
-      aa.out = (float *)(out + (fd_i64)(h / th) * w->tok_stride + (fd_i64)(h % th) * $(D));
-$(simd_store_out())
-@   else
-      for (d = 0; d < $(D); d++)
-        fd_store_$(OUT_NAME)(out, (fd_i64)(h / th) * w->tok_stride + (fd_i64)(h % th) * $(D) + d, st[d] * inv);
 @   end
+@   include("store_row.c.tpl", { ROW = "st", AT = "o" })
 @   if LSE then
       w->lse[(fd_i64)(h / th) * w->lse_tok_stride + h % th] = l == 0.0f ? ninf : st[$(D)] + fd_log_sum(l);
 @   end

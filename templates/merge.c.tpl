@@ -12,7 +12,8 @@ void fd_k$(KEY)_merge(const fd_merge_args *a) {
   int h, s, d;
 @ if ISA > 0 then
   /* the splits' weighted sums and the normalized row by SIMD statements
-     (every merged row has at least one split: the first sets acc) */
+     (every merged row has at least one split: the first sets acc; the row
+     is stored as the decode epilogue stores it: templates/store_row.c.tpl) */
   fd_asm_args aa;
   aa.consts = &fd_simd_c;
   aa.ptr = acc;
@@ -45,20 +46,9 @@ $(simd_merge_add())
       for (d = 0; d < $(D); d++) acc[d] += r[d] * wgt;
 @ end
     }
-    if (l == 0.0f) {
-      for (d = 0; d < $(D); d++) acc[d] = 0.0f;
-      inv = 0.0f;
-    } else inv = 1.0f / l;
     {
       fd_i64 tok = h / a->tok_heads, o = tok * a->tok_stride + (fd_i64)(h % a->tok_heads) * $(D);
-@ if ISA > 0 then
-      aa.n = $(D);
-      aa.in = &inv;
-      aa.out = (float *)(out + o);
-$(simd_store_out())
-@ else
-      for (d = 0; d < $(D); d++) fd_store_$(OUT_NAME)(out, o + d, acc[d] * inv);
-@ end
+@ include("store_row.c.tpl", { ROW = "acc", AT = "o" })
       if (a->lse) a->lse[tok * a->lse_tok_stride + h % a->tok_heads] = l == 0.0f ? ninf : m + fd_log_sum(l);
     }
   }
