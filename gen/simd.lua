@@ -1099,10 +1099,11 @@ local function msd_group_scales(b, p)
 end
 
 -- MSD scores of a whole group of 16 rows at rsi (r8 bytes apart) without
--- staging: each 64-byte piece of the 16 rows is loaded into z0..z15 and
--- transposed by dwords in registers (transpose_pass), each dword column
--- made u8 (xor 0x80) and dotted with every head's planes there; the sums
--- are recombined as msd_heads does. The same int32 sums, in the same order,
+-- staging: each 64-byte piece of the 16 rows is loaded into z0..z15 made u8
+-- (xor 0x80 in the load: a byte's xor moves with it through the transpose)
+-- and transposed by dwords in registers (transpose_pass), each dword column
+-- dotted with every head's planes there; the sums are recombined as
+-- msd_heads does. The same int32 sums, in the same order,
 -- as the staged path. rsi ends 16 rows on, r14 (the other stream) too.
 local function msd_direct_group(b, p)
   local P, T = p.PLANES, p.T
@@ -1114,15 +1115,11 @@ local function msd_direct_group(b, p)
     local L = {}
     for i = 0, 15 do
       L[i] = i
-      b.v("vmovups", b.r(i), mem("rax", 64 * blk))
+      b.v("vpxord", b.r(i), b.r(30), mem("rax", 64 * blk))
       b.gp("add %r8, %rax")
     end
     L = transpose_pass(b, L, 16)
-    for k = 0, 15 do
-      local kz = b.r(L[k])
-      b.v("vpxord", kz, kz, b.r(30))
-      msd_column(b, p, acc, 0, T, kz, 16 * blk + TRANSPOSE_COLS[k])
-    end
+    for k = 0, 15 do msd_column(b, p, acc, 0, T, b.r(L[k]), 16 * blk + TRANSPOSE_COLS[k]) end
   end
   b.gp("mov %rax, %rsi")
   for _ = 1, 16 do prefetch_row(b, p, "r14") end
