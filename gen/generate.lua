@@ -54,19 +54,20 @@ local function load(dtype, dst, src)
   return assert(LOADS[DT[dtype].name], "gen: no C load for dtype " .. DT[dtype].name)(dst, src, DT[dtype].name)
 end
 
--- C statements of the exp polynomial: p = e^x * 2^(bias - 127) for x <= 0 above
+-- C statements of the exp (simd.EXP2_COEFS): p = e^x * 2^(bias - 127) for x <= 0 above
 -- the caller's cutoff (-87 for bias 127, so that 2^n stays a normal float),
 -- using locals eb (fd_bits), et, er (float), en (int) of the enclosing block.
 -- Softmax weights take bias 127 - simd.P_SHIFT (see there): exact and free.
 -- positive: for 0 <= x <= 40 instead (n rounded up from et + 0.5).
 local function exp_body(x, p, ind, bias, positive)
+  local horner = "er * " .. simd.EXP2_COEFS[#simd.EXP2_COEFS]
+  for i = #simd.EXP2_COEFS - 1, 2, -1 do horner = ("er * (%s + %s)"):format(simd.EXP2_COEFS[i], horner) end
+  horner = ("%s + %s"):format(simd.EXP2_COEFS[1], horner)
   local lines = {
     ("et = %s * 1.44269504088896341f;"):format(x),
     positive and "en = (int)(et + 0.5f);" or "en = (int)(et - 0.5f);",
-    ("er = %s - (float)en * 0.693359375f;"):format(x),
-    "er = er + (float)en * 2.12194440e-4f;",
-    ("%s = 1.0f + er * (1.0f + er * (0.5f + er * (0.166666667f + er * (0.0416666667f"
-      .. " + er * (0.00833333333f + er * (0.00138888889f + er * 0.000198412698f))))));"):format(p),
+    "er = et - (float)en;",
+    ("%s = %s;"):format(p, horner),
     ("eb.u = (fd_u32)(en + %d) << 23;"):format(bias or 127),
     ("%s = %s * eb.f;"):format(p, p),
   }

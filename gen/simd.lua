@@ -52,6 +52,20 @@ M.ARG = ARG
 -- CI runs on, 1.072x with -40 (results/bench/features-intel-xeon-2c.md).
 M.P_SHIFT, M.P_MIN_X = 32, -40
 
+-- e^x as 2^t, t = x log2(e): n = round(t), f = t - n (exact, in [-1/2, 1/2]),
+-- 2^f by this degree-6 polynomial (coefficients of f^0 .. f^6, fitted for
+-- the least relative error on [-1/2, 1/2]: 1.9e-9, 7.9e-8 evaluated in f32
+-- by Horner's rule with FMAs), times 2^n. Rounding t costs e^x a relative
+-- error up to about |x| 2^-24 (the rounding of x = s - m costs as much); as
+-- e^x |x| <= 1/e, that is below 2.2e-8 of the row's largest weight (1). Over
+-- x in [-40, 0] the largest error is 8.1e-8 of 1 (in C without FMA
+-- contraction; 6.5e-8 with it), against 6.3e-8 (4.6e-8) of the Cody-Waite
+-- reduction and degree-7 polynomial before, which took 3 more FMA-pipe
+-- operations a vector. The SIMD statements (exp_core) and portable C
+-- (gen/generate.lua exp_body) both read the coefficients here.
+M.EXP2_COEFS = { "1.0f", "6.931471825e-01f", "2.402264625e-01f", "5.550329015e-02f", "9.618489072e-03f",
+                 "1.339990413e-03f", "1.534574112e-04f" }
+
 -- A polynomial coefficient scaled by 2^-P_SHIFT, as a C constant expression.
 local function coef(c) return ("(%s * 0x1p-%df)"):format(c, M.P_SHIFT) end
 
@@ -59,10 +73,10 @@ local function coef(c) return ("(%s * 0x1p-%df)"):format(c, M.P_SHIFT) end
 -- the integer rows. templates/simd_prelude.c.tpl writes the struct from
 -- these lists, so names, order and values live only here.
 M.CONST_FLOATS = {
-  { "log2e", "1.44269504088896341f" }, { "ln2_hi", "0.693359375f" }, { "ln2_lo", "-2.12194440e-4f" },
-  { "c7", coef("1.98412698e-4f") }, { "c6", coef("1.38888889e-3f") }, { "c5", coef("8.33333333e-3f") },
-  { "c4", coef("4.16666667e-2f") }, { "c3", coef("0.166666667f") }, { "c2", coef("0.5f") }, { "c1", coef("1.0f") },
-  { "c0", coef("1.0f") }, { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
+  { "log2e", "1.44269504088896341f" },
+  { "e6", coef(M.EXP2_COEFS[7]) }, { "e5", coef(M.EXP2_COEFS[6]) }, { "e4", coef(M.EXP2_COEFS[5]) },
+  { "e3", coef(M.EXP2_COEFS[4]) }, { "e2", coef(M.EXP2_COEFS[3]) }, { "e1", coef(M.EXP2_COEFS[2]) },
+  { "e0", coef(M.EXP2_COEFS[1]) }, { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
   -- softcap's tanh: the odd polynomial below tanh_small, the exponent limit above it
   { "t4", "-5.70498872745e-3f" }, { "t3", "2.06390887954e-2f" }, { "t2", "-5.37397155531e-2f" },
   { "t1", "1.33314422036e-1f" }, { "t0", "-3.33332819422e-1f" }, { "tanh_small", "0.625f" },
@@ -1331,6 +1345,18 @@ function M.max(isa, p)
     function(b, hl, t) head_result(b, hl, 0, t, 1, "vmaxps") end)
 end
 
+-- The exp's core (M.EXP2_COEFS) on register x, clobbered: register n =
+-- round(x log2 e), register p = 2^f 2^-P_SHIFT, f = x log2 e - n; the caller
+-- scales p by 2^n.
+local function exp_core(b, x, n, p)
+  local r = b.r
+  b.v("vmulps", r(x), r(x), mem("r11", C.log2e))
+  b.v(evex(GEOM[b.isa]) and "vrndscaleps" or "vroundps", r(n), r(x), 8)
+  b.v("vsubps", r(x), r(x), r(n))
+  b.v("vmovups", r(p), mem("r11", C.e6))
+  for i = 5, 0, -1 do b.v("vfmadd213ps", r(p), r(x), mem("r11", C["e" .. i])) end
+end
+
 -- The online-softmax step of a head-lane tile after its max statement (in:
 -- its out, the new maxima then the old; ptr: the tile's records): out[0..T-1]
 -- = each head's exp base (its new max, 0 where that is -inf: a head whose keys
@@ -1356,14 +1382,7 @@ function M.grow_lanes(isa, p)
   b.v("kmovw", "r8d", "k1")
   b.v("vsubps", r(3), r(1), r(0))                           -- 3: x = old - new
   b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)      -- NLT_UQ: min_x <= x, or NaN
-  b.v("vmulps", r(4), r(3), mem("r11", C.log2e))            -- 4: n
-  b.v("vrndscaleps", r(4), r(4), 8)
-  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
-  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
-  b.v("vmovups", r(5), mem("r11", C.c7))                    -- 5: e^x * 2^-P_SHIFT
-  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
-    b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
-  end
+  exp_core(b, 3, 4, 5)                                      -- 4: n, 5: e^x * 2^-P_SHIFT / 2^n
   b.v("vaddps", r(4), r(4), mem("r11", C.p_shift))
   b.v("vscalefps", r(5), r(5), r(4))
   b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
@@ -1403,8 +1422,7 @@ end
 
 -- p = e^x * 2^-P_SHIFT in place for the vector at r9, x = (it - register 1),
 -- added to register 2 (register 8 holds min_x). Arguments below P_MIN_X (and
--- -inf) give exactly 0, NaN gives NaN: a degree-7 polynomial after range
--- reduction by ln 2, scaled by 2^n.
+-- -inf) give exactly 0, NaN gives NaN: exp_core, scaled by 2^n.
 local function exp_step(b)
   local r, isa = b.r, b.isa
   b.v("vmovups", r(3), mem("r9", 0))                       -- 3: x
@@ -1413,14 +1431,7 @@ local function exp_step(b)
   if evex(GEOM[isa]) then b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)
   else b.v("vcmpps", r(7), r(3), mem("r11", C.min_x), 0x15) end
   b.v("vmaxps", r(3), r(8), r(3))                          -- a NaN x, the second operand, passes
-  b.v("vmulps", r(4), r(3), mem("r11", C.log2e))           -- 4: n
-  if evex(GEOM[isa]) then b.v("vrndscaleps", r(4), r(4), 8) else b.v("vroundps", r(4), r(4), 8) end
-  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_hi))
-  b.v("vfnmadd231ps", r(3), r(4), mem("r11", C.ln2_lo))
-  b.v("vmovups", r(5), mem("r11", C.c7))                   -- 5: p
-  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
-    b.v("vfmadd213ps", r(5), r(3), mem("r11", C[c]))
-  end
+  exp_core(b, 3, 4, 5)                                     -- 4: n, 5: p
   if evex(GEOM[isa]) then
     b.v("vscalefps", r(5), r(5), r(4))
     b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
@@ -1463,14 +1474,7 @@ local function softcap_step(b)
   b.v("vaddps", r(2), r(1), r(1))
   b.v("vmovups", r(3), mem("r11", C.tanh_zmax))
   b.v("vminps", r(2), r(3), r(2))                           -- 2: z = min(2a, zmax), NaN kept
-  b.v("vmulps", r(3), r(2), mem("r11", C.log2e))
-  if x then b.v("vrndscaleps", r(3), r(3), 8) else b.v("vroundps", r(3), r(3), 8) end   -- 3: n
-  b.v("vfnmadd231ps", r(2), r(3), mem("r11", C.ln2_hi))
-  b.v("vfnmadd231ps", r(2), r(3), mem("r11", C.ln2_lo))
-  b.v("vmovups", r(4), mem("r11", C.c7))                    -- 4: e^z
-  for _, c in ipairs { "c6", "c5", "c4", "c3", "c2", "c1", "c0" } do
-    b.v("vfmadd213ps", r(4), r(2), mem("r11", C[c]))
-  end
+  exp_core(b, 2, 3, 4)                                      -- 3: n, 4: e^z 2^-P_SHIFT / 2^n
   b.v("vaddps", r(3), r(3), mem("r11", C.p_shift))
   if x then
     b.v("vscalefps", r(4), r(4), r(3))
