@@ -379,6 +379,56 @@ static void huge_logit_lanes(void) {
   }
 }
 
+/* The softmax's exp, tight: in each (row, head) one key scores c, c swept
+   over [-40, 40], the key 16 before it (a chunk of 16 apart: a positive c
+   grows the max, so the first chunk is rescaled by e^(0 - c)) scores 0, the
+   15 between -1000 (weight 0); V is 1 on the c key's first element, 0
+   elsewhere. So out[0] = e^c / (1 + e^c) and lse = log(1 + e^c), and their
+   errors are the exp's (weights, rescale factors; with 2 splits the merge's
+   factors) against the row's largest weight 1: within 1.5e-7 (the exp's own
+   error is 8.1e-8 at most, gen/simd.lua EXP2_COEFS). */
+static void exp_accuracy(void) {
+  const int B = 8, H = 16, D = 64, S = 17, n = B * H;
+  double worst_out = 0, worst_lse = 0;
+  int tiles[] = { 1, fd_isa_table[isa].head_lane_tile ? fd_isa_table[isa].head_lane_tile : 4 };
+  for (int c = 0; c < 4; c++) {
+    int tile = tiles[c % 2], splits = 1 + c / 2;
+    if (!has_variant(D, tile)) continue;
+    kproblem p;
+    kp_init(&p, B, H, 1, D, S, 0, 0, 0, 2, 0, 4280 + (uint64_t)c);
+    memset(p.kf, 0, sizeof(float) * B * S * D);
+    memset(p.vf, 0, sizeof(float) * B * S * D);
+    for (int b = 0; b < B; b++) {
+      for (int i = 1; i < 16; i++) p.kf[(b * S + i) * D + 1] = (float)(-1000 / p.ref.scale);
+      p.kf[(b * S + 16) * D] = (float)(1 / p.ref.scale);
+      p.vf[(b * S + 16) * D] = 1;
+      for (int h = 0; h < H; h++) {
+        float *q = p.qf + (b * H + h) * D;
+        memset(q, 0, sizeof(float) * D);
+        q[0] = (float)(-40 + 80.0 * (b * H + h) / (n - 1));
+        q[1] = 1;
+      }
+    }
+    kp_sync(&p);
+    float out[8 * 16 * 64], lse[8 * 16];
+    double rout[8 * 16 * 64], rlse[8 * 16], eo = 0, el = 0;
+    char name[96], err[4096];
+    snprintf(name, sizeof name, "isa%d exp accuracy, tile %d, %d split(s)", isa, tile, splits);
+    ref_attention(&p.ref, rout, rlse);
+    kconfig cfg = { 16, tile, splits, 0, 1, isa };
+    if (t_check(kx_run(&p, &cfg, out, lse, err, sizeof err) == 0, "%s: run: %s", name, err)) {
+      for (int i = 0; i < n; i++) {
+        eo = fmax(eo, fabs(out[i * D] - rout[i * D]));
+        el = fmax(el, fabs(lse[i] - rlse[i]) - 1.2e-7 * fabs(rlse[i]));   /* less lse's own f32 rounding */
+      }
+      t_check(eo <= 1.5e-7 && el <= 1.5e-7, "%s: out error %.3g, lse error %.3g (bound 1.5e-7)", name, eo, el);
+      worst_out = fmax(worst_out, eo), worst_lse = fmax(worst_lse, el);
+    }
+    kp_free(&p);
+  }
+  printf("note: isa %d: the exp's out error %.3g, lse error %.3g (bound 1.5e-7)\n", isa, worst_out, worst_lse);
+}
+
 /* Output rounding, bit for bit: with one key the output row is exactly its V
    row (p = 1, l = 1), so an f16 or bf16 output must equal the test's own
    round-to-nearest-even encoding of each V value: ties, f16 subnormals and
@@ -480,6 +530,7 @@ int main(void) {
     masked_rows();
     huge_logit();
     huge_logit_lanes();
+    exp_accuracy();
     output_rounding();
     long_chunks();
   }
