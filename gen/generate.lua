@@ -64,7 +64,7 @@ local function exp_body(x, p, ind, bias, positive)
   for i = #simd.EXP2_COEFS - 1, 2, -1 do horner = ("er * (%s + %s)"):format(simd.EXP2_COEFS[i], horner) end
   horner = ("%s + %s"):format(simd.EXP2_COEFS[1], horner)
   local lines = {
-    ("et = %s * 1.44269504088896341f;"):format(x),
+    ("et = %s * %s;"):format(x, simd.LOG2E),
     positive and "en = (int)(et + 0.5f);" or "en = (int)(et - 0.5f);",
     "er = et - (float)en;",
     ("%s = %s;"):format(p, horner),

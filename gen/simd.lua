@@ -65,6 +65,8 @@ M.P_SHIFT, M.P_MIN_X = 32, -40
 -- (gen/generate.lua exp_body) both read the coefficients here.
 M.EXP2_COEFS = { "1.0f", "6.931471825e-01f", "2.402264625e-01f", "5.550329015e-02f", "9.618489072e-03f",
                  "1.339990413e-03f", "1.534574112e-04f" }
+-- log2(e), the exp's argument scale, for both.
+M.LOG2E = "1.44269504088896341f"
 
 -- A polynomial coefficient scaled by 2^-P_SHIFT, as a C constant expression.
 local function coef(c) return ("(%s * 0x1p-%df)"):format(c, M.P_SHIFT) end
@@ -73,10 +75,9 @@ local function coef(c) return ("(%s * 0x1p-%df)"):format(c, M.P_SHIFT) end
 -- the integer rows. templates/simd_prelude.c.tpl writes the struct from
 -- these lists, so names, order and values live only here.
 M.CONST_FLOATS = {
-  { "log2e", "1.44269504088896341f" },
-  { "e6", coef(M.EXP2_COEFS[7]) }, { "e5", coef(M.EXP2_COEFS[6]) }, { "e4", coef(M.EXP2_COEFS[5]) },
-  { "e3", coef(M.EXP2_COEFS[4]) }, { "e2", coef(M.EXP2_COEFS[3]) }, { "e1", coef(M.EXP2_COEFS[2]) },
-  { "e0", coef(M.EXP2_COEFS[1]) }, { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
+  { "log2e", M.LOG2E },
+  -- (the exp's coefficient rows e<top> .. e0 go here, below)
+  { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
   -- softcap's tanh: the odd polynomial below tanh_small, the exponent limit above it
   { "t4", "-5.70498872745e-3f" }, { "t3", "2.06390887954e-2f" }, { "t2", "-5.37397155531e-2f" },
   { "t1", "1.33314422036e-1f" }, { "t0", "-3.33332819422e-1f" }, { "tanh_small", "0.625f" },
@@ -85,6 +86,9 @@ M.CONST_FLOATS = {
   { "iota", (function() local t = {} for i = 0, 15 do t[#t + 1] = i .. ".0f" end return t end)() },
   { "eight_f", "8.0f" }, { "sixteen_f", "16.0f" },
 }
+-- The exp's coefficient rows after log2e, highest power first: e<k> holds
+-- the coefficient of f^k (M.EXP2_COEFS[k + 1]), scaled.
+for k = 0, #M.EXP2_COEFS - 1 do table.insert(M.CONST_FLOATS, 2, { "e" .. k, coef(M.EXP2_COEFS[k + 1]) }) end
 -- A row of 16 integer lanes, lane i (0-based) holding f(i).
 local function int_lanes(f) local t = {} for i = 0, 15 do t[i + 1] = f(i) end return t end
 M.CONST_INTS = {
@@ -1353,8 +1357,9 @@ local function exp_core(b, x, n, p)
   b.v("vmulps", r(x), r(x), mem("r11", C.log2e))
   b.v(evex(GEOM[b.isa]) and "vrndscaleps" or "vroundps", r(n), r(x), 8)
   b.v("vsubps", r(x), r(x), r(n))
-  b.v("vmovups", r(p), mem("r11", C.e6))
-  for i = 5, 0, -1 do b.v("vfmadd213ps", r(p), r(x), mem("r11", C["e" .. i])) end
+  local top = #M.EXP2_COEFS - 1
+  b.v("vmovups", r(p), mem("r11", C["e" .. top]))
+  for i = top - 1, 0, -1 do b.v("vfmadd213ps", r(p), r(x), mem("r11", C["e" .. i])) end
 end
 
 -- The online-softmax step of a head-lane tile after its max statement (in:
