@@ -400,9 +400,11 @@ local function reduce(b, n, s, op)
 end
 
 -- The accumulator slot of key k in a group, chosen so the reduction tree
--- leaves the sums in key order (16 lanes: a 4x4 transpose; 8 lanes: 2x4).
+-- leaves the sums in key order (16 lanes: the identity; 8 lanes: a 2x4 transpose).
 local function slot_of(isa, k)
-  return math.floor(GEOM[isa].W / 4) * (k % 4) + math.floor(k / 4)
+  local W = GEOM[isa].W
+  if W == 16 then return k end
+  return math.floor(W / 4) * (k % 4) + math.floor(k / 4)
 end
 
 -- One tree level: pairs (A, B) of registers -> A = shuffle(A,B,lo) + shuffle(A,B,hi).
@@ -423,13 +425,16 @@ local function pairs_of(count, step)
 end
 
 -- Reduce W accumulators (registers 0..W-1) to one vector of W sums in register 0.
+-- AVX-512 takes the in-lane shuffles (vshufps) at the two wide levels (24 of
+-- the 30 shuffles) and the 128-bit-lane ones (vshuff64x2, which share the
+-- Zen 5's FMA and dot-product pipes) at the two narrow ones.
 local function tree(b, tmp)
   tmp = b.r(tmp)
   if b.x then
-    tree_level(b, "vshuff64x2", pairs_of(16, 1), 0x44, 0xEE, tmp)
-    tree_level(b, "vshuff64x2", pairs_of(16, 2), 0x88, 0xDD, tmp)
-    tree_level(b, "vshufps", pairs_of(16, 4), 0x44, 0xEE, tmp)
-    tree_level(b, "vshufps", pairs_of(16, 8), 0x88, 0xDD, tmp)
+    tree_level(b, "vshufps", pairs_of(16, 1), 0x44, 0xEE, tmp)
+    tree_level(b, "vshufps", pairs_of(16, 2), 0x88, 0xDD, tmp)
+    tree_level(b, "vshuff64x2", pairs_of(16, 4), 0x44, 0xEE, tmp)
+    tree_level(b, "vshuff64x2", pairs_of(16, 8), 0x88, 0xDD, tmp)
   else
     tree_level(b, "vperm2f128", pairs_of(8, 1), 0x20, 0x31, tmp)
     tree_level(b, "vshufps", pairs_of(8, 2), 0x44, 0xEE, tmp)
