@@ -271,20 +271,22 @@ function M.pv_next_v(isa, p)
   return M.head_lanes(isa, p) and p.T >= M.PREFETCH_MIN_TILE
 end
 
--- The next chunk's prefetches of a head-lane P.V pass (block {c0, cb}): the
--- K lines (rax) and V lines (r9) of a row, alternating, dealt out evenly over
--- the D / W d-block passes (at head_dim 64 bf16, one line a pass), each
--- pointer then advanced by the row stride. Against each pass prefetching the
--- K and V lines of its own d range (the K line taken twice): 0.963x-0.986x
--- the time, Falcon-40B bf16 cold, chunks 64 to 1024.
+-- The next chunk's prefetches of a head-lane P.V pass (block of M.pv_blocks):
+-- the K lines (rax) and V lines (r9) of a row, alternating, dealt out evenly
+-- over the passes by their d-blocks (at head_dim 64 bf16 in 4 passes, one line
+-- a pass), each pointer then advanced by the row stride. Against each pass
+-- prefetching the K and V lines of its own d range (the K line taken twice):
+-- 0.963x-0.986x the time, Falcon-40B bf16 cold, chunks 64 to 1024.
 local function prefetch_next_rows(b, p, block)
-  local passes, lines = math.floor(p.D / b.g.W), math.ceil(facts.kv_bytes(p.KV_DTYPE, p.D) / 64)
+  local NCH, lines = math.floor(p.D / b.g.W), math.ceil(facts.kv_bytes(p.KV_DTYPE, p.D) / 64)
   local items = {}
   for line = 0, lines - 1 do
     items[#items + 1] = { "rax", line }
     items[#items + 1] = { "r9", line }
   end
-  local first, last = math.floor(block[1] * #items / passes), math.floor((block[1] + block[2]) * #items / passes)
+  -- d-block units: each head group's passes cover NCH of them
+  local units, u0 = NCH * math.floor(p.T / block[4]), math.floor(block[3] / block[4]) * NCH + block[1]
+  local first, last = math.floor(u0 * #items / units), math.floor((u0 + block[2]) * #items / units)
   for k = first + 1, last do b.gp(("prefetcht1 %d(%%%s)"):format(items[k][2] * 64, items[k][1])) end
   b.gp("add %r8, %rax")
   b.gp("add %r8, %r9")
@@ -1751,14 +1753,34 @@ local function evex_pv_plan(T)
   return math.max(1, math.floor(24 / T)), false
 end
 
--- The d-blocks of the P.V pass: {first chunk, chunks} pairs sized to the registers.
+-- Heads per P.V pass of a head-lane tile with f32 weights: AVX-512 cannot
+-- hold its 16 heads' broadcast weights beside two d-blocks of accumulators
+-- (evex_pv_plan), so each pass takes half the heads with their weights in
+-- registers (two d-blocks a pass, four passes at head_dim 64 as before).
+-- Against one pass of all 16 heads, each FMA broadcasting its weight from
+-- memory: a loop of Falcon-40B's P.V on the Zen 5 VM (32 keys in L1,
+-- /tmp/mb/fpv.c) 7.5 ns a key, the 64 FMAs' peak, against 8.0; Falcon-40B
+-- bf16 (chunk 32) 0.937x the time warm and 0.945x cold, f16 0.925x warm
+-- (ab2). Nil: one pass holds all the heads.
+local function pv_heads(isa, p)
+  if not evex(GEOM[isa]) or not M.head_lanes(isa, p) or p.PRECISION == 1 then return nil end
+  if select(2, evex_pv_plan(p.T)) then return nil end
+  return math.floor(p.T / 2)
+end
+
+-- The passes of P.V: {first d-block, d-blocks, first head, heads, pass, passes}
+-- sized to the registers (pv_heads: a head-lane tile's heads in two halves).
 function M.pv_blocks(isa, p)
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
-  local cb = evex(GEOM[isa]) and evex_pv_plan(T) or avx2_pv_plan(T, p.QUANT or p.BLOCKS)
+  local nt = pv_heads(isa, p) or T
+  local cb = evex(GEOM[isa]) and evex_pv_plan(nt) or avx2_pv_plan(T, p.QUANT or p.BLOCKS)
   if cb > NCH then cb = NCH end
   local blocks = {}
-  for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0) } end
+  for t0 = 0, T - 1, nt do
+    for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0), t0, nt } end
+  end
+  for i, blk in ipairs(blocks) do blk[5], blk[6] = i - 1, #blocks end
   return blocks
 end
 
@@ -1815,10 +1837,11 @@ local function split_pairs(b, T, cb, role, acc, rec, entering)
   end
 end
 
--- P.V for one d-block: acc[t][c0*W ..] += sum over keys of p_t[i] * V[i][...].
+-- P.V for one pass (M.pv_blocks): acc[t][c0*W ..] += sum over keys of
+-- p_t[i] * V[i][...] for the pass's heads t (ptr and sc at its first head's).
 function M.pv(isa, p, block)
   local b = new_block(isa, p)
-  local W, T, cb = b.g.W, p.T, block[2]
+  local W, T, cb = b.g.W, block[4], block[2]
   local nacc = T * cb
   local role = split_roles(isa, p, block)
   local prescaled = M.pv_prescale(isa, p)
@@ -1883,7 +1906,7 @@ function M.pv(isa, p, block)
   if next_v then prefetch_next_rows(b, p, block)
   else prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W)) end
   b.gp("add %r8, %rsi")
-  b.gp(("add $%d, %%rdx"):format(hl and T * 4 or 4))
+  b.gp(("add $%d, %%rdx"):format(hl and p.T * 4 or 4))
   if p.QUANT and not prescaled then b.gp("add %r10, %r9") end
   b.gp("dec %rcx")
   b.gp("jnz 1b")
@@ -2265,7 +2288,7 @@ for _, name in ipairs(MEMOIZED) do
   M[name] = function(isa, p, blk)
     local k = table.concat({ name, isa, p.D, p.T, p.CHUNKP, p.KV_DTYPE, p.Q_DTYPE, p.OUT_DTYPE, tostring(p.QUANT), p.REC,
                              tostring(p.NO_AHEAD), tostring(p.ANNOTATE), p.PLANES or 0, p.PRECISION or 0,
-                             blk and blk[1] or "", blk and blk[2] or "" }, ":")
+                             blk and table.concat(blk, ",") or "" }, ":")
     if not memo[k] then
       if memo_n >= MEMO_MAX then memo, memo_n = {}, 0 end
       memo[k], memo_n = build(isa, p, blk), memo_n + 1

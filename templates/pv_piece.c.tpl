@@ -24,7 +24,10 @@ $(IND)aa.ptr = aa.sc;
 $(simd_pround())
 @ end
 @ for _, blk in ipairs(PV_BLOCKS) do
+@   if blk[4] < T then -- a pass over some of the tile's heads: their weights and records
+$(IND)aa.sc = $(sc_at) + $(blk[3]);
+@   end
 $(IND)aa.src = (const char *)$(VROW) + $(kv_off(blk[1] * W));
-$(IND)aa.ptr = st0 + $(blk[1] * W);
+$(IND)aa.ptr = st0 + $(blk[3] * REC + blk[1] * W);
 $(simd_pv(blk))
 @ end
