@@ -52,6 +52,16 @@ M.ARG = ARG
 -- CI runs on, 1.072x with -40 (results/bench/features-intel-xeon-2c.md).
 M.P_SHIFT, M.P_MIN_X = 32, -40
 
+-- How far a head-lane tile's maxima may grow before its records are
+-- rescaled (M.grow_lanes): a record's m is then its exp base, within
+-- GROW_SLACK below the largest score seen, so weights reach e^GROW_SLACK
+-- 2^-P_SHIFT < 2^(1 - P_SHIFT) and P_SHIFT's bound on the accumulators holds
+-- for keys < 2^31. On random scores the running max then stops costing a
+-- rescale of all 16 records (64 multiplies at head_dim 64) after its first
+-- chunks: Falcon-40B bf16's rescale share was 3.8-4.2%
+-- (results/bench/phases-amd-epyc-2c.md).
+M.GROW_SLACK = 0.6875
+
 -- e^x as 2^t, t = x log2(e): n = round(t), f = t - n (exact, in [-1/2, 1/2]),
 -- 2^f by this degree-6 polynomial (coefficients of f^0 .. f^6, fitted for
 -- the least relative error on [-1/2, 1/2]: 1.9e-9, 7.9e-8 evaluated in f32
@@ -75,7 +85,7 @@ local function coef(c) return ("(%s * 0x1p-%df)"):format(c, M.P_SHIFT) end
 -- the integer rows. templates/simd_prelude.c.tpl writes the struct from
 -- these lists, so names, order and values live only here.
 M.CONST_FLOATS = {
-  { "log2e", M.LOG2E },
+  { "log2e", M.LOG2E }, { "grow_slack", ("%gf"):format(M.GROW_SLACK) },
   -- (the exp's coefficient rows e<top> .. e0 go here, below)
   { "min_x", ("%d.0f"):format(M.P_MIN_X) }, { "two120", "1.329227995784916e+36f" },
   -- softcap's tanh: the odd polynomial below tanh_small, the exponent limit above it
@@ -1370,13 +1380,14 @@ local function exp_core(b, x, n, p)
 end
 
 -- The online-softmax step of a head-lane tile after its max statement (in:
--- its out, the new maxima then the old; ptr: the tile's records): out[0..T-1]
--- = each head's exp base (its new max, 0 where that is -inf: a head whose keys
--- are all masked keeps weights 0). Where some head's max grew, every head's
--- record takes m = its new max, l and acc times c, out[T..2T-1] = c = e^(old -
--- new) (0 below min_x, P_MIN_X, and for an old -inf, NaN for NaN, 1 where it
--- did not grow), as portable C's fd_expf with the softmax's polynomial; else
--- nothing changes.
+-- its out, the new maxima then the old; ptr: the tile's records). Where no
+-- head's max grew past its record's m + GROW_SLACK, nothing changes and
+-- out[0..T-1] = each record's m (the exp bases; 0 where -inf: a head whose
+-- keys are all masked keeps weights 0). Else out[0..T-1] = each head's new
+-- max (0 where -inf) and every head's record takes m = its new max, l and acc
+-- times c, out[T..2T-1] = c = e^(old - new) (0 below min_x, P_MIN_X, and for
+-- an old -inf, NaN for NaN, 1 where it did not grow), as portable C's fd_expf
+-- with the softmax's polynomial.
 function M.grow_lanes(isa, p)
   local b = new_block(isa, p)
   local r, W = b.r, b.g.W
@@ -1385,12 +1396,19 @@ function M.grow_lanes(isa, p)
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.out))
   b.v("vmovups", r(0), mem("rsi", 0))                       -- 0: new max
   b.v("vmovups", r(1), mem("rsi", W * 4))                   -- 1: old max
+  b.v("vaddps", r(2), r(1), mem("r11", C.grow_slack))
+  b.v("vcmpps", "k1", r(0), r(2), 0x16)                     -- NLE_UQ: new > old + slack, or NaN
+  b.v("kortestw", "k1", "k1")
+  b.gp("jnz 5f")
+  b.v("vcmpps", "k1", r(1), mem("r11", C.ninf), 4)          -- NEQ_UQ: not -inf
+  b.v("vmovaps", r(2) .. "{k1}{z}", r(1))
+  b.v("vmovups", mem("rdx", 0), r(2))
+  b.gp("jmp 9f")
+  b.gp("5:")
   b.v("vcmpps", "k1", r(0), mem("r11", C.ninf), 4)          -- NEQ_UQ: not -inf
   b.v("vmovaps", r(2) .. "{k1}{z}", r(0))
   b.v("vmovups", mem("rdx", 0), r(2))
   b.v("vcmpps", "k1", r(1), r(0), 4)                        -- grew (both -inf: no)
-  b.v("kortestw", "k1", "k1")
-  b.gp("jz 9f")
   b.v("kmovw", "r8d", "k1")
   b.v("vsubps", r(3), r(1), r(0))                           -- 3: x = old - new
   b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)      -- NLT_UQ: min_x <= x, or NaN

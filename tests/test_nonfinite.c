@@ -371,6 +371,23 @@ static void huge_values(fd_ctx *ctx) {
   }
 }
 
+/* The head-lane tile's lazy rescale (gen/simd.lua GROW_SLACK): a mask ramp
+   raises every head's scores 0.04 a key, so each chunk's max grows by about
+   0.64, within the slack, and the records keep their m as the exp base while
+   the weights exceed 2^-P_SHIFT; V near FLT_MAX, so the accumulators carry
+   the largest values they can. out is the reference's, every isa and split. */
+static void rising_scores(fd_ctx *ctx) {
+  kproblem p;
+  make_problem(&p, &SHAPES[2], 0, 1, 7300);
+  for (int bh = 0; bh < SHAPES[2].B * SHAPES[2].Hq; bh++)
+    for (int key = 0; key < S_LEN; key++) p.mask[(size_t)bh * S_LEN + key] = 0.04f * (float)key;
+  uint64_t st = 98;
+  for (size_t i = 0; i < (size_t)SHAPES[2].B * SHAPES[2].Hkv * S_LEN * 64; i++) p.vf[i] = t_rand(&st, 3.0e38f, 3.4e38f);
+  kp_sync(&p);
+  each_config(ctx, &p, "head-lane, scores rising within the rescale slack, V in 3e38..3.4e38", all_finite);
+  kp_free(&p);
+}
+
 /* ---- no subnormal sums ---- */
 
 #define MXCSR_DE 0x02                /* an operand was subnormal */
@@ -629,6 +646,8 @@ int main(void) {
   masking(tcc);
   huge_values(tcc);
   if (cc) huge_values(cc);
+  rising_scores(tcc);
+  if (cc) rising_scores(cc);
   no_subnormal_sums();
   check_inputs();
   fd_destroy(tcc);
