@@ -1414,8 +1414,7 @@ function M.grow_lanes(isa, p)
   b.v("vcmpps", "k1", r(3), mem("r11", C.min_x), 0x15)      -- NLT_UQ: min_x <= x, or NaN
   exp_core(b, 3, 4, 5)                                      -- 4: n, 5: e^x * 2^-P_SHIFT / 2^n
   b.v("vaddps", r(4), r(4), mem("r11", C.p_shift))
-  b.v("vscalefps", r(5), r(5), r(4))
-  b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
+  b.v("vscalefps", r(5) .. "{k1}{z}", r(5), r(4))          -- 0 below min_x (masked: no underflow)
   b.v("kmovw", "k1", "r8d")
   b.v("vmovups", r(6), mem("r11", C.one_f))
   b.v("vmovaps", r(6) .. "{k1}", r(5))                      -- 6: c
@@ -1463,8 +1462,7 @@ local function exp_step(b)
   b.v("vmaxps", r(3), r(8), r(3))                          -- a NaN x, the second operand, passes
   exp_core(b, 3, 4, 5)                                     -- 4: n, 5: p
   if evex(GEOM[isa]) then
-    b.v("vscalefps", r(5), r(5), r(4))
-    b.v("vmovaps", r(5) .. "{k1}{z}", r(5))
+    b.v("vscalefps", r(5) .. "{k1}{z}", r(5), r(4))       -- 0 below min_x (masked: no underflow)
   else
     b.v("vcvtps2dq", r(6), r(4))
     b.v("vpaddd", r(6), r(6), mem("r11", C.i127))
