@@ -1379,6 +1379,14 @@ local function exp_core(b, x, n, p)
   for i = top - 1, 0, -1 do b.v("vfmadd213ps", r(p), r(x), mem("r11", C["e" .. i])) end
 end
 
+-- A head-lane tile's exp bases at out (rdx): the lanes of register src, 0
+-- where -inf (a head whose keys are all masked keeps weights 0); register 2 scratch.
+local function store_bases(b, src)
+  b.v("vcmpps", "k1", b.r(src), mem("r11", C.ninf), 4)      -- NEQ_UQ: not -inf
+  b.v("vmovaps", b.r(2) .. "{k1}{z}", b.r(src))
+  b.v("vmovups", mem("rdx", 0), b.r(2))
+end
+
 -- The online-softmax step of a head-lane tile after its max statement (in:
 -- its out, the new maxima then the old; ptr: the tile's records). Where no
 -- head's max grew past its record's m + GROW_SLACK, nothing changes and
@@ -1400,14 +1408,10 @@ function M.grow_lanes(isa, p)
   b.v("vcmpps", "k1", r(0), r(2), 0x16)                     -- NLE_UQ: new > old + slack, or NaN
   b.v("kortestw", "k1", "k1")
   b.gp("jnz 5f")
-  b.v("vcmpps", "k1", r(1), mem("r11", C.ninf), 4)          -- NEQ_UQ: not -inf
-  b.v("vmovaps", r(2) .. "{k1}{z}", r(1))
-  b.v("vmovups", mem("rdx", 0), r(2))
+  store_bases(b, 1)                                         -- the records' m
   b.gp("jmp 9f")
   b.gp("5:")
-  b.v("vcmpps", "k1", r(0), mem("r11", C.ninf), 4)          -- NEQ_UQ: not -inf
-  b.v("vmovaps", r(2) .. "{k1}{z}", r(0))
-  b.v("vmovups", mem("rdx", 0), r(2))
+  store_bases(b, 0)                                         -- the new maxima
   b.v("vcmpps", "k1", r(1), r(0), 4)                        -- grew (both -inf: no)
   b.v("kmovw", "r8d", "k1")
   b.v("vsubps", r(3), r(1), r(0))                           -- 3: x = old - new
@@ -1784,8 +1788,8 @@ local function pv_heads(isa, p)
   return math.floor(p.T / 2)
 end
 
--- The passes of P.V: {first d-block, d-blocks, first head, heads, pass, passes}
--- sized to the registers (pv_heads: a head-lane tile's heads in two halves).
+-- The passes of P.V: {first d-block, d-blocks, first head, heads} sized to
+-- the registers (pv_heads: a head-lane tile's heads in two halves).
 function M.pv_blocks(isa, p)
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
@@ -1796,7 +1800,6 @@ function M.pv_blocks(isa, p)
   for t0 = 0, T - 1, nt do
     for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0), t0, nt } end
   end
-  for i, blk in ipairs(blocks) do blk[5], blk[6] = i - 1, #blocks end
   return blocks
 end
 
