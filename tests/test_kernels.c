@@ -388,7 +388,7 @@ static void huge_logit_lanes(void) {
    factors) against the row's largest weight 1: within 1.5e-7 (the exp's own
    error is 8.1e-8 at most, gen/simd.lua EXP2_COEFS). */
 static void exp_accuracy(void) {
-  const int B = 8, H = 16, D = 64, S = 17, n = B * H;
+  enum { B = 8, H = 16, D = 64, S = 17, n = B * H };
   double worst_out = 0, worst_lse = 0;
   int tiles[] = { 1, fd_isa_table[isa].head_lane_tile ? fd_isa_table[isa].head_lane_tile : 4 };
   for (int c = 0; c < 4; c++) {
@@ -410,8 +410,8 @@ static void exp_accuracy(void) {
       }
     }
     kp_sync(&p);
-    float out[8 * 16 * 64], lse[8 * 16];
-    double rout[8 * 16 * 64], rlse[8 * 16], eo = 0, el = 0;
+    float out[n * D], lse[n];
+    double rout[n * D], rlse[n], eo = 0, el = 0;
     char name[96], err[4096];
     snprintf(name, sizeof name, "isa%d exp accuracy, tile %d, %d split(s)", isa, tile, splits);
     ref_attention(&p.ref, rout, rlse);

@@ -377,12 +377,13 @@ static void huge_values(fd_ctx *ctx) {
    the weights exceed 2^-P_SHIFT; V near FLT_MAX, so the accumulators carry
    the largest values they can. out is the reference's, every isa and split. */
 static void rising_scores(fd_ctx *ctx) {
+  const nf_shape *s = &SHAPES[2];
   kproblem p;
-  make_problem(&p, &SHAPES[2], 0, 1, 7300);
-  for (int bh = 0; bh < SHAPES[2].B * SHAPES[2].Hq; bh++)
+  make_problem(&p, s, 0, 1, 7300);
+  for (int bh = 0; bh < s->B * s->Hq; bh++)
     for (int key = 0; key < S_LEN; key++) p.mask[(size_t)bh * S_LEN + key] = 0.04f * (float)key;
   uint64_t st = 98;
-  for (size_t i = 0; i < (size_t)SHAPES[2].B * SHAPES[2].Hkv * S_LEN * 64; i++) p.vf[i] = t_rand(&st, 3.0e38f, 3.4e38f);
+  for (size_t i = 0; i < (size_t)s->B * s->Hkv * S_LEN * s->D; i++) p.vf[i] = t_rand(&st, 3.0e38f, 3.4e38f);
   kp_sync(&p);
   each_config(ctx, &p, "head-lane, scores rising within the rescale slack, V in 3e38..3.4e38", all_finite);
   kp_free(&p);
