@@ -168,6 +168,41 @@ calls = 0
 search.recheck(tight, hk, 0.1)
 T.eq(calls, 0, "no round when it would leave under 40% of the job's budget")
 
+-- The chunk row re-timed (the Falcon-40B bf16 job of the tune at 936b23b):
+-- the coarse pass times chunk 64 of tile 4 (true 80, the fastest) in a slow
+-- spell (120), behind chunk 256 (95) and three tile-2 kernels (100-104).
+-- The re-time of the fastest kernel's row (tile 4, isa 1: chunks 64 and 1024,
+-- stage c) gives chunk 64 its true time, so the fine pass measures its
+-- neighbour chunk 32 (78), a neighbour of no other kernel of the best three.
+search.isas_of = function(_, tile) return tile % 2 == 0 and { 0, 1 } or { 0 } end
+local row_truth = { [32] = 78, [64] = 80, [128] = 85, [256] = 95, [512] = 98, [1024] = 105 }
+local first_c64 = true
+calls, stages = 0, {}
+measure.measure = function(_, c, stage, reps, _)
+  calls = calls + 1
+  local name = measure.config_name(c)
+  stages[stage] = (stages[stage] or "") .. name .. " "
+  local t = 300
+  if c.isa == 1 and c.tile == 4 then t = row_truth[c.chunk] elseif c.isa == 1 and c.tile == 2 then t = 100 + c.chunk / 256 end
+  if name == "c64.t4.s1.p2.i1" and first_c64 then first_c64, t = false, 1.5 * t end
+  return { ok = true, c = c, config = name, key = name, median_us = t, times = { t }, reps = reps }
+end
+local hr = { chunk = 256, tile = 4, isa = 1, splits = 1, threads = 2 }
+local sk = { j = { G = 4, D = 128, len = 700, max_isa = 1, log = {} }, spent = 0, budget = 1000, quick = {}, refined = {},
+             n = 0, planned = 0 }
+search.kernel_pass(sk, hr, 0.1, false, nil)
+local c64 = sk.quick["c64.t4.s1.p2.i1"]
+T.ok(c64 and c64.median_us == 80 and c64.quick_us == 120, "the row's slow-spell chunk 64 keeps its re-timed 80, quick_us 120",
+     c64 and (c64.median_us .. " " .. tostring(c64.quick_us)))
+T.eq(stages.c, "c1024.t4.s1.p2.i1 c64.t4.s1.p2.i1 ", "stage c: the fastest kernel's row (chunk 256, tile 4, isa 1) once each, in quick order")
+T.ok(sk.quick["c32.t4.s1.p2.i1"] ~= nil and sk.quick["c32.t4.s1.p2.i1"].median_us == 78,
+     "the fine pass measures chunk 32, chunk 64's neighbour")
+local sk2 = { j = sk.j, spent = 450, budget = 1000, quick = {}, refined = {}, n = 0, planned = 0 }
+first_c64, stages = true, {}
+search.kernel_pass(sk2, hr, 0.1, false, nil)
+T.ok(stages.c == nil, "no re-time when it would leave under 55% of the job's budget", stages.c)
+search.isas_of = isas_stub
+
 -- Finalists: the fastest, the fastest at another decomposition, then quick order.
 local function rec(name, s, p) return { config = name, c = { splits = s, threads = p } } end
 local q = { rec("a", 1, 2), rec("b", 1, 2), rec("c", 1, 2), rec("d", 4, 2), rec("e", 2, 2) }

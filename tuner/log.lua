@@ -3,9 +3,10 @@
 -- (tab-separated):
 --   build shape bucket len cache stage config key status median_us times_us name
 -- build names the library build (a measurement of another build is never
--- reused); stage is quick, k<round> (the quick pass's fastest kernels
--- re-timed, interleaved), r<round> (refinement, interleaved; ref in older
--- logs) or v<round> (verification); status
+-- reused); stage is quick, c (the coarse pass's best chunk row re-timed
+-- once), k<round> (the quick pass's fastest kernels re-timed, interleaved),
+-- r<round> (refinement, interleaved; ref in older logs) or v<round> and
+-- w<round> (verification of the winner and of the runner-up); status
 -- is "ok" or "failed: <why>"; times_us is a comma list. Lines starting with
 -- '#' are comments. A verification's decision (tuner/stats.lua) is a line
 -- "#decision" TAB then DECISION_FIELDS: the challenger and heuristic configs,

@@ -5,10 +5,13 @@
 --      up to the context's) at the heuristic's splits and threads, coarse to
 --      fine: (a) every other chunk from the heuristic's, every tile and isa,
 --      nearest the heuristic first (the previous bucket's best three of the
---      same shape before them); (b) the neighbours (one chunk, tile or isa
---      step) of the best three so far; as many as the budget allows. Kernels
---      that cannot run or repeat another's work are pruned, each logged
---      ("#pruned" lines, tuner/log.lua) with why; then the RECHECK fastest
+--      same shape before them); then the chunk row of the fastest so far
+--      (its tile and isa) timed once more, each keeping its faster time
+--      (stage c), so one slow spell cannot hide the best chunk from (b) the
+--      neighbours (one chunk, tile or isa step) of the best three so far; as
+--      many as the budget allows. Kernels that cannot run or repeat another's
+--      work are pruned, each logged ("#pruned" lines, tuner/log.lua) with
+--      why; then the RECHECK fastest
 --      kernels re-timed in RECHECK_ROUNDS interleaved rounds (stages k<round>),
 --      each keeping its fastest time, so a kernel timed once in a slow spell
 --      is not ranked behind slower ones timed after the bandwidth rose;
@@ -222,8 +225,40 @@ local function log_pruned(j, pruned)
   end
 end
 
--- Phase 2: the kernels at the heuristic's decomposition, coarse then fine,
--- as many as the budget allows.
+-- A copy of quick record rec timed faster (t_us) in a re-time: its
+-- median_us that time, quick_us its first quick time.
+local function faster_record(rec, t_us)
+  local copy = {}
+  for f, v in pairs(rec) do copy[f] = v end
+  copy.quick_us, copy.median_us = rec.quick_us or rec.median_us, t_us
+  return copy
+end
+
+-- Phase 2a: the chunk row of the coarse pass's fastest kernel re-timed once
+-- each (stage c: its other kernels at the same tile and isa, at decomposition
+-- h), a record keeping its fastest time, so that the fine pass starts from
+-- the right chunk. A chunk moves a kernel's time by a few %, a slow spell of
+-- a shared machine by more: in the tune at 936b23b, Falcon-40B bf16's chunk 64
+-- was timed once at 9204 us against about 5300, so the fine pass never
+-- measured its neighbours and the heuristic's chunk 256 was kept (1.04-1.06x
+-- the time of chunks 32 and 64, cold, measured after). Stops before it would
+-- leave under 55% of the job's budget.
+local function retime_row(st, h, cost, warm)
+  local recs = records_at(st, h)
+  local best = recs[1]
+  for i = 2, #recs do
+    local r = recs[i]
+    if r.c.tile == best.c.tile and r.c.isa == best.c.isa then
+      if left(st) - cost < 0.55 * st.budget then return end
+      st.planned = st.planned + 1
+      local t = timed(st, r.c, "c", 1, warm)
+      if t.ok and t.median_us < r.median_us then st.quick[r.config] = faster_record(r, t.median_us) end
+    end
+  end
+end
+
+-- Phase 2: the kernels at the heuristic's decomposition, coarse, the best
+-- one's chunk row re-timed (retime_row), then fine, as many as the budget allows.
 local function kernel_pass(st, h, cost, warm, prior)
   local j = st.j
   local ks, pruned = M.kernels(j, h, prior)
@@ -241,6 +276,7 @@ local function kernel_pass(st, h, cost, warm, prior)
     quick(st, config(k, h.splits, h.threads), warm)
     n = i
   end
+  retime_row(st, h, cost, warm)
   for i, name in ipairs(best_kernels(st, h)) do
     if i > M.FINE_BEST or not byname[name] then break end
     for _, o in ipairs(M.neighbours(ks, byname[name])) do
@@ -273,16 +309,12 @@ local function recheck(st, h, cost)
     end)
   end
   for i = 1, n do
-    if best[i] < recs[i].median_us then
-      local copy = {}
-      for f, v in pairs(recs[i]) do copy[f] = v end
-      copy.quick_us, copy.median_us = recs[i].median_us, best[i]
-      st.quick[recs[i].config] = copy
-    end
+    if best[i] < recs[i].median_us then st.quick[recs[i].config] = faster_record(recs[i], best[i]) end
   end
 end
 
 M.recheck = recheck   -- for tests
+M.kernel_pass = kernel_pass
 
 -- What the search measured: kernels (of the space and pruned), decompositions
 -- (splits x threads) and configurations.
