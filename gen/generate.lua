@@ -7,7 +7,7 @@ local simd = require("simd")
 local facts = require("facts")
 
 local M = {}
-M.ABI_VERSION = 11         -- bump when templates/abi.h.tpl changes (11: fd_kernel_desc.precision)
+M.ABI_VERSION = 12         -- bump when templates/abi.h.tpl changes (12: fd_work.next_k, next_v)
 M.UNROLL_BUDGET = 1024     -- unrolled (head_dim x group tile) statements per loop body
 M.MAX_CHUNK = facts.MAX_CHUNK
 local DT = facts.dtypes
@@ -266,6 +266,12 @@ function M.params(k)
   p.srow = function(arr, idx)
     if not p.PAGED then return ("%s[(%s) * w->scale_stride]"):format(arr, idx) end
     return ("%s[(fd_i64)pages[(%s) >> w->page_shift] * w->scale_page_stride + ((%s) & pmask)]"):format(arr, idx, idx)
+  end
+  -- What a dense P.V pass prefetches (pv_piece.c.tpl's PF, PF_V): the next
+  -- chunk's rows from base, or, in the item's last chunk, the first rows of
+  -- the item its thread runs next (nxt: w->next_k or w->next_v) where it has one.
+  p.next_rows = function(base, nxt)
+    return ("c + %d < end || !%s ? (const void *)(%s + (c + %d) * kvs) : %s"):format(p.CHUNK, nxt, base, p.CHUNK, nxt)
   end
   if f.beams == 1 then add_beams(p) end
   -- Index expression of element j of the current head_dim block.

@@ -139,15 +139,21 @@ static int layout_items(fd_plan *p, const fd_bucket *bk) {
   return n;
 }
 
+/* The K/V geometry of shape s: rows in the dtype's stride units (block dtypes: bytes). */
+static fd_kv_geometry kv_geometry(const fd_shape *s) {
+  size_t unit = fd_kv_unit(s->kv_dtype);
+  fd_kv_geometry g = { s->layout, s->n_kv_heads, (int)(fd_kv_bytes(s->kv_dtype, (size_t)s->head_dim) / unit),
+                       s->page_size, s->kv_len, unit };
+  return g;
+}
+
 /* Fill the parts of a kernel call that depend only on (b, j). */
 static void fill_work(const fd_plan *p, const fd_args *a, int b, int j, fd_work *w) {
   const fd_shape *s = &p->shape;
   size_t D = (size_t)s->head_dim;
   size_t h0 = fd_token_rows(s->n_q_heads, p->G, p->q_len, s->head_dim, s->kv_len, b, j, p->row_len[b], w);
   w->q = (const char *)a->q + h0 * D * fd_dtype_size(s->q_dtype);
-  /* rows in the dtype's stride units (block dtypes: bytes) */
-  size_t unit = fd_kv_unit(s->kv_dtype);
-  fd_kv_geometry g = { s->layout, s->n_kv_heads, (int)(fd_kv_bytes(s->kv_dtype, D) / unit), s->page_size, s->kv_len, unit };
+  fd_kv_geometry g = kv_geometry(s);
   if (p->beams) fd_beam_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, a->beam_src, p->k_per_channel, b, j, w);
   else fd_kv_rows(&g, a->k, a->v, a->k_scale, a->v_scale, a->block_table, b, j, w);
   if (p->k_per_channel && !p->beams) w->k_scale = a->k_scale + ((size_t)b * s->n_kv_heads + j) * D;   /* [B, Hkv, D] */
@@ -195,12 +201,29 @@ static void merge_row(const fd_plan *p, const fd_args *a, const fd_bucket *bk, i
                     p->rec, w, sink);
 }
 
-/* Run one work item on thread tid. */
-static void run_item(run_state *rs, const fd_item *it, int tid) {
+/* Point w's next_k and next_v at the first K and V rows (key begin) of item
+   nx, the one this thread runs next, so that the kernel's last chunk
+   prefetches them instead of the rows past its end (another item's). Dense
+   layouts only: paged and beam rows, FD_NEW_KV's own split and no next item
+   (nx NULL) keep them 0 (fd_kv_rows). */
+void fd_exec_next_rows(const fd_plan *p, const fd_args *a, const fd_item *nx, fd_work *w) {
+  const fd_shape *s = &p->shape;
+  if (!nx || s->layout == FD_PAGED || p->beams || (p->new_kv && nx->s == p->row_splits[nx->b] - 1)) return;
+  fd_kv_geometry g = kv_geometry(s);
+  fd_work n;
+  fd_kv_rows(&g, a->k, a->v, NULL, NULL, NULL, nx->b, nx->j, &n);
+  size_t off = (size_t)nx->begin * (size_t)n.kv_stride * g.elem_bytes;
+  w->next_k = (const char *)n.k + off;
+  w->next_v = (const char *)n.v + off;
+}
+
+/* Run one work item on thread tid; nx: the item the thread runs next, or NULL. */
+static void run_item(run_state *rs, const fd_item *it, const fd_item *nx, int tid) {
   fd_plan *p = (fd_plan *)rs->p;
   const fd_bucket *bk = rs->b;
   fd_work w;
   fill_work(p, rs->a, it->b, it->j, &w);
+  fd_exec_next_rows(p, rs->a, nx, &w);
   w.begin = it->begin; w.end = it->end;
   float *scratch = p->thread_scratch + (size_t)tid * p->thread_scratch_floats;
   w.qbuf = scratch;
@@ -228,9 +251,6 @@ static void merge_item(run_state *rs, int i, int tid) {
   merge_row(rs->p, rs->a, rs->b, b, j, &w);
 }
 
-/* Run work item i. */
-static void work_item(run_state *rs, int i, int tid) { run_item(rs, &rs->p->items[i], tid); }
-
 /* Take indices from the shared counter until none are left, applying one to each. */
 static void drain(run_state *rs, int tid, void (*one)(run_state *rs, int i, int tid)) {
   for (;;) {
@@ -243,8 +263,19 @@ static void drain(run_state *rs, int tid, void (*one)(run_state *rs, int i, int 
 /* Second-pass pool task (FD_MERGE=pass): merge the split rows. */
 static void merge_task(void *arg, int tid) { drain(arg, tid, merge_item); }
 
-/* Pool task: run work items until none are left. */
-static void task(void *arg, int tid) { drain(arg, tid, work_item); }
+/* Pool task: run work items until none are left, each item's successor on
+   this thread taken before it runs (fd_exec_next_rows: its last chunk
+   prefetches the successor's first rows). */
+static void task(void *arg, int tid) {
+  run_state *rs = arg;
+  const fd_item *items = rs->p->items;
+  int i = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
+  while (i < rs->n_items) {
+    int nx = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
+    run_item(rs, &items[i], nx < rs->n_items ? &items[nx] : NULL, tid);
+    i = nx;
+  }
+}
 
 /* ---- fd_config.check_inputs: NaN and infinities refused before anything is written ---- */
 

@@ -100,6 +100,10 @@ size_t fd_kv_unit(int dtype);
    p's scratch without running them (*items valid until p's next run); their
    count, or an error code as fd_run's. Defined in exec.c. */
 int fd_exec_items(const fd_plan *p, const fd_args *a, const fd_item **items);
+/* Point w->next_k, next_v at item nx's first K and V rows (the prefetch
+   target of the kernel's last chunk); unchanged (0) for paged and beam rows,
+   FD_NEW_KV's own split and nx NULL (runtime/exec.c). */
+void fd_exec_next_rows(const fd_plan *p, const fd_args *a, const fd_item *nx, fd_work *w);
 /* Encode the key of a kernel; -1 with err on a field out of range. */
 int fd_kernel_key(const fd_shape *s, int chunk, int tile, int isa, int flags, char *key, char *err, size_t errlen);
 /* fd_kernel_key with the planes digit (MSD int8 scores) and the precision digit set. */

@@ -62,6 +62,11 @@ typedef struct fd_work {
      holds 2 x n_heads x head_dim floats (the folded q, then the scaled q). */
   const int *beam_src;
   fd_i64 beam_stride, beam_scale_stride, beam_kch_stride;
+  /* The first K and V rows (key begin) of the work item this thread runs
+     next, or 0: the last chunk prefetches them instead of the rows past its
+     end, which belong to another item (dense layouts; 0 for paged and beam
+     items, which prefetch as before). */
+  const void *next_k, *next_v;
 } fd_work;
 
 /* Merge of split partials: split s, head g is the record at

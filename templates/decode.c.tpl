@@ -435,7 +435,7 @@ $(beam_piece("          "))
 @   else
 @     include("pv_piece.c.tpl", { IND = "        ", PIECE = false, N = "n", VROW = "(vbase + c * kvs)",
 @       SCL = "w->v_scale + c * w->scale_stride",
-@       PF = "kbase + (c + " .. CHUNK .. ") * kvs", PF_V = "vbase + (c + " .. CHUNK .. ") * kvs" })
+@       PF = next_rows("kbase", "w->next_k"), PF_V = next_rows("vbase", "w->next_v") })
 @   end
       }
 @ else

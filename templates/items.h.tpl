@@ -129,6 +129,7 @@ static inline void fd_kv_rows(const fd_kv_geometry *g, const void *k, const void
   w->scale_stride = g->layout == 1 ? g->n_kv_heads : 1;
   w->k_scale = k_scale ? k_scale + row0 : 0;
   w->v_scale = v_scale ? v_scale + row0 : 0;
+  w->next_k = w->next_v = 0;
 }
 
 /* FD_BEAMS: the K/V rows of batch row b, kv head j in w: batch row 0's of

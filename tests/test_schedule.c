@@ -101,8 +101,45 @@ static void run_case(int Hq, int Hkv, int pattern, int threads) {
   fd_destroy(ctx);
 }
 
+/* fd_exec_next_rows (what a kernel's last chunk prefetches: the first K and
+   V rows of its thread's next item): key begin of (b, j) in BHSD and BSHD,
+   nothing (0) for paged rows and without a next item. */
+static void check_next_rows(fd_layout layout) {
+  enum { HKV = 8, D = 64, ELEM = 2 };                  /* bf16 K/V */
+  static char k[16], v[16];                          /* base addresses only: nothing is read */
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  fd_shape s = { .batch = B, .n_q_heads = 32, .n_kv_heads = HKV, .head_dim = D, .kv_len = CAP, .q_dtype = FD_F32,
+                 .kv_dtype = FD_BF16, .out_dtype = FD_F32, .mask_mode = FD_CAUSAL, .layout = layout, .page_size = 64,
+                 .pool_pages = 4 };
+  fd_args a = { NULL, k, v };
+  fd_plan *plan = NULL;
+  if (!t_check(fd_plan_create(ctx, &s, &plan) == 0, "next rows, layout %d: plan: %s", (int)layout, fd_errmsg(ctx))) {
+    fd_destroy(ctx);
+    return;
+  }
+  const fd_item nx = { 5, 3, 0, 1000, 2000 };
+  fd_work w = { 0 };
+  fd_exec_next_rows(plan, &a, &nx, &w);
+  size_t row = layout == FD_BHSD ? ((size_t)5 * HKV + 3) * CAP + 1000 : ((size_t)5 * CAP + 1000) * HKV + 3;
+  if (layout == FD_PAGED) {
+    t_check(w.next_k == NULL && w.next_v == NULL, "paged rows: no next rows (the kernel prefetches as before)");
+  } else {
+    t_check(w.next_k == k + row * D * ELEM && w.next_v == v + row * D * ELEM,
+            "layout %d: the next item's rows are key 1000 of (b 5, kv head 3): K +%td, V +%td, want +%zu", (int)layout,
+            (const char *)w.next_k - k, (const char *)w.next_v - v, row * D * ELEM);
+  }
+  fd_work none = { 0 };
+  fd_exec_next_rows(plan, &a, NULL, &none);
+  t_check(none.next_k == NULL && none.next_v == NULL, "layout %d: no next item, no next rows", (int)layout);
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+}
+
 int main(void) {
   static const int threads[] = { 1, 2, 4 };
+  check_next_rows(FD_BHSD);
+  check_next_rows(FD_BSHD);
+  check_next_rows(FD_PAGED);
   for (int pattern = 0; pattern < 3; pattern++)
     for (int t = 0; t < 3; t++) {
       run_case(4, 1, pattern, threads[t]);
