@@ -147,7 +147,10 @@ T.eq(hints[1], "r14:prefetcht1 rax:prefetcht1", "isa 1, tile 4: V and K into L2"
 local hl, hl_paged = g.source("11024064163002220"), g.source("11024064163002222")
 T.eq(count(hl, "prefetcht1 %d+%(%%%%r9%)"), 2, "head-lane, head_dim 64 bf16: the P.V prefetches the 2 lines of the next chunk's V row")
 T.eq(count(hl, "prefetcht1 %d+%(%%%%rax%)"), 2, "head-lane, head_dim 64 bf16: and each of its K row's 2 lines once")
-T.ok(hl:find("aa.pf_v = vbase + (c + 1024) * kvs;", 1, true), "dense head-lane kernel: pf_v is the next chunk's V")
+T.ok(hl:find("aa.pf_v = c + 1024 < end || !w->next_v ? (const void *)(vbase + (c + 1024) * kvs) : w->next_v;", 1, true),
+  "dense head-lane kernel: pf_v is the next chunk's V, in the last chunk the thread's next item's first V rows")
+T.ok(hl:find("aa.pf = c + 1024 < end || !w->next_k ? (const void *)(kbase + (c + 1024) * kvs) : w->next_k;", 1, true),
+  "dense kernel: pf is the next chunk's K, in the last chunk the thread's next item's first K rows")
 T.ok(hl_paged:find("aa.pf_v = nk < end ? vbase + (fd_i64)pages[(nk) >> w->page_shift]", 1, true),
   "paged head-lane kernel: pf_v is the next chunk's V row through the block table")
 T.eq(count(g.source("10256128043002220"), "%%%%r9%)"), 0, "row-major tile 4: no next-chunk V prefetch")
