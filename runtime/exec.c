@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Threads that reserve the item they run next (task); those past it take items one at a time. */
+#define RESERVE_MAX 64
+
 typedef struct run_state {
   const fd_plan *p;
   const fd_args *a;
@@ -17,6 +20,8 @@ typedef struct run_state {
   int n_items;
   atomic_int next;
   atomic_int bad;                  /* check_inputs: the lowest item holding a refused value */
+  int threads;                     /* the main pass's threads */
+  atomic_int reserved[RESERVE_MAX];  /* thread t's next item, or -1 (task) */
 } run_state;
 
 /* The paged layout's block table: every entry of a page holding a valid key
@@ -263,17 +268,63 @@ static void drain(run_state *rs, int tid, void (*one)(run_state *rs, int i, int 
 /* Second-pass pool task (FD_MERGE=pass): merge the split rows. */
 static void merge_task(void *arg, int tid) { drain(arg, tid, merge_item); }
 
-/* Pool task: run work items until none are left, each item's successor on
-   this thread taken before it runs (fd_exec_next_rows: its last chunk
-   prefetches the successor's first rows). */
+/* Keys of item i. */
+static int64_t item_keys(const run_state *rs, int i) { return rs->p->items[i].end - rs->p->items[i].begin; }
+
+/* Take another thread's reserved item longer than `than` keys (than < 0:
+   any), the longest; -1 when there is none. A reservation leaves its slot
+   once (compare-exchange), so no item runs twice. */
+static int steal_item(run_state *rs, int tid, int64_t than) {
+  for (;;) {
+    int best = -1, slot = -1;
+    for (int t = 0; t < rs->threads && t < RESERVE_MAX; t++) {
+      int r = atomic_load_explicit(&rs->reserved[t], memory_order_acquire);
+      if (t != tid && r >= 0 && item_keys(rs, r) > than && (best < 0 || item_keys(rs, r) > item_keys(rs, best))) {
+        best = r;
+        slot = t;
+      }
+    }
+    if (best < 0) return -1;
+    if (atomic_compare_exchange_strong(&rs->reserved[slot], &best, -1)) return best;
+  }
+}
+
+/* The next item of thread tid: the one it reserved; else another thread's
+   reserved item longer than the counter's next (items come longest first,
+   so its owner would start it only after its current item while this thread
+   ran shorter ones); else one from the counter; else, the counter spent,
+   any reserved item; -1 when none is left. */
+static int take_item(run_state *rs, int tid) {
+  if (tid < RESERVE_MAX) {
+    int r = atomic_exchange_explicit(&rs->reserved[tid], -1, memory_order_acq_rel);
+    if (r >= 0) return r;
+  }
+  int c = atomic_load_explicit(&rs->next, memory_order_relaxed);
+  int s = c < rs->n_items ? steal_item(rs, tid, item_keys(rs, c)) : -1;
+  if (s >= 0) return s;
+  int i = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
+  if (i < rs->n_items) return i;
+  return steal_item(rs, tid, -1);
+}
+
+/* Reserve thread tid's next item from the counter (its first rows are the
+   prefetch target of the current item's last chunk: fd_exec_next_rows); NULL
+   when the counter is spent or tid has no slot. */
+static const fd_item *reserve_next(run_state *rs, int tid) {
+  if (tid >= RESERVE_MAX) return NULL;
+  int i = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
+  if (i >= rs->n_items) return NULL;
+  atomic_store_explicit(&rs->reserved[tid], i, memory_order_release);
+  return &rs->p->items[i];
+}
+
+/* Pool task: run work items until none are left, each with the item its
+   thread reserved to run next (which an idle thread may still take). */
 static void task(void *arg, int tid) {
   run_state *rs = arg;
-  const fd_item *items = rs->p->items;
-  int i = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
-  while (i < rs->n_items) {
-    int nx = atomic_fetch_add_explicit(&rs->next, 1, memory_order_relaxed);
-    run_item(rs, &items[i], nx < rs->n_items ? &items[nx] : NULL, tid);
-    i = nx;
+  for (int i; (i = take_item(rs, tid)) >= 0;) {
+    const fd_item *nx = reserve_next(rs, tid);
+    run_item(rs, &rs->p->items[i], nx, tid);
   }
 }
 
@@ -577,6 +628,8 @@ int fd_run(const fd_plan *cp, const fd_args *a) {
   }
   rs.n_items = layout_items(p, rs.b);
   int threads = rs.b->threads < rs.n_items ? rs.b->threads : rs.n_items;
+  rs.threads = threads;
+  for (int t = 0; t < RESERVE_MAX; t++) atomic_init(&rs.reserved[t], -1);
   fd_pool_run(ctx->pool, threads, task, &rs);
   if (p->merge_in_pass) {
     atomic_store(&rs.next, 0);
