@@ -1778,10 +1778,11 @@ end
 -- (evex_pv_plan), so each pass takes half the heads with their weights in
 -- registers (two d-blocks a pass, four passes at head_dim 64 as before).
 -- Against one pass of all 16 heads, each FMA broadcasting its weight from
--- memory: a loop of Falcon-40B's P.V on the Zen 5 VM (32 keys in L1,
--- /tmp/mb/fpv.c) 7.5 ns a key, the 64 FMAs' peak, against 8.0; Falcon-40B
--- bf16 (chunk 32) 0.937x the time warm and 0.945x cold, f16 0.925x warm
--- (ab2). Nil: one pass holds all the heads.
+-- memory: a stand-alone loop of Falcon-40B's P.V on the Zen 5 VM (32 keys in
+-- L1; a scratch microbenchmark, not kept) 7.5 ns a key, the 64 FMAs' peak,
+-- against 8.0; Falcon-40B bf16 (chunk 32) 0.937x the time warm and 0.945x
+-- cold, f16 0.925x warm (two builds of the library timed interleaved in one
+-- process, as bench/builds.c does). Nil: one pass holds all the heads.
 local function pv_heads(isa, p)
   if not evex(GEOM[isa]) or not M.head_lanes(isa, p) or p.PRECISION == 1 then return nil end
   if select(2, evex_pv_plan(p.T)) then return nil end
