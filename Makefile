@@ -188,6 +188,7 @@ help:
 	@echo "make bench-plan      plan and JIT times per shape"
 	@echo "make bench-peers [QUICK=1]  flashdecode vs ggml flash_attn_ext (pip + cmake once, ~4 min)"
 	@echo "make bench-builds REV=<rev> [MODE=cold] [ROUNDS=n]  the kernels of git revision REV against this tree's, one plan"
+	@echo "make bench-history  issue 18's bounds over every committed make bench run (git history)"
 	@echo "make install [PREFIX=/usr/local] [DESTDIR=]   library, header, pkg-config file, fdgen, LuaJIT and Python modules"
 	@echo "make uninstall [PREFIX=...] [DESTDIR=]       remove every installed file"
 	@echo "make mpi | test-mpi | bench-mpi   libflashdecode_mpi, fdmpi-bench, MPI tests np 1-4 (needs mpicc)"

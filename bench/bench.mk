@@ -16,13 +16,15 @@
 # `make bench-phases`: issue 18's bound rows under `perf record`, each sample named by the template
 # statement it ran in (bench/phases.lua; needs perf, about 220 s); `QUICK=1`: the quick lengths, about 50 s;
 # `FDB_WARM=1`: warm calls back to back (no flush), results/bench/phases-warm-<machine>[-quick].
+# `make bench-history`: issue 18's bound rows over every committed `make bench` run of this machine,
+# read back from git (bench/history.lua; seconds, measures nothing): results/bench/history-<machine>.{md,svg,png}.
 LUAJIT     ?= luajit
 GNUPLOT    ?= gnuplot
 FDB_CFLAGS := -std=c11 -O3 -march=native -ffp-contract=fast -fopenmp -fPIC -Wall -Wextra -D_GNU_SOURCE -Iruntime -Ibench
 FDB_SRC    := bench/bw.c bench/stream.c bench/vanilla.c bench/util.c
 FDB_HDR    := bench/bw.h bench/stream.h bench/vanilla.h bench/util.h bench/dtype.h runtime/flashdecode.h
 
-.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream bench-phases bench-isa bench-fast bench-builds
+.PHONY: bench bench-check bench-lib bench-plot bench-paged bench-uneven bench-features bench-stream bench-phases bench-isa bench-fast bench-builds bench-history
 
 bench-lib: $(B)/libfdbench.so
 $(B)/libfdbench.so: $(FDB_SRC) $(FDB_HDR) bench/bench.mk
@@ -79,6 +81,10 @@ bench-stream: lib $(B)/libfdbench.so
 bench-phases: lib $(B)/libfdbench.so
 	OMP_WAIT_POLICY=passive FDB_PLOT_DIR=$(B)/bench FD_LIB=$(B)/libflashdecode.so FDB_LIB=$(B)/libfdbench.so \
 	  FDB_CMD="$(if $(filter-out 0,$(QUICK)),QUICK=$(QUICK) )make bench-phases" $(LUAJIT) bench/phases.lua
+
+# Issue 18's bounds over the committed runs (git history of results/bench/<machine>.tsv).
+bench-history: $(B)/fdgen
+	$(LUAJIT) bench/history.lua $$($(B)/fdgen machine) results/bench $(B)/bench/history
 
 # Two plans of one shape that differ in one choice, cold and interleaved, at 1 thread and all
 # cores (bench/ab.c; ROUNDS overrides):

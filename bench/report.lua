@@ -232,7 +232,8 @@ end
 -- Issue 18's bounds (the shape set's `target` fields): the planner's kernel
 -- (variant "tcc"), cold, at each target length, against the bandwidth
 -- sampled next to each call; met when at least pct % of it, or at least 85 %
--- of min(ceiling, sample) where a measured compute ceiling is what bounds it.
+-- of min(ceiling, sample) where a measured compute ceiling is what bounds it
+-- (bench/roof.lua bound_met and ROOF_PCT).
 local function targets(res)
   local i, rows = res.info, {}
   for _, sh in ipairs(res.shapes) do
@@ -243,8 +244,7 @@ local function targets(res)
           local g = M.gbs(r, "cold", i.bw_all)
           local cb = M.call_shares(r, i)
           local c = r.roof and r.roof.ceiling
-          local capped = c and cb.bw and c.gbs < cb.bw
-          local met = cb.pct_bw and (cb.pct_bw >= t.pct or (capped and cb.pct_roof >= 85))
+          local met = roofline_rule.bound_met(t.pct, cb.pct_bw, cb.pct_roof, c and c.gbs, cb.bw)
           rows[#rows + 1] = { sh.shape.name, klen(n), ("%d%%"):format(t.pct), g and f(g, 1) or "failed",
             g and f(g / i.bw_all * 100, 0) or "-", g and i.bw_all_median and f(g / i.bw_all_median * 100, 0) or "-",
             f(cb.bw, 1), f(cb.pct_bw, 0), cb.q1 and ("%s-%s"):format(f(cb.q1, 0), f(cb.q3, 0)) or "-",
@@ -380,8 +380,8 @@ function M.md(res, charts)
   if tg then
     add("## Against the bandwidth of the moment: the bounds of issue 18")
     add("")
-    add(("The read bandwidth of a shared machine moves between levels during a run (the samples below: best %s, median %s GB/s), so before every cold call the benchmark reads a %d MiB buffer once with all threads and keeps that sample beside the call's time. %% call bw = median over the calls of (the call's GB/s / the sample just before it), with the lower and upper quartiles of those per-call fractions beside it (nearest rank; a wide range means the calls split between levels); %% call roof = the same over min(compute ceiling, that sample) (bench/roof.lua). The kernel is the planner's (variant tcc: tuned table, else heuristic). A bound is met at pct %% of the call bandwidth, or at 85 %% of the call roof where the compute ceiling measured in this run is below the sampled bandwidth.")
-      :format(f(i.bw_all, 1), f(i.bw_all_median, 1), i.flush / MiB))
+    add(("The read bandwidth of a shared machine moves between levels during a run (the samples below: best %s, median %s GB/s), so before every cold call the benchmark reads a %d MiB buffer once with all threads and keeps that sample beside the call's time. %% call bw = median over the calls of (the call's GB/s / the sample just before it), with the lower and upper quartiles of those per-call fractions beside it (nearest rank; a wide range means the calls split between levels); %% call roof = the same over min(compute ceiling, that sample) (bench/roof.lua). The kernel is the planner's (variant tcc: tuned table, else heuristic). A bound is met at pct %% of the call bandwidth, or at %d %% of the call roof where the compute ceiling measured in this run is below the sampled bandwidth.")
+      :format(f(i.bw_all, 1), f(i.bw_all_median, 1), i.flush / MiB, roofline_rule.ROOF_PCT))
     add("")
     add(tg)
     add("")

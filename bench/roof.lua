@@ -156,4 +156,19 @@ function M.call_fraction(bytes, secs, bws, ceiling)
   return stats.median(fr), #fr, stats.quantile(fr, 0.25), stats.quantile(fr, 0.75)
 end
 
+-- Issue 18's bounds are met at this % of the roof where the compute ceiling
+-- measured in the run is below the bandwidth at the kernel's calls.
+M.ROOF_PCT = 85
+
+-- Whether a kernel row meets its bound of target_pct % of the bandwidth
+-- sampled at its calls (pct_bw, the median over its calls), or, where its
+-- ceiling (GB/s) is below that bandwidth (call_bw, GB/s), ROOF_PCT % of the
+-- roof at its calls (pct_roof). False without a per-call fraction.
+function M.bound_met(target_pct, pct_bw, pct_roof, ceiling, call_bw)
+  if not pct_bw then return false end
+  if pct_bw >= target_pct then return true end
+  local capped = ceiling ~= nil and call_bw ~= nil and ceiling < call_bw
+  return capped and pct_roof ~= nil and pct_roof >= M.ROOF_PCT or false
+end
+
 return M

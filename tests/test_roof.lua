@@ -135,5 +135,16 @@ near(roof.call_fraction(1e9, { 0.05, 0, 0.025 }, { 40, 50, 0 }), 0.5, "call frac
 near(roof.call_fraction(1e9, { 0.05, 0.025 }, { 40, 50 }), (0.5 + 0.8) / 2, "call fraction: even count, mean of the middle two")
 T.eq(roof.call_fraction(1e9, {}, {}), nil, "call fraction: no calls, nil")
 
+-- Issue 18's verdict: the target's % of the call bandwidth, or ROOF_PCT % of
+-- the roof where the ceiling is below the bandwidth at the calls.
+T.eq(roof.ROOF_PCT, 85, "bound: the roof's share")
+T.eq(roof.bound_met(80, 80, 80, 200, 50), true, "bound: the target's share of the bandwidth")
+T.eq(roof.bound_met(80, 79.9, 99, 200, 50), false, "bound: below it, not capped: not met whatever the roof share")
+T.eq(roof.bound_met(70, 40, 85, 44, 77), true, "bound: capped by the ceiling, 85% of the roof")
+T.eq(roof.bound_met(70, 40, 84.9, 44, 77), false, "bound: capped, below 85% of the roof")
+T.eq(roof.bound_met(70, nil, 90, 44, 77), false, "bound: no per-call fraction, not met")
+T.eq(roof.bound_met(70, 40, nil, 44, 77), false, "bound: capped without a roof share, not met")
+T.eq(roof.bound_met(70, 40, 90, nil, 77), false, "bound: no ceiling, not capped")
+
 if added then facts.isas[added] = nil end
 T.done()
