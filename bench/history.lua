@@ -13,6 +13,7 @@
 -- on a scratch repository.
 package.path = "gen/?.lua;./?.lua;" .. package.path
 local roof = require("bench.roof")
+local stats = require("tuner.stats")
 local M = {}
 
 -- The output of a shell command, or nil when it fails.
@@ -118,17 +119,6 @@ local function klen(n)
   return n % 1024 == 0 and n >= 4096 and ("%dk"):format(math.floor(n / 1024)) or tostring(n)
 end
 
--- Median of a list of numbers (the mean of the middle two for an even count).
-local function median(xs)
-  local t = {}
-  for i, x in ipairs(xs) do t[i] = x end
-  table.sort(t)
-  local n = #t
-  if n == 0 then return nil end
-  local h = math.floor(n / 2)
-  return n % 2 == 1 and t[h + 1] or (t[h] + t[h + 1]) / 2
-end
-
 -- The middle of the widest gap between sorted values (the memory's two
 -- levels on a shared machine), or nil for fewer than two values.
 function M.level_split(xs)
@@ -167,7 +157,7 @@ function M.summary(runs, targets)
         if b.met then s[lvl .. "_met"] = s[lvl .. "_met"] + 1 end
       end
     end
-    s.median = median(s.pcts)
+    s.median = stats.median(s.pcts)
     out[i] = s
   end
   return out, split
