@@ -89,6 +89,7 @@ function M.run_bounds(run, targets)
     if pct then
       local pct_roof, ceiling, call_bw = tonumber(r.pct_call_roof), tonumber(r.ceiling_gbs), tonumber(r.call_bw_gbs)
       out[i] = { gbs = tonumber(r.gbs), call_bw = call_bw, pct_bw = pct, pct_roof = pct_roof,
+                 capped = ceiling ~= nil and call_bw ~= nil and ceiling < call_bw,
                  met = roof.bound_met(tg.pct, pct, pct_roof, ceiling, call_bw) }
     end
   end
@@ -211,7 +212,7 @@ function M.markdown(machine, runs, targets, none, chart)
   end
   add("## Every run, newest first")
   add("")
-  add("Each cell: % call bw (bandwidth at the calls, GB/s); **bold** where the bound is met.")
+  add("Each cell: % call bw (bandwidth at the calls, GB/s), and the % of the call roof where the run's compute ceiling is below that bandwidth; **bold** where the bound is met.")
   add("")
   local head, rule = { "run at", "committed in", "date" }, { "---", "---", "---" }
   for _, tg in ipairs(targets) do
@@ -225,7 +226,8 @@ function M.markdown(machine, runs, targets, none, chart)
       local cells = { "`" .. (run.commit or "?") .. "`", "`" .. run.in_commit .. "`", run.date or "-" }
       for i = 1, #targets do
         local b = run.bounds[i]
-        local c = b and ("%.0f (%.1f)"):format(b.pct_bw, b.call_bw or 0) or "-"
+        local c = b and ("%.0f (%.1f)%s"):format(b.pct_bw, b.call_bw or 0,
+          b.capped and b.pct_roof and ("; %.0f%% of roof"):format(b.pct_roof) or "") or "-"
         cells[#cells + 1] = b and b.met and ("**" .. c .. "**") or c
       end
       add("| " .. table.concat(cells, " | ") .. " |")

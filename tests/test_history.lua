@@ -52,6 +52,8 @@ T.eq(b[1] and b[1].met, true, "bounds: 90% of the call bandwidth meets 75%")
 T.eq(b[2] and b[2].met, false, "bounds: capped by the ceiling but 75% of the roof: not met")
 T.eq(b[3] and b[3].met, true, "bounds: capped by the ceiling, 86% of the roof: met")
 T.eq(b[3] and b[3].call_bw, 47, "bounds: the bandwidth at the calls")
+T.eq(b[3] and b[3].capped, true, "bounds: capped where the ceiling is below the bandwidth at the calls")
+T.eq(b[1] and b[1].capped, false, "bounds: not capped where it is above")
 
 -- A row whose ceiling is above the call bandwidth needs its pct of the bandwidth.
 local run2 = H.parse_tsv(tsv("def5678", { row("s2", 2048, "tcc", "cold", 2, "30", "90", "77", "60", "90") }))
@@ -98,6 +100,11 @@ f:close()
 T.eq(runs[1].in_commit, head, "runs: the commit that holds each run")
 
 -- The report: targets without figures left out and named, the summary by level, a row per run.
+-- A capped row's cell gives its share of the roof.
+local capped_md = H.markdown("m", { { commit = "abc1234", in_commit = "abc1234", date = "d", bounds = { b[3] } } },
+                             { targets[3] }, {}, nil)
+T.ok(capped_md:find("**63 (47.0); 86% of roof**", 1, true) ~= nil, "report: a capped row's share of the roof", capped_md)
+
 local sub, kept, none = H.measured(runs, targets)
 T.eq(#kept, 1, "measured: only the target with figures")
 T.eq(none[1], "s1 64k", "measured: the others named")
