@@ -14,6 +14,7 @@
 package.path = "gen/?.lua;./?.lua;" .. package.path
 local roof = require("bench.roof")
 local stats = require("tuner.stats")
+local klen = require("bench.report").klen   -- "16k", "2k": the bench report's names
 local M = {}
 
 -- The output of a shell command, or nil when it fails.
@@ -113,11 +114,6 @@ function M.runs(repo, machine, targets)
     end
   end
   return runs
-end
-
--- "16k" for 16384, "2048" otherwise.
-local function klen(n)
-  return n % 1024 == 0 and n >= 4096 and ("%dk"):format(math.floor(n / 1024)) or tostring(n)
 end
 
 -- The middle of the widest gap between sorted values (the memory's two

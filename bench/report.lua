@@ -51,7 +51,7 @@ local function ms(x)
 end
 
 -- A length as "16k" when a multiple of 1024.
-local function klen(n) return n % 1024 == 0 and (n / 1024) .. "k" or tostring(n) end
+local function klen(n) return n % 1024 == 0 and ("%dk"):format(math.floor(n / 1024)) or tostring(n) end
 M.klen = klen
 
 local COLS = { "kind", "shape", "kv_len", "capacity", "variant", "backend", "isa", "cache", "threads", "reps",
