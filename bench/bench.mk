@@ -101,8 +101,10 @@ $(B)/ab: bench/ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a
 # builds the library of git revision REV (git archive) under $(B)/rev and times its kernels (A)
 # against this tree's (B) on issue 18's bound shapes, B taking A's plan, interleaved; warm (K/V
 # in the last-level cache), or MODE=cold at the bound lengths; ROUNDS rounds (101). Prints the
-# table. `$(B)/builds LIB_A LIB_B [ROUNDS [warm|cold]]` takes any two builds; FDB_ROWS, FDB_BATCH,
-# FDB_LEN and FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (A's plan forced) narrow a run (bench/builds.c).
+# table; cold, then the same split by the memory's level (bench/levels.lua over the rounds kept
+# in $(B)/builds-rounds.tsv). `$(B)/builds LIB_A LIB_B [ROUNDS [warm|cold]]` takes any two builds;
+# FDB_ROWS, FDB_BATCH, FDB_LEN and FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (A's plan forced) narrow
+# a run, FDB_ROUNDS_TSV keeps a cold run's rounds (bench/builds.c).
 $(B)/builds: bench/builds.c $(FDB_SRC) $(FDB_HDR)
 	$(CC) $(FDB_CFLAGS) bench/builds.c $(FDB_SRC) -lm -ldl -o $@
 
@@ -110,7 +112,9 @@ bench-builds: lib $(B)/builds
 	@test -n "$(REV)" || { echo "bench-builds: set REV to a git revision, e.g. make bench-builds REV=HEAD~1"; exit 2; }
 	rm -rf $(B)/rev && mkdir -p $(B)/rev && git archive --format=tar $(REV) | tar -x -C $(B)/rev
 	$(MAKE) -C $(B)/rev --no-print-directory lib
-	$(B)/builds $(B)/rev/build/libflashdecode.so $(B)/libflashdecode.so $(or $(ROUNDS),101) $(or $(MODE),warm)
+	$(if $(filter cold,$(MODE)),FDB_ROUNDS_TSV=$(B)/builds-rounds.tsv) \
+	  $(B)/builds $(B)/rev/build/libflashdecode.so $(B)/libflashdecode.so $(or $(ROUNDS),101) $(or $(MODE),warm)
+	$(if $(filter cold,$(MODE)),@echo; $(LUAJIT) bench/levels.lua $(B)/builds-rounds.tsv)
 
 bench-isa: $(B)/ab $(B)/fdgen
 	$(B)/ab isa $(or $(ISA_A),0) $(or $(ISA_B),4) $(or $(ROUNDS),11) > $(B)/isa.md

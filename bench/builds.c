@@ -11,8 +11,10 @@
    ratio resolves a few percent), or cold at the bound lengths with the
    caches flushed before each call (fdb_flush_caches). Prints a Markdown
    table: each row's keys, median microseconds per call of A and B, and the
-   median of the per-round ratios B/A with its quartiles. It asserts no
-   speed; it fails only when a library, a plan or a call fails.
+   median of the per-round ratios B/A with its quartiles; cold, also the
+   median of the read bandwidth sampled before each round (fdb_call_bw_gbs,
+   all cores: the level of the moment on a shared machine). It asserts no
+   speed; it fails only when a library, a plan, a call or the rounds file fails.
      builds LIB_A LIB_B [ROUNDS [warm|cold]]   (`make bench-builds REV=...`)
    Environment, to reproduce one A/B of a kernel change at a chosen plan:
      FDB_ROWS    the rows to run, names separated by commas (default: all)
@@ -20,6 +22,9 @@
      FDB_LEN     every row's kv_len instead of its warm or cold one
      FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (a key's isa digit): A's plan
                  forced to them (fd_plan_opts) instead of its heuristic's
+     FDB_ROUNDS_TSV a file that takes every round (cold only): shape, round,
+                 read GB/s, A us, B us (bench/levels.lua splits the ratios by
+                 memory level)
    A malformed value or an unknown row name is refused (exit 2). */
 #include "bw.h"
 #include "flashdecode.h"
@@ -170,8 +175,9 @@ static int plan_both(lib *A, lib *B, const fd_shape *s, fd_plan **pa, fd_plan **
   return 0;
 }
 
-/* Time row r in both builds, rounds rounds; print its table line. */
-static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
+/* Time row r in both builds, rounds rounds (cold: the read bandwidth sampled
+   before each, each round written to tsv when given); print its table line. */
+static int run_row(lib *A, lib *B, const row *r, int rounds, int cold, FILE *tsv) {
   long len = OV.len ? OV.len : cold ? r->cold_len : r->warm_len;
   int batch = OV.batch ? (int)OV.batch : r->batch;
   fd_shape s = { .batch = batch, .n_q_heads = r->hq, .n_kv_heads = r->hkv, .head_dim = r->d, .kv_len = len,
@@ -180,30 +186,35 @@ static int run_row(lib *A, lib *B, const row *r, int rounds, int cold) {
   fd_plan *pa = NULL, *pb = NULL;
   char ka[24] = "", kb[24] = "";
   double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
+  double *bw = malloc(sizeof *bw * rounds);
   int rc = fdb_rowbufs_fill(&m, batch, r->hq, r->hkv, r->d, len, r->kv == FD_I8);
-  rc = rc || !ta || !tb || !ratio || plan_both(A, B, &s, &pa, &pb, ka, kb);
+  rc = rc || !ta || !tb || !ratio || !bw || plan_both(A, B, &s, &pa, &pb, ka, kb);
   fd_args a = { .q = m.q, .k = m.k, .v = m.v, .k_scale = m.ks, .v_scale = m.vs, .cur_pos = m.pos, .out = m.out };
   for (int i = 0; !rc && i < 3; i++) { time_us(A, pa, &a, 0, &rc); time_us(B, pb, &a, 0, &rc); }   /* warm-up */
   for (int i = 0; !rc && i < rounds; i++) {
     int b_first = i & 1;
+    bw[i] = cold ? fdb_call_bw_gbs(0) : 0;   /* warm: no pass, it would evict the rows */
     double x = b_first ? time_us(B, pb, &a, cold, &rc) : time_us(A, pa, &a, cold, &rc);
     double y = b_first ? time_us(A, pa, &a, cold, &rc) : time_us(B, pb, &a, cold, &rc);
     ta[i] = b_first ? y : x;
     tb[i] = b_first ? x : y;
     ratio[i] = tb[i] / ta[i];
+    if (tsv && fprintf(tsv, "%s\t%d\t%.2f\t%.1f\t%.1f\n", r->name, i, bw[i], ta[i], tb[i]) < 0) rc = 1;
   }
   if (!rc) {
     qsort(ta, rounds, sizeof *ta, fdb_by_value); qsort(tb, rounds, sizeof *tb, fdb_by_value);
-    qsort(ratio, rounds, sizeof *ratio, fdb_by_value);
-    printf("| %s | %d | %ld | `%s` | `%s` | %.1f | %.1f | %.3f | %.3f-%.3f |\n", r->name, batch, len, ka, kb, ta[rounds / 2],
-           tb[rounds / 2], ratio[rounds / 2], ratio[rounds / 4], ratio[3 * rounds / 4]);
+    qsort(ratio, rounds, sizeof *ratio, fdb_by_value); qsort(bw, rounds, sizeof *bw, fdb_by_value);
+    char bws[16] = "-";
+    if (cold) snprintf(bws, sizeof bws, "%.1f", bw[rounds / 2]);
+    printf("| %s | %d | %ld | `%s` | `%s` | %.1f | %.1f | %.3f | %.3f-%.3f | %s |\n", r->name, batch, len, ka, kb,
+           ta[rounds / 2], tb[rounds / 2], ratio[rounds / 2], ratio[rounds / 4], ratio[3 * rounds / 4], bws);
     fflush(stdout);
   } else {
     fprintf(stderr, "builds: row %s failed\n", r->name);
   }
   if (pa) A->plan_destroy(pa);
   if (pb) B->plan_destroy(pb);
-  fdb_rowbufs_free(&m); free(ta); free(tb); free(ratio);
+  fdb_rowbufs_free(&m); free(ta); free(tb); free(ratio); free(bw);
   return rc;
 }
 
@@ -217,15 +228,24 @@ int main(int argc, char **argv) {
   const char *names[sizeof ROWS / sizeof *ROWS];
   for (size_t i = 0; i < sizeof ROWS / sizeof *ROWS; i++) names[i] = ROWS[i].name;
   if (read_overrides(sizeof ROWS / sizeof *ROWS, names)) return 2;
+  const char *tsv_path = getenv("FDB_ROUNDS_TSV");
+  FILE *tsv = NULL;
+  if (tsv_path && *tsv_path) {
+    if (!cold) { fprintf(stderr, "builds: FDB_ROUNDS_TSV takes the rounds of a cold run\n"); return 2; }
+    if (!(tsv = fopen(tsv_path, "w"))) { fprintf(stderr, "builds: FDB_ROUNDS_TSV=%s: cannot write it\n", tsv_path); return 2; }
+    fprintf(tsv, "# builds rounds: A %s, B %s, %d rounds, cold\nshape\tround\tread_gbs\ta_us\tb_us\n", argv[1], argv[2],
+            rounds);
+  }
   lib A, B;
-  if (open_lib(argv[1], &A) || open_lib(argv[2], &B)) return 1;
+  if (open_lib(argv[1], &A) || open_lib(argv[2], &B)) { if (tsv) fclose(tsv); return 1; }
   printf("A: `%s`; B: `%s`; %d rounds, %s, %d calls per timing (the median), all cores\n\n", argv[1], argv[2],
          rounds, cold ? "cold (caches flushed before each call)" : "warm", REPS);
-  printf("| shape | batch | kv_len | key A | key B | A us | B us | B/A median | B/A quartiles |\n");
-  printf("|---|---|---|---|---|---|---|---|---|\n");
+  printf("| shape | batch | kv_len | key A | key B | A us | B us | B/A median | B/A quartiles | read GB/s |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|\n");
   int rc = 0;
   for (size_t i = 0; i < sizeof ROWS / sizeof *ROWS; i++)
-    if (row_selected(ROWS[i].name)) rc |= run_row(&A, &B, &ROWS[i], rounds, cold);
+    if (row_selected(ROWS[i].name)) rc |= run_row(&A, &B, &ROWS[i], rounds, cold, tsv);
+  if (tsv && fclose(tsv)) { fprintf(stderr, "builds: FDB_ROUNDS_TSV=%s: write failed\n", tsv_path); rc = 1; }
   A.destroy(A.ctx);
   B.destroy(B.ctx);
   return rc;

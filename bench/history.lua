@@ -116,18 +116,8 @@ function M.runs(repo, machine, targets)
   return runs
 end
 
--- The middle of the widest gap between sorted values (the memory's two
--- levels on a shared machine), or nil for fewer than two values.
-function M.level_split(xs)
-  local t = {}
-  for i, x in ipairs(xs) do t[i] = x end
-  table.sort(t)
-  local best, at
-  for i = 1, #t - 1 do
-    if not best or t[i + 1] - t[i] > best then best, at = t[i + 1] - t[i], (t[i] + t[i + 1]) / 2 end
-  end
-  return at
-end
+-- The split between the memory's two levels (tuner/stats.lua level_split).
+M.level_split = stats.level_split
 
 -- Per target: runs with figures, runs met, and the same split by the level of
 -- the bandwidth at the calls (M.level_split over every figure: at or below

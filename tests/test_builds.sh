@@ -38,6 +38,22 @@ check "FDB_CHUNK not an integer: exit 2, said" '[ $rc -eq 2 ] && grep -q "FDB_CH
 FDB_ISA=12 "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 >"$out" 2>"$err"; rc=$?
 check "FDB_ISA out of range: exit 2, said" '[ $rc -eq 2 ] && grep -q "FDB_ISA=.12.: want an integer from 0 to 9" "$err"'
 
+# Cold: each round kept in the rounds file with its read bandwidth; bench/levels.lua reports it.
+rounds=$(mktemp)
+FDB_ROWS=mqa-b8-bf16 FDB_LEN=512 FDB_ROUNDS_TSV="$rounds" \
+  "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 3 cold >"$out" 2>"$err"; rc=$?
+check "cold with FDB_ROUNDS_TSV: exit 0, one row with its read GB/s" \
+  '[ $rc -eq 0 ] && rows_ok "$out" 1 && grep -Eq "^\| mqa-b8-bf16 .*\| [0-9]+\.[0-9] \|$" "$out"'
+check "the rounds file: the column line and 3 rounds, each read GB/s above 0" \
+  '[ "$(grep -c "^mqa-b8-bf16	[0-2]	" "$rounds")" -eq 3 ] && awk -F"\t" "/^mqa/ && !(\$3 > 0) { bad++ } END { exit bad > 0 }" "$rounds"'
+luajit bench/levels.lua "$rounds" >"$out" 2>"$err"; rc=$?
+check "bench/levels.lua on it: exit 0, the row over all rounds" '[ $rc -eq 0 ] && grep -q "^| mqa-b8-bf16 | all | 3 |" "$out"'
+FDB_ROUNDS_TSV="$rounds" "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 warm >"$out" 2>"$err"; rc=$?
+check "FDB_ROUNDS_TSV on a warm run: exit 2, said" '[ $rc -eq 2 ] && grep -q "takes the rounds of a cold run" "$err"'
+FDB_ROUNDS_TSV=/nonexistent/dir/r.tsv "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 cold >"$out" 2>"$err"; rc=$?
+check "FDB_ROUNDS_TSV unwritable: exit 2, said" '[ $rc -eq 2 ] && grep -q "cannot write it" "$err"'
+rm -f "$rounds"
+
 make --no-print-directory B="$B" bench-builds >"$out" 2>&1; rc=$?
 check "make bench-builds without REV: exit non-zero, said" '[ $rc -ne 0 ] && grep -q "set REV" "$out"'
 make --no-print-directory B="$B" bench-builds REV=HEAD ROUNDS=1 >"$out" 2>&1; rc=$?

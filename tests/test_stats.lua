@@ -179,4 +179,12 @@ T.eq(xs[1], 3, "median leaves its list unsorted")
 T.eq(stats.median({ 4, 1, 3, 2 }), 2.5, "median of an even count: mean of the middle two")
 T.eq(stats.median({}), nil, "median of nothing: nil")
 
+-- The memory's two levels in bandwidth samples (bench/history.lua and
+-- bench/levels.lua): the middle of the widest gap, or nil for one level.
+T.eq(stats.level_split({ 46, 44, 78, 45, 77 }), 61.5, "level split: between 46 and 77")
+T.eq(stats.level_split({ 50, 47, 52, 49, 55 }), nil, "level split: one level (55 is not 1.15x 49.5)")
+T.eq(stats.level_split({ 50, 47, 52, 49, 55 }, 1.05), 53.5, "level split: a lower switch splits at 53.5")
+T.eq(stats.level_split({ 44 }), nil, "level split: one value, none")
+T.eq(stats.level_split({}), nil, "level split: no value, none")
+
 T.done()

@@ -47,6 +47,25 @@ function M.quantile(t, q)
   return s[math.max(1, math.ceil(q * n))]
 end
 
+-- The middle of the widest gap between the sorted values xs (bandwidth
+-- samples: a shared machine's memory moves between two levels), or nil for
+-- one level: fewer than two values, or the median of the values above the
+-- gap less than switch (SWITCH) times the median of those below it.
+function M.level_split(xs, switch)
+  local t = sorted(xs)
+  local gap, at
+  for i = 1, #t - 1 do
+    if not gap or t[i + 1] - t[i] > gap then gap, at = t[i + 1] - t[i], i end
+  end
+  if not at then return nil end
+  local lo, hi = {}, {}
+  for i = 1, #t do
+    if i <= at then lo[#lo + 1] = t[i] else hi[#hi + 1] = t[i] end
+  end
+  if not (M.median(lo) > 0) or M.median(hi) < (switch or M.SWITCH) * M.median(lo) then return nil end
+  return (t[at] + t[at + 1]) / 2
+end
+
 -- P(X <= k) for X ~ Binomial(n, 1/2), summed in log space (exact to rounding for n up to thousands).
 function M.sign_cdf(k, n)
   if k < 0 then return 0 end
