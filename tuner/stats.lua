@@ -47,14 +47,20 @@ function M.quantile(t, q)
   return s[math.max(1, math.ceil(q * n))]
 end
 
+-- Values each side of a level split must hold, at least: this share of them (and one).
+M.LEVEL_SIDE = 0.1
+
 -- The middle of the widest gap between the sorted values xs (bandwidth
--- samples: a shared machine's memory moves between two levels), or nil for
--- one level: fewer than two values, or the median of the values above the
--- gap less than switch (SWITCH) times the median of those below it.
+-- samples: a shared machine's memory moves between two levels) that leaves
+-- LEVEL_SIDE of them on each side (a few outliers, such as a sample taken
+-- while the VM was descheduled, are no level), or nil for one level: fewer
+-- than two values, or the median of the values above the gap less than
+-- switch (SWITCH) times the median of those below it.
 function M.level_split(xs, switch)
   local t = sorted(xs)
+  local side = math.max(1, math.ceil(M.LEVEL_SIDE * #t))
   local gap, at
-  for i = 1, #t - 1 do
+  for i = side, #t - side do
     if not gap or t[i + 1] - t[i] > gap then gap, at = t[i + 1] - t[i], i end
   end
   if not at then return nil end
