@@ -185,10 +185,10 @@ T.eq(stats.level_split({ 46, 44, 78, 45, 77 }), 61.5, "level split: between 46 a
 T.eq(stats.level_split({ 50, 47, 52, 49, 55 }), nil, "level split: one level (55 is not 1.15x 49.5)")
 T.eq(stats.level_split({ 50, 47, 52, 49, 55 }, 1.05), 53.5, "level split: a lower switch splits at 53.5")
 local dips = { 12, 13 }
-for i = 1, 40 do dips[#dips + 1] = 46 + i % 3 end
-T.eq(stats.level_split(dips), nil, "level split: 2 dips among 42 samples are no level")
+for i = 1, 100 do dips[#dips + 1] = 46 + i % 3 end
+T.eq(stats.level_split(dips), nil, "level split: 2 dips among 102 samples are no level")
 for i = 1, 10 do dips[#dips + 1] = 77 + i % 3 end
-T.eq(stats.level_split(dips), 62.5, "level split: 10 of 52 samples at 77-79 are a level, the dips below")
+T.eq(stats.level_split(dips), 62.5, "level split: 10 of 112 samples at 77-79 are a level, the dips below")
 T.eq(stats.level_split({ 44 }), nil, "level split: one value, none")
 T.eq(stats.level_split({}), nil, "level split: no value, none")
 
