@@ -182,7 +182,8 @@ T.eq(stats.median({}), nil, "median of nothing: nil")
 -- The memory's two levels in bandwidth samples (bench/history.lua and
 -- bench/levels.lua): the middle of the widest gap, or nil for one level.
 T.eq(stats.level_split({ 46, 44, 78, 45, 77 }), 61.5, "level split: between 46 and 77")
-T.eq(stats.level_split({ 50, 47, 52, 49, 55 }), nil, "level split: one level (55 is not 1.15x 49.5)")
+T.eq(stats.level_split({ 50, 47, 52, 49, 55 }), nil, "level split: one level (55 is not 1.3x 49.5)")
+T.eq(stats.level_split({ 47, 48, 46, 38, 37, 47, 39 }), nil, "level split: 37-39 among 46-48 GB/s is no level (1.24x)")
 T.eq(stats.level_split({ 50, 47, 52, 49, 55 }, 1.05), 53.5, "level split: a lower switch splits at 53.5")
 local dips = { 12, 13 }
 for i = 1, 100 do dips[#dips + 1] = 46 + i % 3 end

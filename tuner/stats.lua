@@ -51,14 +51,18 @@ end
 -- (and one). On the Zen 5 VM 0.1-0.4% of the rounds' samples are dips
 -- (12-30 GB/s), and a level can hold as few as 4% of a long A/B's rounds.
 M.LEVEL_SIDE = 0.03
+-- The least ratio of the two sides' medians that makes them two levels: the
+-- VM's levels are about 45 and 80 GB/s (1.7x); a spell of 38 GB/s among
+-- samples of 47 (1.25x) is none.
+M.LEVEL_RATIO = 1.3
 
 -- The middle of the widest gap between the sorted values xs (bandwidth
 -- samples: a shared machine's memory moves between two levels) that leaves
 -- LEVEL_SIDE of them on each side (a few outliers, such as a sample taken
 -- while the VM was descheduled, are no level), or nil for one level: fewer
 -- than two values, or the median of the values above the gap less than
--- switch (SWITCH) times the median of those below it.
-function M.level_split(xs, switch)
+-- ratio (LEVEL_RATIO) times the median of those below it.
+function M.level_split(xs, ratio)
   local t = sorted(xs)
   local side = math.max(1, math.ceil(M.LEVEL_SIDE * #t))
   local gap, at
@@ -70,7 +74,7 @@ function M.level_split(xs, switch)
   for i = 1, #t do
     if i <= at then lo[#lo + 1] = t[i] else hi[#hi + 1] = t[i] end
   end
-  if not (M.median(lo) > 0) or M.median(hi) < (switch or M.SWITCH) * M.median(lo) then return nil end
+  if not (M.median(lo) > 0) or M.median(hi) < (ratio or M.LEVEL_RATIO) * M.median(lo) then return nil end
   return (t[at] + t[at + 1]) / 2
 end
 
