@@ -90,7 +90,7 @@ function M.run_bounds(run, targets)
     if pct then
       local pct_roof, ceiling, call_bw = tonumber(r.pct_call_roof), tonumber(r.ceiling_gbs), tonumber(r.call_bw_gbs)
       out[i] = { gbs = tonumber(r.gbs), call_bw = call_bw, pct_bw = pct, pct_roof = pct_roof,
-                 capped = ceiling ~= nil and call_bw ~= nil and ceiling < call_bw,
+                 capped = roof.capped(ceiling, call_bw),
                  met = roof.bound_met(tg.pct, pct, pct_roof, ceiling, call_bw) }
     end
   end

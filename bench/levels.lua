@@ -20,20 +20,22 @@ local COLUMNS = { "shape", "round", "read_gbs", "a_us", "b_us" }
 function M.parse(text)
   local banner, rounds, header = nil, {}, false
   local n = 0
-  for line in text:gmatch("[^\n]+") do
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
-    if line:sub(1, 2) == "# " then banner = banner or line:sub(3)
+    if line == "" then   -- (a blank line, or the end)
+    elseif line:sub(1, 2) == "# " then banner = banner or line:sub(3)
     elseif not header then
       if line ~= table.concat(COLUMNS, "\t") then
         return nil, ("line %d: the columns are not %s"):format(n, table.concat(COLUMNS, ", "))
       end
       header = true
     else
-      local shape, round, read, a, b = line:match("^([^\t]+)\t(%d+)\t([%d.]+)\t([%d.]+)\t([%d.]+)$")
-      if not shape or not (tonumber(a) > 0) or not (tonumber(b) > 0) then
+      local shape, read, a, b = line:match("^([^\t]+)\t%d+\t([%d.]+)\t([%d.]+)\t([%d.]+)$")
+      read, a, b = tonumber(read), tonumber(a), tonumber(b)
+      if not (read and a and b and a > 0 and b > 0) then
         return nil, ("line %d: not a round (shape, round, read GB/s, A us, B us)"):format(n)
       end
-      rounds[#rounds + 1] = { shape = shape, read = tonumber(read), a = tonumber(a), b = tonumber(b) }
+      rounds[#rounds + 1] = { shape = shape, read = read, a = a, b = b }
     end
   end
   if not header then return nil, "no column line" end

@@ -160,6 +160,12 @@ end
 -- measured in the run is below the bandwidth at the kernel's calls.
 M.ROOF_PCT = 85
 
+-- Whether a compute ceiling (GB/s) caps a kernel below the bandwidth at its
+-- calls (call_bw, GB/s): both known and the ceiling lower.
+function M.capped(ceiling, call_bw)
+  return ceiling ~= nil and call_bw ~= nil and ceiling < call_bw
+end
+
 -- Whether a kernel row meets its bound of target_pct % of the bandwidth
 -- sampled at its calls (pct_bw, the median over its calls), or, where its
 -- ceiling (GB/s) is below that bandwidth (call_bw, GB/s), ROOF_PCT % of the
@@ -167,8 +173,7 @@ M.ROOF_PCT = 85
 function M.bound_met(target_pct, pct_bw, pct_roof, ceiling, call_bw)
   if not pct_bw then return false end
   if pct_bw >= target_pct then return true end
-  local capped = ceiling ~= nil and call_bw ~= nil and ceiling < call_bw
-  return capped and pct_roof ~= nil and pct_roof >= M.ROOF_PCT or false
+  return M.capped(ceiling, call_bw) and pct_roof ~= nil and pct_roof >= M.ROOF_PCT or false
 end
 
 return M

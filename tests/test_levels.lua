@@ -58,7 +58,9 @@ T.ok(L.markdown(assert(L.parse(file(flat)))):find("One memory level", 1, true), 
 local bad = { { "no column line", "# x\n" },
               { "line 2: the columns", "# x\nshape\tround\tgbs\n" },
               { "line 3: not a round", "# x\n" .. HEAD .. "\ns1\t0\tfast\t1\t2\n" },
-              { "line 3: not a round", "# x\n" .. HEAD .. "\ns1\t0\t50\t0\t2\n" } }
+              { "line 3: not a round", "# x\n" .. HEAD .. "\ns1\t0\t50\t0\t2\n" },
+              { "line 3: not a round", "# x\n" .. HEAD .. "\ns1\t0\t.\t1\t2\n" },
+              { "line 4: not a round", "# x\n" .. HEAD .. "\n\ns1\t0\t50\t1\n" } }
 for _, b in ipairs(bad) do
   local r, err = L.parse(b[2])
   T.ok(r == nil and err and err:find(b[1], 1, true), "refused: " .. b[1], err)
