@@ -52,4 +52,8 @@ void kx_token_reference(ref_problem rt, const float *qf, const int32_t *cur_pos,
 /* The isa digit of the present record with int8 dot products (MSD) of the
    highest rank, or -1 where this CPU has none. */
 int kx_msd_isa(void);
+/* The present isa digit without pair dot products of the highest rank: the
+   one to force where a test needs an isa without them (AVX-512, else AVX2,
+   else portable C 0). */
+int kx_plain_isa(void);
 #endif

@@ -325,8 +325,9 @@ static void permission(void) {
   t_check(p == want, "FAST, 16 heads (head-lane tile): precision %d (want %d)", p, want);
   p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .precision = -1 }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, opts.precision -1: precision %d", p);
-  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .isa = FD_ISA_AVX512 }, FD_KF_PRECISION);
-  t_check(p == 0, "FAST, forced isa avx512: precision %d", p);
+  int plain = kx_plain_isa();                    /* AVX-512, else AVX2: no bf16 dot products */
+  p = planned(FD_PRECISION_FAST, FD_BF16, 4, (fd_plan_opts){ .isa = plain + 1 }, FD_KF_PRECISION);
+  t_check(p == 0, "FAST, forced isa %s: precision %d", fd_isa_table[plain].name, p);
   if (want) {
     p = planned(FD_PRECISION_DEFAULT, FD_BF16, 4, (fd_plan_opts){ .precision = 1 }, FD_KF_PRECISION);
     t_check(p == 1, "default context, opts.precision 1: precision %d", p);
@@ -347,8 +348,9 @@ static void int8_permission(void) {
   t_check(p == (on ? FD_H_PLANES : 0), "default context, int8: planes %d", p);
   p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa, .precision = -1 }, FD_KF_PLANES);
   t_check(p == (on ? FD_H_PLANES : 0), "FAST, int8, opts.precision -1: planes %d", p);
-  p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = FD_ISA_AVX512 }, FD_KF_PLANES);
-  t_check(p == 0, "FAST, int8, forced isa avx512: planes %d", p);
+  int plain = kx_plain_isa();                    /* AVX-512, else AVX2: no int8 dot products */
+  p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = plain + 1 }, FD_KF_PLANES);
+  t_check(p == 0, "FAST, int8, forced isa %s: planes %d", fd_isa_table[plain].name, p);
   if (on) {
     p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa, .planes = 3 }, FD_KF_PLANES);
     t_check(p == 3, "FAST, int8, opts.planes 3: planes %d", p);
@@ -490,15 +492,19 @@ static void refusals(void) {
   fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_BF16, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
   refused(ctx, s, (fd_plan_opts){ .precision = 2 }, FD_EINVAL, "opts.precision 2 is not 0", "precision 2");
   refused(ctx, s, (fd_plan_opts){ .precision = -2 }, FD_EINVAL, "opts.precision -2 is not 0", "precision -2");
-  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED,
-          "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa avx512", "isa avx512");
+  int plain = kx_plain_isa();                    /* AVX-512, else AVX2 (else C, refused below as well) */
+  const char *pname = fd_isa_table[plain].name;
+  char want[200];
+  snprintf(want, sizeof want, "opts.precision 1 needs an isa with bf16 dot products (avx512bf16), not isa %s", pname);
+  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = plain + 1 }, FD_EUNSUPPORTED, want, pname);
   refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
   s.kv_dtype = FD_F16;
   refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 needs bf16 V (bf16 weights) or "
           "int8 K and V (2 MSD planes), not kv_dtype f16", "f16 V");
   s.kv_dtype = FD_I8;
-  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and "
-          "V (2 MSD planes) needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa avx512", "int8, isa avx512");
+  snprintf(want, sizeof want, "opts.precision 1 on int8 K and V (2 MSD planes) needs an isa with int8 dot products "
+           "(avx512vnni, avx512bf16), not isa %s", pname);
+  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = plain + 1 }, FD_EUNSUPPORTED, want, "int8, plain isa");
   if (msd_isa >= 0) {
     refused(ctx, s, (fd_plan_opts){ .precision = 1, .planes = -1 }, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V "
             "takes 2 MSD planes, but opts.planes -1 forces f32 FMA scores", "int8, planes -1");

@@ -377,11 +377,11 @@ static void heuristic(void) {
   t_check(p == 0, "fp8 K: planes %d", p);
   p = planned_planes(FD_ISA_AUTO, FD_F16, 128, (fd_plan_opts){ 0 });
   t_check(p == 0, "f16 K: planes %d", p);
-  p = planned_planes(FD_ISA_AVX512, FD_I8, 128, (fd_plan_opts){ 0 });
-  t_check(p == 0, "isa_limit avx512: planes %d", p);
-  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .isa = FD_ISA_AVX512 });
-  t_check(p == 0,
-          "forced isa avx512: planes %d", p);
+  int plain = kx_plain_isa();                    /* AVX-512, else AVX2: no int8 dot products */
+  p = planned_planes(plain + 1, FD_I8, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "isa_limit %s: planes %d", fd_isa_table[plain].name, p);
+  p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .isa = plain + 1 });
+  t_check(p == 0, "forced isa %s: planes %d", fd_isa_table[plain].name, p);
   p = planned_planes(FD_ISA_AUTO, FD_I8, 128, (fd_plan_opts){ .planes = -1 });
   t_check(p == 0, "planes -1: %d", p);
   if (msd_isa >= 0) {
@@ -405,8 +405,11 @@ static void refusals(void) {
   s.kv_dtype = FD_FP8_E4M3;
   refused(ctx, s, (fd_plan_opts){ .planes = 2 }, FD_EUNSUPPORTED, "not kv_dtype fp8", "fp8 K");
   s.kv_dtype = FD_I8;
-  refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_AVX512 }, FD_EUNSUPPORTED,
-          "needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa avx512", "isa avx512");
+  int plain = kx_plain_isa();                    /* AVX-512, else AVX2 (else C, refused below as well) */
+  char want[160];
+  snprintf(want, sizeof want, "needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa %s",
+           fd_isa_table[plain].name);
+  refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = plain + 1 }, FD_EUNSUPPORTED, want, fd_isa_table[plain].name);
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
   s.features = FD_K_PER_CHANNEL | FD_BEAMS;
   /* plan.c checks the dtype, then the context's isa, then the features: on a
