@@ -98,20 +98,26 @@ function M.run_bounds(run, targets)
 end
 
 -- Every run in the git history of repo's results/bench/<machine>.tsv, newest
--- first, each with the commit that holds it (in_commit) and its bounds.
+-- first, each with the commit that holds it (in_commit) and its bounds. The
+-- history follows renames (the slug gained its isa in 2026-11): each commit's
+-- file is read at the path it had there, and a commit that only renamed the
+-- file (the text of the run after it) is not a run of its own.
 function M.runs(repo, machine, targets)
   local path = ("results/bench/%s.tsv"):format(machine)
-  local log = capture(("git -C '%s' log --format=%%H -- '%s'"):format(repo, path))
+  local log = capture(("git -C '%s' log --follow --name-only --format=@%%H -- '%s'"):format(repo, path))
   if not log then error(("history: git log failed in %s"):format(repo)) end
-  local runs = {}
-  for h in log:gmatch("%x+") do
-    local text = capture(("git -C '%s' show '%s:%s' 2>/dev/null"):format(repo, h, path))
-    if text then
+  local runs, newer = {}, nil
+  for h, at in log:gmatch("@(%x+)%s+([^\n]+)") do
+    local text = capture(("git -C '%s' show '%s:%s' 2>/dev/null"):format(repo, h, at))
+    if text and text ~= newer then
       local run = M.parse_tsv(text)
       run.in_commit = h:sub(1, 7)
       run.bounds = M.run_bounds(run, targets)
       runs[#runs + 1] = run
+    elseif text and #runs > 0 then
+      runs[#runs].in_commit = h:sub(1, 7)              -- the same run, committed here first
     end
+    newer = text
   end
   return runs
 end

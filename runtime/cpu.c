@@ -103,8 +103,8 @@ static int all_digits(const char *w, size_t n) {
   return n > 0;
 }
 
-/* The machine slug of model and cores (cpu.h). */
-int fd_machine_slug(const char *model, long cores, char *out, size_t len) {
+/* The machine slug of model, cores and isa (cpu.h). */
+int fd_machine_slug(const char *model, long cores, const char *isa, char *out, size_t len) {
   char low[128];
   size_t m = 0, n = 0;
   for (const char *c = model; *c && *c != '@' && m < sizeof low - 1; c++) low[m++] = (char)tolower((unsigned char)*c);
@@ -123,14 +123,15 @@ int fd_machine_slug(const char *model, long cores, char *out, size_t len) {
     i = j;
   }
   if (n >= len) return -1;
-  int r = snprintf(out + n, len - n, n ? "-%ldc" : "cpu-%ldc", cores);
+  int r = snprintf(out + n, len - n, n ? "-%ldc%s%s" : "cpu-%ldc%s%s", cores, isa && *isa ? "-" : "", isa ? isa : "");
   return r < 0 || n + (size_t)r >= len ? -1 : 0;
 }
 
 /* Build this machine's slug. */
 static void make_name(void) {
-  if (fd_machine_slug(fd_cpu_model(), sysconf(_SC_NPROCESSORS_ONLN), machine, sizeof machine))
-    snprintf(machine, sizeof machine, "cpu-%ldc", sysconf(_SC_NPROCESSORS_ONLN));
+  const char *isa = fd_isa_table[fd_cpu_max_isa()].name;
+  if (fd_machine_slug(fd_cpu_model(), sysconf(_SC_NPROCESSORS_ONLN), isa, machine, sizeof machine))
+    snprintf(machine, sizeof machine, "cpu-%ldc-%s", sysconf(_SC_NPROCESSORS_ONLN), isa);
 }
 
 /* A short name for this machine. */

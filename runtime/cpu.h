@@ -17,8 +17,11 @@ int fd_cpu_has_isa(int isa);
 int fd_isa_within(int isa, int max);
 /* The machine slug of result file names (fd_machine_name) into out: the model
    lowercased, up to any '@' (the clock), without the words (R), (TM),
-   Processor, CPU and "N-Core", its words joined by '-', then "-<cores>c"
-   ("AMD EPYC 9654 96-Core Processor", 2 -> "amd-epyc-9654-2c"); 0, or -1
-   when it does not fit in len bytes. */
-int fd_machine_slug(const char *model, long cores, char *out, size_t len);
+   Processor, CPU and "N-Core", its words joined by '-', then "-<cores>c" and,
+   unless isa is NULL or "", "-<isa>", the name of the best isa record
+   ("AMD EPYC 9654 96-Core Processor", 2, "avx512bf16" ->
+   "amd-epyc-9654-2c-avx512bf16"): two CPUs of one brand string, as a VM
+   shows a Zen 3 and a Zen 5 EPYC, get the tuned table and reports of their
+   own isa; 0, or -1 when it does not fit in len bytes. */
+int fd_machine_slug(const char *model, long cores, const char *isa, char *out, size_t len);
 #endif

@@ -247,8 +247,9 @@ int fd_ctx_threads(const fd_ctx *ctx);
 int fd_ctx_backend(const fd_ctx *ctx);
 int fd_ctx_max_isa(const fd_ctx *ctx);
 /* A short name for this machine, for result file names: the CPU model as a slug
-   (lowercased, without the clock, (R), (TM), Processor, CPU and "N-Core") and
-   the online core count, e.g. "amd-epyc-2c", "intel-xeon-2c". */
+   (lowercased, without the clock, (R), (TM), Processor, CPU and "N-Core"), the
+   online core count and the best ISA the CPU and OS support (the key's isa
+   name), e.g. "amd-epyc-2c-avx512bf16", "amd-epyc-2c-avx2", "intel-xeon-2c-avx512vnni". */
 const char *fd_machine_name(void);
 /* Identification of this build, for tuned tables: template hash and tcc version. */
 const char *fd_build_templates_hash(void);

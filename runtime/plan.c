@@ -405,7 +405,7 @@ static int heuristic_tile(int G, int isa, fd_dtype kv) {
    fd_cpu_intel) a shape of bf16 q and K without fast precision takes the
    fallback of a record with bf16 dot products (the same kernels, f32 FMA
    scores). `make bench-isa` on a 16-core Intel Xeon with AVX512-BF16
-   (results/bench/isa-intel-xeon-16c.md): the vdpbf16ps kernels took 1.27x
+   (results/bench/isa-intel-xeon-16c-avx512bf16.md): the vdpbf16ps kernels took 1.27x
    the FMA kernels' time on Falcon-40B bf16 (head-lane tile) and 1.14x on the
    MQA batch (tile 8) at 1 thread, 1.16x and 1.07x at 16; on a Zen 5 EPYC
    they gained 1.19x on the MQA batch (gen/simd.lua M.dpbf16). A tuned

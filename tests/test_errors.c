@@ -536,30 +536,35 @@ static void heuristic_isas(void) {
 }
 
 /* Machine slugs (fd_machine_slug, fd_machine_name's rule): brand strings as
-   CPUs give them, the corner cases, and a buffer too short. */
+   CPUs give them, the corner cases, the isa suffix, and a buffer too short. */
 static void machine_slugs(void) {
-  static const struct { const char *model; long cores; const char *slug; } c[] = {
-    { "AMD EPYC", 2, "amd-epyc-2c" },
-    { "Intel(R) Xeon(R) Processor", 2, "intel-xeon-2c" },
-    { "AMD EPYC 9654 96-Core Processor", 16, "amd-epyc-9654-16c" },
-    { "Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz", 12, "intel-core-i7-8700-12c" },
-    { "Intel(R) Xeon(R) Platinum 8592+", 4, "intel-xeon-platinum-8592-4c" },
-    { "  AMD Ryzen 9 7950X 16-Core Processor  ", 32, "amd-ryzen-9-7950x-32c" },
-    { "Coprocessor 8-Cores", 1, "coprocessor-8-cores-1c" },
-    { "", 2, "cpu-2c" },
-    { "(R) CPU @ 2.0GHz", 8, "cpu-8c" },
+  static const struct { const char *model; long cores; const char *isa, *slug; } c[] = {
+    { "AMD EPYC", 2, "avx512bf16", "amd-epyc-2c-avx512bf16" },
+    { "AMD EPYC", 2, "avx2", "amd-epyc-2c-avx2" },
+    { "Intel(R) Xeon(R) Processor", 2, "avx512vnni", "intel-xeon-2c-avx512vnni" },
+    { "AMD EPYC 9654 96-Core Processor", 16, NULL, "amd-epyc-9654-16c" },
+    { "Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz", 12, "", "intel-core-i7-8700-12c" },
+    { "Intel(R) Xeon(R) Platinum 8592+", 4, "avx512bf16", "intel-xeon-platinum-8592-4c-avx512bf16" },
+    { "  AMD Ryzen 9 7950X 16-Core Processor  ", 32, "avx512bf16", "amd-ryzen-9-7950x-32c-avx512bf16" },
+    { "Coprocessor 8-Cores", 1, "c", "coprocessor-8-cores-1c-c" },
+    { "", 2, "avx2", "cpu-2c-avx2" },
+    { "(R) CPU @ 2.0GHz", 8, NULL, "cpu-8c" },
   };
   char out[64];
   for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
-    int r = fd_machine_slug(c[i].model, c[i].cores, out, sizeof out);
-    t_check(r == 0 && strcmp(out, c[i].slug) == 0, "machine slug of '%s' on %ld cores: '%s' (want '%s')", c[i].model,
-            c[i].cores, r == 0 ? out : "(failed)", c[i].slug);
+    int r = fd_machine_slug(c[i].model, c[i].cores, c[i].isa, out, sizeof out);
+    t_check(r == 0 && strcmp(out, c[i].slug) == 0, "machine slug of '%s' on %ld cores, isa %s: '%s' (want '%s')",
+            c[i].model, c[i].cores, c[i].isa ? c[i].isa : "NULL", r == 0 ? out : "(failed)", c[i].slug);
   }
-  t_check(fd_machine_slug("AMD EPYC", 2, out, 11) == -1 && fd_machine_slug("AMD EPYC", 2, out, 12) == 0,
-          "machine slug: 'amd-epyc-2c' needs 12 bytes (refused in 11)");
-  t_check(fd_machine_slug(fd_cpu_model(), sysconf(_SC_NPROCESSORS_ONLN), out, sizeof out) == 0 &&
-          strcmp(out, fd_machine_name()) == 0, "fd_machine_name '%s' is the slug of this CPU's model '%s'",
-          fd_machine_name(), fd_cpu_model());
+  t_check(fd_machine_slug("AMD EPYC", 2, "avx2", out, 16) == -1 && fd_machine_slug("AMD EPYC", 2, "avx2", out, 17) == 0,
+          "machine slug: 'amd-epyc-2c-avx2' needs 17 bytes (refused in 16)");
+  char want[64];
+  snprintf(want, sizeof want, "-%s", fd_isa_table[fd_cpu_max_isa()].name);
+  t_check(fd_machine_slug(fd_cpu_model(), sysconf(_SC_NPROCESSORS_ONLN), fd_isa_table[fd_cpu_max_isa()].name, out,
+                          sizeof out) == 0 && strcmp(out, fd_machine_name()) == 0 &&
+          strlen(out) > strlen(want) && strcmp(out + strlen(out) - strlen(want), want) == 0,
+          "fd_machine_name '%s' is the slug of this CPU's model '%s' and ends in its best isa '%s'", fd_machine_name(),
+          fd_cpu_model(), want);
 }
 
 int main(void) {

@@ -99,6 +99,25 @@ local head = f:read("*l")
 f:close()
 T.eq(runs[1].in_commit, head, "runs: the commit that holds each run")
 
+-- A renamed file (the slug that gained its isa): the history before the
+-- rename is read at the old path, and the rename itself is no run.
+git("mv results/bench/m.tsv results/bench/m-avx2.tsv")
+git("commit -q -m rename")
+local function commit_at(name, text, msg)
+  local g = assert(io.open(dir .. "/results/bench/" .. name .. ".tsv", "w"))
+  g:write(text)
+  g:close()
+  git("add -A")
+  git(("commit -q -m '%s'"):format(msg))
+end
+commit_at("m-avx2", tsv("fee1234", { row("s1", 16384, "tcc", "cold", 2, "44", "100", "46", "96", "96") }), "after")
+local renamed = H.runs(dir, "m-avx2", targets)
+T.eq(#renamed, 4, "runs: a renamed file keeps its history, the rename no run of its own")
+T.eq(renamed[1].commit, "fee1234", "runs: after the rename, newest first")
+T.eq(renamed[2].commit, "def5678", "runs: before the rename, read at the old path")
+T.eq(renamed[2].in_commit, head, "runs: a run moved by a rename keeps the commit that added it")
+T.eq(renamed[4].commit, "0ld0ld0", "runs: the oldest last, across the rename")
+
 -- The report: targets without figures left out and named, the summary by level, a row per run.
 -- A capped row's cell gives its share of the roof.
 local capped_md = H.markdown("m", { { commit = "abc1234", in_commit = "abc1234", date = "d", bounds = { b[3] } } },

@@ -1,5 +1,5 @@
 -- This machine for result file names: the CPU model, online cores and flags,
--- its slug ("amd-epyc-2c"), and its tuned table in the repository.
+-- its slug ("amd-epyc-2c-avx512bf16"), and its tuned table in the repository.
 local ffi = require("ffi")
 pcall(ffi.cdef, "long sysconf(int name);")                 -- unless declared already
 
@@ -8,7 +8,7 @@ local M = {}
 -- The repository root: the directory above this file's tuner/.
 M.root = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)/tuner/[^/]*$") or "."
 
--- The machine's slug ("amd-epyc-2c"): the library's fd_machine_name, the
+-- The machine's slug ("amd-epyc-2c-avx512bf16"): the library's fd_machine_name, the
 -- one rule (runtime/cpu.c fd_machine_slug) that `make tune` and `fdgen
 -- machine` name the tuned table by.
 function M.slug()

@@ -206,7 +206,7 @@ def library_path():
     return L.load()[1]
 
 
-# A short name for this machine ("amd-epyc-2c"), as result files use.
+# A short name for this machine ("amd-epyc-2c-avx512bf16"), as result files use.
 def machine_name():
     return _library().fd_machine_name().decode()
 

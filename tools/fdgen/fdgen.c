@@ -121,7 +121,7 @@ static const command COMMANDS[] = {
              "shape at its kv length by the cost model TABLE carries (README: the cost model), prints the best\n"
              "five with the predicted time relative to the heuristic's configuration, and what the planner\n"
              "takes with TABLE (a row, the model, or the heuristic).",
-    .example = "fdgen predict --table results/tuned/amd-epyc-2c.tsv --shape batch=2,n_q_heads=32,n_kv_heads=8,"
+    .example = "fdgen predict --table results/tuned/amd-epyc-2c-avx512bf16.tsv --shape batch=2,n_q_heads=32,n_kv_heads=8,"
                "head_dim=128,kv_dtype=bf16,kv_len=8192", .run = cmd_predict },
   { .name = "machine", .bit = C_MACHINE, .args = "",
     .summary = "print this machine's name (the name of its tuned table)",
