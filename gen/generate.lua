@@ -131,6 +131,7 @@ local function add_simd(p)
   p.HL = simd.head_lanes(p.ISA, p)
   p.Q_SPLIT = simd.bf16_split(p.ISA, p)
   p.QLOAD_SPLIT = simd.qload_split(p.ISA, p)
+  p.SPLIT_PAIR = p.Q_SPLIT and simd.split_pair(p.ISA) or 0
   p.DPBF16 = simd.dpbf16(p.ISA, p)
   p.PV_BLOCKS = simd.pv_blocks(p.ISA, p)
   p.simd_scores = function() return simd.scores(p.ISA, p) end

@@ -577,15 +577,35 @@ local function prefetch_group_ahead(b, p, R, ahead)
   end
 end
 
--- Whether the direct scores kernel reads bf16 K a 64-byte pair of d-blocks at
--- a time, split into its even elements (shifted up) and odd ones (masked)
--- instead of widening each half: AVX-512 only (a memory source for the shift),
--- up to 12 heads (register 29 holds the mask). q is permuted to match: within
--- each 32 elements, the even ones first (templates/decode.c.tpl); an odd last
--- d-block keeps the widening load.
+-- Whether the direct scores kernel reads bf16 K a pair of d-blocks (2W
+-- elements: 64 bytes on AVX-512, 32 on AVX2) at a time, split into its even
+-- elements (shifted up) and odd ones (masked) instead of widening each half:
+-- two vector operations per 2W elements where the widening load takes four
+-- (AVX2: vpmovzxwd and vpslld per W) or two with a memory source (AVX-512).
+-- Up to 12 heads (AVX-512: register 29 holds the mask; AVX2: the register
+-- after q's, M.split_mask_reg). q is permuted to match: within each 2W
+-- elements, the even ones first (templates/decode.c.tpl); an odd last
+-- d-block keeps the widening load. On the Zen 3 VM (AVX2), warm, the scores
+-- loop alone took 0.81x the time of the widening loads (a C model of it).
 function M.bf16_split(isa, p)
-  return evex(GEOM[isa]) and GEOM[isa].nregs >= 32 and facts.dtypes[p.KV_DTYPE].name == "bf16"
+  return M.vector(isa) and facts.dtypes[p.KV_DTYPE].name == "bf16"
     and M.direct_rows(isa, p) ~= nil and p.T <= 12 and not M.dpbf16(isa, p)
+end
+
+-- The elements of a split pair of d-blocks (2W): q's permutation block.
+function M.split_pair(isa) return 2 * GEOM[isa].W end
+
+-- Whether the direct scores kernel keeps each head's q d-block in a register
+-- (q_in_regs), and the register holding the split's mask (nil without the
+-- split): AVX-512 register 29 (q in 16..27); AVX2 the first one after the
+-- accumulators and q, before the two K registers.
+local function direct_regs(isa, p, split)
+  local g, T = GEOM[isa], p.T
+  local extra = split and not evex(g) and 1 or 0
+  local q_in_regs = g.W + T + 2 + block_regs(p) + extra <= g.nregs
+  if not split then return q_in_regs, nil end
+  if evex(g) then return q_in_regs, 29 end
+  return q_in_regs, g.W + (q_in_regs and T or 0) + block_regs(p)
 end
 
 -- Whether the scores kernel takes bf16 pair dot products (vdpbf16ps, a record
@@ -624,15 +644,19 @@ local function dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs)
   end
 end
 
--- Load d-block c of a K row at base as f32 into register kr.
+-- Load d-block c of a K row at base as f32 into register kr (split: the
+-- mask register of the split loads, M.bf16_split, or nil).
 local function load_k_block(b, p, split, kr, base, c, tmp)
   local W, NCH = b.g.W, math.floor(p.D / b.g.W)
   if not split or c >= NCH - NCH % 2 then
     load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp)
-  elseif c % 2 == 0 then
-    b.v("vpslld", kr, mem(base, math.floor(c / 2) * 64), 16)
+  elseif c % 2 == 0 and b.x then
+    b.v("vpslld", kr, mem(base, math.floor(c / 2) * W * 4), 16)
+  elseif c % 2 == 0 then                       -- VEX shifts take no memory source
+    b.v("vmovups", kr, mem(base, math.floor(c / 2) * W * 4))
+    b.v("vpslld", kr, kr, 16)
   else
-    b.v("vpandd", kr, b.r(29), mem(base, math.floor(c / 2) * 64))
+    b.v(b.x and "vpandd" or "vpand", kr, b.r(split), mem(base, math.floor(c / 2) * W * 4))
   end
 end
 
@@ -686,13 +710,14 @@ local function scores_direct(isa, p, R)
   local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
   local kreg = GEOM[isa].nregs - 2
   local qbase = W
-  local q_in_regs = W + T + 2 + block_regs(p) <= b.g.nregs
+  local split, dp = M.bf16_split(isa, p), M.dpbf16(isa, p)
+  local q_in_regs, mask = direct_regs(isa, p, split)
+  split = split and mask
   prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
   b.gp("push %r15")
   local btmp = block_consts(b, p, W + (q_in_regs and T or 0), "r15")   -- r15: a row pointer from label 1 on
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
-  local split, dp = M.bf16_split(isa, p), M.dpbf16(isa, p)
   if pair_stores(b, R) then
     b.gp("mov $3, %r11d")
     b.v("kmovw", "k1", "r11d")
@@ -701,7 +726,7 @@ local function scores_direct(isa, p, R)
   end
   if split then
     b.gp(("mov %d(%%rax), %%r11"):format(ARG.consts))
-    b.v("vmovups", b.r(29), mem("r11", C.hi16))
+    b.v("vmovups", b.r(split), mem("r11", C.hi16))
   elseif dp then
     b.gp(("mov %d(%%rax), %%r11"):format(ARG.scl))
     b.v("vbroadcastss", b.r(29), mem("r11", 0))
@@ -1587,24 +1612,25 @@ function M.qload_split(isa, p)
   return M.bf16_split(isa, p) and facts.dtypes[p.Q_DTYPE].name == "bf16"
 end
 
--- qload of M.qload_split: per head (n / D of them), each whole 32 elements as
--- their 16 even ones then their 16 odd ones (an odd last 16 kept in order),
+-- qload of M.qload_split: per head (n / D of them), each whole 2W elements
+-- as their W even ones then their W odd ones (an odd last W kept in order),
 -- times the scale at *in.
 local function qload_split(b, p)
+  local W = b.g.W
   prologue(b, { "src", "ptr", "n", "consts" })
   b.gp(("mov %d(%%rax), %%rdx"):format(ARG.inp))
   b.v("vbroadcastss", b.r(1), mem("rdx", 0))
   b.gp("1:")
   local d = 0
-  while d + 32 <= p.D do
+  while d + 2 * W <= p.D do
     b.v("vmovups", b.r(0), mem("rsi", 2 * d))
     b.v("vpslld", b.r(2), b.r(0), 16)                       -- even elements
-    b.v("vpandd", b.r(0), b.r(0), mem("r11", C.hi16))      -- odd elements
+    b.v(b.x and "vpandd" or "vpand", b.r(0), b.r(0), mem("r11", C.hi16))   -- odd elements
     b.v("vmulps", b.r(2), b.r(2), b.r(1))
     b.v("vmulps", b.r(0), b.r(0), b.r(1))
     b.v("vmovups", mem("rdi", 4 * d), b.r(2))
-    b.v("vmovups", mem("rdi", 4 * d + 64), b.r(0))
-    d = d + 32
+    b.v("vmovups", mem("rdi", 4 * d + 4 * W), b.r(0))
+    d = d + 2 * W
   end
   if d < p.D then
     load_kv(b, p.Q_DTYPE, b.r(0), mem("rsi", 2 * d))

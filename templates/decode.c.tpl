@@ -124,16 +124,16 @@ $(simd_qload())
       for (d = 0; d < $(D); d++) qbuf[h * $(D) + d] *= w->k_scale[d];
 @     end
 @     if Q_SPLIT and not QLOAD_SPLIT then
-    /* bf16 K is read as even and odd elements of 64-byte pairs: q alike
-       (bf16 q: qload stores it so, gen/simd.lua qload_split) */
+    /* bf16 K is read as even and odd elements of pairs of d-blocks ($(SPLIT_PAIR)
+       elements): q alike (bf16 q: qload stores it so, gen/simd.lua qload_split) */
     for (h = 0; h < nh; h++)
-      for (d = 0; d + 32 <= $(D); d += 32) {
+      for (d = 0; d + $(SPLIT_PAIR) <= $(D); d += $(SPLIT_PAIR)) {
         float *qr = qbuf + h * $(D) + d;
         int e;
-        for (e = 0; e < 32; e++) stage[e] = qr[e];
-        for (e = 0; e < 16; e++) {
+        for (e = 0; e < $(SPLIT_PAIR); e++) stage[e] = qr[e];
+        for (e = 0; e < $(SPLIT_PAIR) / 2; e++) {
           qr[e] = stage[2 * e];
-          qr[16 + e] = stage[2 * e + 1];
+          qr[$(SPLIT_PAIR) / 2 + e] = stage[2 * e + 1];
         }
       }
 @     end
