@@ -49,7 +49,8 @@ M.ARG = ARG
 -- float, so P.V and the rescale make no subnormal sums. Intel cores take a
 -- microcode assist on each subnormal result: with e^-64 as the cutoff ALiBi
 -- (whose early keys weigh least) ran 1.309x plain decode's time on the Xeon
--- CI runs on, 1.072x with -40 (results/bench/features-intel-xeon-2c.md).
+-- CI ran on, 1.072x with -40
+-- (results/bench/features-intel-xeon-2c-avx512vnni.md).
 M.P_SHIFT, M.P_MIN_X = 32, -40
 
 -- How far a head-lane tile's maxima may grow before its records are
@@ -59,7 +60,7 @@ M.P_SHIFT, M.P_MIN_X = 32, -40
 -- for keys < 2^31. On random scores the running max then stops costing a
 -- rescale of all 16 records (64 multiplies at head_dim 64) after its first
 -- chunks: Falcon-40B bf16's rescale share was 3.8-4.2%
--- (results/bench/phases-amd-epyc-2c.md).
+-- (results/bench/phases-amd-epyc-2c-avx512bf16.md).
 M.GROW_SLACK = 0.6875
 
 -- e^x as 2^t, t = x log2(e): n = round(t), f = t - n (exact, in [-1/2, 1/2]),
@@ -586,7 +587,9 @@ end
 -- after q's, M.split_mask_reg). q is permuted to match: within each 2W
 -- elements, the even ones first (templates/decode.c.tpl); an odd last
 -- d-block keeps the widening load. On the Zen 3 VM (AVX2), warm, the scores
--- loop alone took 0.81x the time of the widening loads (a C model of it).
+-- loop alone took 0.81x the time of the widening loads (a C model of it, not
+-- kept); the kernels of tile 4 0.96-0.97x the time (the MQA batch bf16,
+-- Falcon-40B bf16, Llama bf16), cold 0.96-0.97x and Llama 64k 0.99x.
 function M.bf16_split(isa, p)
   return M.vector(isa) and facts.dtypes[p.KV_DTYPE].name == "bf16"
     and M.direct_rows(isa, p) ~= nil and p.T <= 12 and not M.dpbf16(isa, p)
