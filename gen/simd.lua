@@ -584,7 +584,7 @@ end
 -- two vector operations per 2W elements where the widening load takes four
 -- (AVX2: vpmovzxwd and vpslld per W) or two with a memory source (AVX-512).
 -- Up to 12 heads (AVX-512: register 29 holds the mask; AVX2: the register
--- after q's, M.split_mask_reg). q is permuted to match: within each 2W
+-- after q's: direct_regs). q is permuted to match: within each 2W
 -- elements, the even ones first (templates/decode.c.tpl); an odd last
 -- d-block keeps the widening load. On the Zen 3 VM (AVX2), warm, the scores
 -- loop alone took 0.81x the time of the widening loads (a C model of it, not
