@@ -72,7 +72,7 @@ return { { name = "t", batch = 1, n_q_heads = 4, n_kv_heads = 1, head_dim = 64, 
 LUA
 out=$($F bench "$tmp/s.lua" --reps 3)
 check "bench prints one row per length" test "$(grep -c '^| t |' <<<"$out")" -eq 2
-check "machine name" bash -c "$F machine | grep -q -- '-[0-9]*c$'"
+check "machine name ends in the cores and the best isa's name" bash -c "$F machine | grep -qE -- '-[0-9]+c-[a-z][a-z0-9]*$'"
 
 # Help: the list of commands, and each command's usage, options and example.
 for h in --help -h help; do
