@@ -185,14 +185,12 @@ void kx_token_reference(ref_problem rt, const float *qf, const int32_t *cur_pos,
 }
 
 /* The present isa record without pair dot products (neither bf16 nor int8)
-   of the highest rank: AVX-512, else AVX2, else portable C (0). */
+   of the highest rank: the CPU's best, stepped down its fallback chain past
+   the records with them (AVX-512, else AVX2, else portable C 0). */
 int kx_plain_isa(void) {
-  int best = 0;
-  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
-    if (!fd_isa_table[isa].vnni && !fd_isa_table[isa].bf16 && fd_cpu_has_isa(isa) &&
-        fd_isa_table[isa].rank > fd_isa_table[best].rank)
-      best = isa;
-  return best;
+  int isa = fd_cpu_max_isa();
+  while (fd_isa_table[isa].bf16 || fd_isa_table[isa].vnni) isa = fd_isa_table[isa].fallback;
+  return isa;
 }
 
 /* The present isa record with int8 dot products of the highest rank, or -1. */
