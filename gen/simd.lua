@@ -679,11 +679,32 @@ end
 -- k2 the high one.
 local function pair_stores(b, R) return b.x and R == 2 end
 
+-- Whether a direct group stores each head's lanes by lane moves (AVX2, R =
+-- 1 or 2: tiles of 3 to 8 heads), not through the scratch at rbx.
+local function lane_stores(b, R) return not b.x and R <= 2 end
+
+-- Lane-move store of head h's R lanes (lane_stores) from their 128-bit
+-- piece: the low piece is register 0's, the high one is extracted once into
+-- register 1 (the tree leaves both free); vmovss/vextractps a lane, vmovlps/
+-- vmovhps a pair.
+local function vex_lane_store(b, p, h, R)
+  local lane = h * R
+  local piece = math.floor(lane / 4)
+  local x = b.r(piece, "xmm")
+  if piece == 1 and lane % 4 == 0 then b.v("vextractf128", x, b.r(0), 1) end
+  local m, at = mem("rdx", h * p.CHUNKP * 4), lane % 4
+  if R == 2 then b.v(at == 0 and "vmovlps" or "vmovhps", m, x)
+  elseif at == 0 then b.v("vmovss", m, x)
+  else b.v("vextractps", m, x, at) end
+end
+
 -- Store head h's R lanes of the reduced vector (register 0) at its score row:
 -- whole 128/256-bit pieces where they fit, pairs by a masked move of their
--- piece (in register 1, pair_stores), else through the scratch at rbx.
+-- piece (in register 1, pair_stores), one or two lanes on AVX2 by lane moves
+-- (vex_lane_store), else through the scratch at rbx.
 local function store_lanes(b, p, h, R)
   local m, bytes, z = mem("rdx", h * p.CHUNKP * 4), R * 4, b.r(0)
+  if lane_stores(b, R) then return vex_lane_store(b, p, h, R) end
   if pair_stores(b, R) then
     local piece, high = math.floor(h / 2), h % 2 == 1
     if piece > 0 and not high then b.v("vextractf32x4", b.r(1, "xmm"), z, piece) end
@@ -768,7 +789,7 @@ local function scores_direct(isa, p, R)
   for c = 0, dp and math.floor(p.D / 32) - 1 or -1 do dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs) end
   tree(b, kreg)
   if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
-  local scratch = R * 4 ~= 16 and R * 4 ~= 32 and not pair_stores(b, R)
+  local scratch = R * 4 ~= 16 and R * 4 ~= 32 and not pair_stores(b, R) and not lane_stores(b, R)
   if scratch then   -- the scalar moves go through eax
     b.v("vmovups", mem("rbx", 0), b.r(0))
     b.gp("push %rax")

@@ -58,7 +58,7 @@ local unpack = table.unpack or unpack
 --         V vector of length L; VM V or L-bit memory; H vector of L/2 (at
 --         least xmm); HM vector of L/2 (at
 --         least xmm) or L/2-bit memory; QM xmm or L/4-bit memory; X xmm;
---         XM xmm or m128; XM32 xmm or m32; M L-bit memory; M32 m32; K opmask;
+--         XM xmm or m128; XM32 xmm or m32; M L-bit memory; M32 m32; M64 m64; K opmask;
 --         KM16 opmask or m16; M16 m16; R32 32-bit register; RM32 r32 or m32;
 --         I imm8
 --   lens  allowed L: x = 128, y = 256, z = 512 (VEX never takes z);
@@ -78,6 +78,9 @@ local OPS = {
   { "vmovaps",      "VE", "0F",   "",   0x29, 0, "MR",   "M,V",         "xyz", "fv",  "" },
   { "vmovss",       "VE", "0F",   "F3", 0x10, 0, "RM",   "X,M32",       "s",   "t1s", "" },
   { "vmovss",       "VE", "0F",   "F3", 0x11, 0, "MR",   "M32,X",       "s",   "t1s", "" },
+  { "vmovlps",      "V",  "0F",   "",   0x13, 0, "MR",   "M64,X",       "x",   "-",   "" },
+  { "vmovhps",      "V",  "0F",   "",   0x17, 0, "MR",   "M64,X",       "x",   "-",   "" },
+  { "vextractps",   "V",  "0F3A", "66", 0x17, 0, "MRI",  "M32,X,I",     "x",   "-",   "" },
   { "vmovd",        "VE", "0F",   "66", 0x6E, 0, "RM",   "X,RM32",      "x",   "t1s", "nomask" },
   { "vmovd",        "VE", "0F",   "66", 0x7E, 0, "MR",   "RM32,X",      "x",   "t1s", "nomask" },
   { "vmovhlps",     "VE", "0F",   "",   0x12, 0, "RVM",  "X,X,X",       "x",   "fv",  "nomask" },
@@ -404,6 +407,7 @@ local function kind_mem(kind, L)
   if kind == "HM" then return floor(L / 16) end
   if kind == "QM" then return floor(L / 32) end
   if kind == "XM" then return 16 end
+  if kind == "M64" then return 8 end
   if kind == "XM32" or kind == "M32" or kind == "RM32" then return 4 end
   if kind == "KM16" or kind == "M16" then return 2 end
 end

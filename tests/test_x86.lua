@@ -38,7 +38,7 @@ local GPR64 = { "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
 local function kind_class(kind)
   if kind == "K" or kind == "KM16" then return "k" end
   if kind == "R32" or kind == "RM32" then return "r32" end
-  if kind == "M" or kind == "M32" or kind == "M16" or kind == "I" then return nil end
+  if kind == "M" or kind == "M64" or kind == "M32" or kind == "M16" or kind == "I" then return nil end
   return "vec"
 end
 
