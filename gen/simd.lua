@@ -601,11 +601,14 @@ function M.split_pair(isa) return 2 * GEOM[isa].W end
 -- Whether the direct scores kernel keeps each head's q d-block in a register
 -- (q_in_regs), and the register holding the split's mask (nil without the
 -- split): AVX-512 register 29 (q in 16..27); AVX2 the first one after the
--- accumulators and q, before the two K registers.
+-- accumulators, before the two K registers. AVX2 reads q as each FMA's
+-- memory source, one macro-op where a load and a register FMA were two: on
+-- the Zen 3 VM, warm, tile 4, against q in registers, Falcon-40B bf16 0.941x
+-- the time, the MQA batch 0.981x, Llama 0.991x (the staged int8 control 1.026x).
 local function direct_regs(isa, p, split)
   local g, T = GEOM[isa], p.T
   local extra = split and not evex(g) and 1 or 0
-  local q_in_regs = g.W + T + 2 + block_regs(p) + extra <= g.nregs
+  local q_in_regs = evex(g) and g.W + T + 2 + block_regs(p) + extra <= g.nregs
   if not split then return q_in_regs, nil end
   if evex(g) then return q_in_regs, 29 end
   return q_in_regs, g.W + (q_in_regs and T or 0) + block_regs(p)
