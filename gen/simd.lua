@@ -230,6 +230,8 @@ end
 local function new_block(isa, p)
   local annotate = p.ANNOTATE ~= false
   local b = { lines = {}, g = GEOM[isa], isa = isa, x = evex(GEOM[isa]), annotate = annotate }
+  -- the integer and/or of the isa's vectors (EVEX names the element size)
+  b.pand, b.por = b.x and "vpandd" or "vpand", b.x and "vpord" or "vpor"
   -- A vector instruction: its bytes, with the Intel text as a comment.
   function b.v(mn, ...)
     b.lines[#b.lines + 1] = annotate and { x86.line_text(mn, ...) } or { bytes = x86.bytes_cached(mn, ...) }
@@ -319,7 +321,7 @@ local LOAD_KV = {
     b.v("vpslld", dst, dst, 20)
     b.v("vpslld", tmp, dst, 5)
     b.v("vpcmpeqd", b.x and "k1" or tmp, tmp, mem("r11", C.fp8_nan))  -- AVX2: all ones, a NaN
-    b.v(b.x and "vpandd" or "vpand", dst, dst, mem("r11", C.fp8_bits))
+    b.v(b.pand, dst, dst, mem("r11", C.fp8_bits))
     b.v("vmulps", dst, dst, mem("r11", C.two120))
     if b.x then b.v("vpord", dst .. "{k1}", dst, mem("r11", C.qnan))
     else b.v("vpor", dst, dst, tmp) end
@@ -360,7 +362,7 @@ end)
 -- b.eight where a kernel keeps them there (block_consts).
 LOAD_KV.q4_0 = block_load(function(b, dst, m, at)
   b.v("vpmovzxbd", dst, mem(m.base, at + m.elem % 16))
-  if m.elem < 16 then b.v(b.x and "vpandd" or "vpand", dst, dst, b.nibble and b.r(b.nibble) or mem("r11", C.nibble))
+  if m.elem < 16 then b.v(b.pand, dst, dst, b.nibble and b.r(b.nibble) or mem("r11", C.nibble))
   else b.v("vpsrld", dst, dst, 4) end
   b.v("vcvtdq2ps", dst, dst)
   b.v("vsubps", dst, dst, b.eight and b.r(b.eight) or mem("r11", C.eight_f))
@@ -607,11 +609,10 @@ function M.split_pair(isa) return 2 * GEOM[isa].W end
 -- the time, the MQA batch 0.981x, Llama 0.991x (the staged int8 control 1.026x).
 local function direct_regs(isa, p, split)
   local g, T = GEOM[isa], p.T
-  local extra = split and not evex(g) and 1 or 0
-  local q_in_regs = evex(g) and g.W + T + 2 + block_regs(p) + extra <= g.nregs
+  local q_in_regs = evex(g) and g.W + T + 2 + block_regs(p) <= g.nregs
   if not split then return q_in_regs, nil end
   if evex(g) then return q_in_regs, 29 end
-  return q_in_regs, g.W + (q_in_regs and T or 0) + block_regs(p)
+  return false, g.W + block_regs(p)
 end
 
 -- Whether the scores kernel takes bf16 pair dot products (vdpbf16ps, a record
@@ -650,11 +651,11 @@ local function dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs)
   end
 end
 
--- Load d-block c of a K row at base as f32 into register kr (split: the
--- mask register of the split loads, M.bf16_split, or nil).
-local function load_k_block(b, p, split, kr, base, c, tmp)
+-- Load d-block c of a K row at base as f32 into register kr (mask: the
+-- register of the split loads' hi16 mask, M.bf16_split, or nil: no split).
+local function load_k_block(b, p, mask, kr, base, c, tmp)
   local W, NCH = b.g.W, math.floor(p.D / b.g.W)
-  if not split or c >= NCH - NCH % 2 then
+  if not mask or c >= NCH - NCH % 2 then
     load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp)
   elseif c % 2 == 0 and b.x then
     b.v("vpslld", kr, mem(base, math.floor(c / 2) * W * 4), 16)
@@ -662,7 +663,7 @@ local function load_k_block(b, p, split, kr, base, c, tmp)
     b.v("vmovups", kr, mem(base, math.floor(c / 2) * W * 4))
     b.v("vpslld", kr, kr, 16)
   else
-    b.v(b.x and "vpandd" or "vpand", kr, b.r(split), mem(base, math.floor(c / 2) * W * 4))
+    b.v(b.pand, kr, b.r(mask), mem(base, math.floor(c / 2) * W * 4))
   end
 end
 
@@ -737,9 +738,8 @@ local function scores_direct(isa, p, R)
   local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
   local kreg = GEOM[isa].nregs - 2
   local qbase = W
-  local split, dp = M.bf16_split(isa, p), M.dpbf16(isa, p)
-  local q_in_regs, mask = direct_regs(isa, p, split)
-  split = split and mask
+  local dp = M.dpbf16(isa, p)
+  local q_in_regs, mask = direct_regs(isa, p, M.bf16_split(isa, p))
   prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
   b.gp("push %r15")
   local btmp = block_consts(b, p, W + (q_in_regs and T or 0), "r15")   -- r15: a row pointer from label 1 on
@@ -751,9 +751,9 @@ local function scores_direct(isa, p, R)
     b.gp("mov $12, %r11d")
     b.v("kmovw", "k2", "r11d")
   end
-  if split then
+  if mask then
     b.gp(("mov %d(%%rax), %%r11"):format(ARG.consts))
-    b.v("vmovups", b.r(split), mem("r11", C.hi16))
+    b.v("vmovups", b.r(mask), mem("r11", C.hi16))
   elseif dp then
     b.gp(("mov %d(%%rax), %%r11"):format(ARG.scl))
     b.v("vbroadcastss", b.r(29), mem("r11", 0))
@@ -777,7 +777,7 @@ local function scores_direct(isa, p, R)
     end
     for r = 0, R - 1 do
       local kr = b.r(kreg + r % 2)
-      load_k_block(b, p, split, kr, r == 0 and "rsi" or ROW_PTR[r], c, btmp)
+      load_k_block(b, p, mask, kr, r == 0 and "rsi" or ROW_PTR[r], c, btmp)
       for h = 0, T - 1 do
         local acc = b.r(slot_of(isa, h * R + r))
         local q = q_in_regs and b.r(qbase + h) or mem("rdi", (h * p.D + c * W) * 4)
@@ -1652,7 +1652,7 @@ local function qload_split(b, p)
   while d + 2 * W <= p.D do
     b.v("vmovups", b.r(0), mem("rsi", 2 * d))
     b.v("vpslld", b.r(2), b.r(0), 16)                       -- even elements
-    b.v(b.x and "vpandd" or "vpand", b.r(0), b.r(0), mem("r11", C.hi16))   -- odd elements
+    b.v(b.pand, b.r(0), b.r(0), mem("r11", C.hi16))   -- odd elements
     b.v("vmulps", b.r(2), b.r(2), b.r(1))
     b.v("vmulps", b.r(0), b.r(0), b.r(1))
     b.v("vmovups", mem("rdi", 4 * d), b.r(2))
@@ -1694,7 +1694,7 @@ end
 -- f32 lanes of register x to bf16 bits in the low 16 bits of each lane of
 -- register r, rounded to nearest even, NaN kept quiet (fd_f32_to_bf16); t: scratch.
 local function to_bf16(b, x, r, t)
-  local pand, por = b.x and "vpandd" or "vpand", b.x and "vpord" or "vpor"
+  local pand, por = b.pand, b.por
   b.v("vpsrld", t, x, 16)
   b.v(pand, r, t, mem("r11", C.one))
   b.v("vpaddd", r, r, x)
@@ -1857,17 +1857,22 @@ function M.pv_blocks(isa, p)
   return blocks
 end
 
--- Whether the P.V pass loads bf16 V split (AVX-512, 32 registers): each
--- 32-element piece of a V row (d-blocks c, c + 1, c even, both in one pass)
--- read as two vectors, the even elements (vpslld 16 of the piece in memory)
--- and the odd ones (vpandd with hi16), where the widening load takes two
--- instructions per 16 elements; the pass's two accumulators of each head hold
--- the piece in that order (vpermi2ps on entry and exit, 7 more instructions
--- per head and piece, each saving 2 per key and piece: a chunk of at least
--- 8 keys per head).
+-- Whether the P.V pass loads bf16 V split: each 2W-element piece of a V row
+-- (d-blocks c, c + 1, c even, both in one pass) read as two vectors, the even
+-- elements (vpslld 16 of the piece) and the odd ones (the integer and with
+-- hi16, held in the last register), where the widening load takes two
+-- instructions per W elements; the pass's two accumulators of each head hold
+-- the piece in that order (split_pairs on entry and exit, 5 to 7 more
+-- instructions per head and piece, each saving 1 or 2 per key and piece: a
+-- chunk of at least 8 keys per head). AVX-512 with 32 registers; AVX2 where
+-- the register plan leaves one free beside the weights (tiles 3 and 4), which
+-- also takes a vpand for a vpmovzxwd on the shuffle pipes.
 function M.pv_split(isa, p)
-  return evex(GEOM[isa]) and GEOM[isa].nregs >= 32 and facts.dtypes[p.KV_DTYPE].name == "bf16"
-    and p.CHUNKP >= 8 * p.T
+  local g = GEOM[isa]
+  if facts.dtypes[p.KV_DTYPE].name ~= "bf16" or p.CHUNKP < 8 * p.T then return false end
+  if evex(g) then return g.nregs >= 32 end
+  local cb, preload = avx2_pv_plan(p.T, false)
+  return preload and cb >= 2 and p.T * cb + p.T + 3 <= g.nregs
 end
 
 -- The paired d-blocks of a P.V pass (block {c0, cb}) with split loads: role[k]
@@ -1882,16 +1887,39 @@ local function split_roles(isa, p, block)
   return role
 end
 
+-- AVX2 form of split_pairs for one pair (accumulators a, c; records ra, rc;
+-- registers s0, s1 scratch): in-lane shuffles of the even (0x88) and odd
+-- (0xDD) elements, then vpermq 0xD8 puts the 64-bit pieces in order; back,
+-- unpack the pairs and join the 128-bit halves.
+local function split_pair_vex(b, a, c, ra, rc, s0, s1, entering)
+  if entering then
+    b.v("vmovups", s0, ra)
+    b.v("vshufps", a, s0, rc, 0x88)
+    b.v("vshufps", c, s0, rc, 0xDD)
+    b.v("vpermq", a, a, 0xD8)
+    b.v("vpermq", c, c, 0xD8)
+  else
+    b.v("vunpcklps", s0, a, c)
+    b.v("vunpckhps", s1, a, c)
+    b.v("vperm2f128", a, s0, s1, 0x20)
+    b.v("vperm2f128", c, s0, s1, 0x31)
+    b.v("vmovups", ra, a)
+    b.v("vmovups", rc, c)
+  end
+end
+
 -- Move a pass's split pairs between natural and split order: the pair's two
 -- accumulators (of head t, at acc(t, k)) to split order from the record at
--- rec(t, k) (entering), or back into it (leaving); the V registers 28, 29
--- scratch (outside the key loop).
-local function split_pairs(b, T, cb, role, acc, rec, entering)
+-- rec(t, k) (entering), or back into it (leaving); the V registers (28, 29 on
+-- AVX-512, vreg and the next on AVX2) scratch (outside the key loop).
+local function split_pairs(b, T, cb, role, acc, rec, entering, vreg)
   for k = 0, cb - 1 do
     if role[k] == "even" then
       for t = 0, T - 1 do
         local a, c = acc(t, k), acc(t, k + 1)
-        if entering then
+        if not b.x then
+          split_pair_vex(b, a, c, rec(t, k), rec(t, k + 1), b.r(vreg), b.r(vreg + 1), entering)
+        elseif entering then
           b.v("vmovups", a, mem("r11", C.even_idx))
           b.v("vmovups", c, mem("r11", C.odd_idx))
           b.v("vmovups", b.r(28), rec(t, k))
@@ -1943,8 +1971,9 @@ function M.pv(isa, p, block)
       if not role[k] then b.v("vmovups", acc(t, k), rec(t, k)) end
     end
   end
-  split_pairs(b, T, cb, role, acc, rec, true)
-  if next(role) then b.v("vmovups", b.r(31), mem("r11", C.hi16)) end
+  split_pairs(b, T, cb, role, acc, rec, true, vreg)
+  local hi16 = b.r(b.g.nregs - 1)
+  if next(role) then b.v("vmovups", hi16, mem("r11", C.hi16)) end
   b.gp("test %rcx, %rcx")
   b.gp("jz 2f")
   b.gp("1:")
@@ -1954,8 +1983,11 @@ function M.pv(isa, p, block)
   for k = 0, cb - 1 do
     local vr = b.r(vreg + k % 2)
     local m = kv_mem(p, "rsi", (block[1] + k - (role[k] == "odd" and 1 or 0)) * W, block[1] * W)
-    if role[k] == "even" then b.v("vpslld", vr, m, 16)
-    elseif role[k] == "odd" then b.v("vpandd", vr, b.r(31), m)
+    if role[k] == "even" and b.x then b.v("vpslld", vr, m, 16)
+    elseif role[k] == "even" then                -- VEX shifts take no memory source
+      b.v("vmovups", vr, m)
+      b.v("vpslld", vr, vr, 16)
+    elseif role[k] == "odd" then b.v(b.pand, vr, hi16, m)
     else load_kv(b, p.KV_DTYPE, vr, m, b.r(tmp)) end
     if p.QUANT and not prescaled then
       if evex(GEOM[isa]) then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
@@ -1989,7 +2021,7 @@ function M.pv(isa, p, block)
       if not role[k] then b.v("vmovups", rec(t, k), acc(t, k)) end
     end
   end
-  split_pairs(b, T, cb, role, acc, rec, false)
+  split_pairs(b, T, cb, role, acc, rec, false, vreg)
   return M.statement(b)
 end
 
