@@ -1944,7 +1944,8 @@ end
 -- Falcon-40B bf16 0.980x the time, the MQA batch 0.987x, Llama bf16 0.995x
 -- (the int8 control 1.003x).
 function M.pv_pairs(isa, p)
-  return not evex(GEOM[isa]) and not p.QUANT and not p.BLOCKS and not M.head_lanes(isa, p)
+  return not evex(GEOM[isa]) and not (p.QUANT and not M.pv_prescale(isa, p)) and not p.BLOCKS
+    and not M.head_lanes(isa, p)
 end
 
 -- P.V for one pass (M.pv_blocks): acc[t][c0*W ..] += sum over keys of
@@ -2064,12 +2065,51 @@ end
 
 -- Whether the f32 P.V over int8/fp8 V takes its weights already multiplied
 -- by their keys' v scales (M.pscale, once per call) instead of one multiply
--- per V vector: AVX-512 row-major tiles (8 multiplies a key at head_dim 128
--- become T per 16 keys). Measured on the Zen 5 VM, warm, the same plans:
--- Llama int8 (tile 4) 0.93x the time, the MQA batch int8 (tile 8) 0.94x,
--- MHA int8 (tile 1) 0.90x.
+-- per V vector: row-major tiles (AVX-512: 8 multiplies a key at head_dim 128
+-- become T per 16 keys; AVX2: 16 broadcasts and 16 multiplies become T per 8
+-- keys). Measured on the Zen 5 VM, warm, the same plans: Llama int8 (tile 4)
+-- 0.93x the time, the MQA batch int8 (tile 8) 0.94x, MHA int8 (tile 1)
+-- 0.90x; on the Zen 3 VM (AVX2), Llama int8 (tile 4) 0.920x.
 function M.pv_prescale(isa, p)
-  return evex(GEOM[isa]) and p.QUANT and not M.head_lanes(isa, p)
+  return M.vector(isa) and p.QUANT and not M.head_lanes(isa, p)
+end
+
+-- AVX2 form of M.pscale: 8 keys a vector while 8 or more remain and the
+-- scales are contiguous, the rest (or every key, strided scales) one at a time.
+local function pscale_vex(b, p)
+  local s, W = b.r(15), b.g.W
+  prologue(b, { "sc", "n", "scl", "scl_stride" })
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 2f")
+  b.gp("cmp $4, %r10")
+  b.gp("jne 5f")
+  b.gp("7:")
+  b.gp(("cmp $%d, %%rcx"):format(W))
+  b.gp("jb 5f")
+  b.v("vmovups", s, mem("r9", 0))
+  b.gp(("prefetcht0 %d(%%r9)"):format(p.CHUNK * 4))   -- the next chunk's scales (dense rows)
+  for t = 0, p.T - 1 do
+    local r = b.r(t % 15)
+    b.v("vmulps", r, s, mem("rdx", t * p.CHUNKP * 4))
+    b.v("vmovups", mem("rdx", t * p.CHUNKP * 4), r)
+  end
+  b.gp(("add $%d, %%rdx"):format(W * 4))
+  b.gp(("add $%d, %%r9"):format(W * 4))
+  b.gp(("sub $%d, %%rcx"):format(W))
+  b.gp("jnz 7b")
+  b.gp("jmp 2f")
+  b.gp("5:")
+  b.v("vmovss", b.r(15, "xmm"), mem("r9", 0))
+  for t = 0, p.T - 1 do
+    b.v("vmulss", "xmm0", b.r(15, "xmm"), mem("rdx", t * p.CHUNKP * 4))
+    b.v("vmovss", mem("rdx", t * p.CHUNKP * 4), "xmm0")
+  end
+  b.gp("add $4, %rdx")
+  b.gp("add %r10, %r9")
+  b.gp("dec %rcx")
+  b.gp("jnz 5b")
+  b.gp("2:")
+  return M.statement(b)
 end
 
 -- The weights of n keys (T row-major rows of CHUNKP floats at sc) each
@@ -2081,6 +2121,7 @@ end
 -- of Llama int8 16k in this statement: 6.2% without, 1.2% with).
 function M.pscale(isa, p)
   local b = new_block(isa, p)
+  if not b.x then return pscale_vex(b, p) end
   prologue(b, { "sc", "n", "scl", "scl_stride" })
   b.gp("test %rcx, %rcx")
   b.gp("jz 2f")
