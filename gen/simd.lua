@@ -553,10 +553,13 @@ local function head_dots(b, p)
 end
 
 -- Rows per group of the direct scores kernel, or nil where the staged one
--- serves (one head, int8/fp8 scaling, AVX2 tiles wider than its 8 lanes).
+-- serves (one head on AVX-512, int8/fp8 scaling, AVX2 tiles wider than its 8
+-- lanes). AVX2 tile 1 (groups of 8 keys, q in registers) against the staged
+-- kernel on the Zen 3 VM, tile forced to 1: Llama bf16 0.894x the time warm
+-- and 0.941x cold at 64k, the MQA batch 0.835x and 0.861x.
 function M.direct_rows(isa, p)
   local W = GEOM[isa].W
-  if p.T == 1 or p.QUANT or p.T > W then return nil end
+  if (p.T == 1 and evex(GEOM[isa])) or p.QUANT or p.T > W then return nil end
   return math.floor(W / p.T)
 end
 
@@ -603,16 +606,19 @@ function M.split_pair(isa) return 2 * GEOM[isa].W end
 -- Whether the direct scores kernel keeps each head's q d-block in a register
 -- (q_in_regs), and the register holding the split's mask (nil without the
 -- split): AVX-512 register 29 (q in 16..27); AVX2 the first one after the
--- accumulators, before the two K registers. AVX2 reads q as each FMA's
--- memory source, one macro-op where a load and a register FMA were two: on
--- the Zen 3 VM, warm, tile 4, against q in registers, Falcon-40B bf16 0.941x
--- the time, the MQA batch 0.981x, Llama 0.991x (the staged int8 control 1.026x).
+-- accumulators and q, before the two K registers. AVX2 keeps q in registers
+-- only where each q vector serves 4 or more keys (tiles 1 and 2), else reads
+-- it as each FMA's memory source, one macro-op where a load and a register
+-- FMA were two. On the Zen 3 VM, warm, against q in registers at tile 4:
+-- Falcon-40B bf16 0.941x the time, the MQA batch 0.981x, Llama 0.991x (the
+-- staged int8 control 1.026x); against q from memory at tile 2 (4 keys a
+-- group: 12 loads per 8 FMAs), q in registers took 0.962x and 0.978x.
 local function direct_regs(isa, p, split)
   local g, T = GEOM[isa], p.T
-  local q_in_regs = evex(g) and g.W + T + 2 + block_regs(p) <= g.nregs
+  local q_in_regs = (evex(g) or math.floor(g.W / T) >= 4) and g.W + T + 2 + block_regs(p) + (split and not evex(g) and 1 or 0) <= g.nregs
   if not split then return q_in_regs, nil end
   if evex(g) then return q_in_regs, 29 end
-  return false, g.W + block_regs(p)
+  return q_in_regs, g.W + (q_in_regs and T or 0) + block_regs(p)
 end
 
 -- Whether the scores kernel takes bf16 pair dot products (vdpbf16ps, a record
