@@ -559,8 +559,35 @@ end
 -- and 0.941x cold at 64k, the MQA batch 0.835x and 0.861x.
 function M.direct_rows(isa, p)
   local W = GEOM[isa].W
+  if p.QUANT and M.direct_scaled(isa, p) then return 2 end
   if (p.T == 1 and evex(GEOM[isa])) or p.QUANT or p.T > W then return nil end
   return math.floor(W / p.T)
+end
+
+-- Whether the direct scores kernel serves int8 K with row scales (AVX2 tiles
+-- of 3 and 4 heads, groups of 2 keys): the rows converted unscaled, the
+-- reduced group times its two keys' scales (scaled_group), where the staged
+-- kernel scaled every element.
+function M.direct_scaled(isa, p)
+  return not evex(GEOM[isa]) and M.vector(isa) and facts.dtypes[p.KV_DTYPE].name == "i8"
+    and (p.T == 3 or p.T == 4)
+end
+
+-- Multiply the reduced group (register 0, lanes of keys 0, 1 per head) by its
+-- keys' scales: r12 row 0's, r15 row 1's (row 0's past the n keys), built as
+-- (s0 s1 s0 s1 | s0 s1 s0 s1) in register 1; then r12 to the next group's.
+local function scaled_group(b)
+  local x1, x2 = b.r(1, "xmm"), b.r(2, "xmm")
+  b.gp("lea (%r12,%r13), %r15")
+  b.gp("cmp $1, %rcx")
+  b.gp("cmovbe %r12, %r15")
+  b.v("vmovss", x1, mem("r12", 0))
+  b.v("vmovss", x2, mem("r15", 0))
+  b.v("vunpcklps", x1, x1, x2)
+  b.v("vshufps", x1, x1, x1, 0x44)
+  b.v("vinsertf128", b.r(1), b.r(1), x1, 1)
+  b.v("vmulps", b.r(0), b.r(0), b.r(1))
+  b.gp("lea (%r12,%r13,2), %r12")
 end
 
 -- Pointer registers of rows 1..R-1 of a direct group (row 0 is rsi).
@@ -748,6 +775,11 @@ local function scores_direct(isa, p, R)
   local q_in_regs, mask = direct_regs(isa, p, M.bf16_split(isa, p))
   prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
   b.gp("push %r15")
+  local scaled = p.QUANT and M.direct_scaled(isa, p)
+  if scaled then
+    b.gp(("mov %d(%%rax), %%r12"):format(ARG.scl))
+    b.gp(("mov %d(%%rax), %%r13"):format(ARG.scl_stride))
+  end
   local btmp = block_consts(b, p, W + (q_in_regs and T or 0), "r15")   -- r15: a row pointer from label 1 on
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
@@ -797,6 +829,7 @@ local function scores_direct(isa, p, R)
   end
   for c = 0, dp and math.floor(p.D / 32) - 1 or -1 do dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs) end
   tree(b, kreg)
+  if scaled then scaled_group(b) end
   if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
   local scratch = R * 4 ~= 16 and R * 4 ~= 32 and not pair_stores(b, R) and not lane_stores(b, R)
   if scratch then   -- the scalar moves go through eax

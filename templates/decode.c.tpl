@@ -239,6 +239,9 @@ $(simd_scores())
             aa.src = (const $(KVT) *)aa.src + aa.n * kvs;
             aa.pf = (const $(KVT) *)aa.pf + aa.n * kvs;
             aa.sc += aa.n;
+@     if QUANT then
+            aa.scl = (const float *)((const char *)aa.scl + aa.n * aa.scl_stride);
+@     end
             aa.n = $(AHEAD_ROWS);
           }
 $(simd_scores_tail())
@@ -270,6 +273,9 @@ $(simd_scores())
             aa.src = (const $(KVT) *)aa.src + aa.n * kvs;
             aa.pf = (const $(KVT) *)aa.pf + aa.n * kvs;
             aa.sc += aa.n;
+@     if QUANT then
+            aa.scl = (const float *)((const char *)aa.scl + aa.n * aa.scl_stride);
+@     end
             aa.n = $(AHEAD_ROWS);
           }
 $(simd_scores_tail())
