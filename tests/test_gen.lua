@@ -117,15 +117,19 @@ local two, three, plain = g.source("20010256128043000300"), g.source("3001025612
 T.ok(two:find("vpdpbusd", 1, true) and three:find("vpdpbusd", 1, true), "planes 2 and 3: MSD scores")
 T.ok(not two:find("vpunpcklbw", 1, true) and not three:find("vpunpcklbw", 1, true), "planes 2 and 3: no V transposed for P.V")
 T.ok(not plain:find("vpdpbusd", 1, true), "planes 0: f32 scores and P.V")
--- the f32 P.V over int8/fp8 V on AVX-512 takes the weights times the v
--- scales (gen/simd.lua pscale: one masked multiply per head and 16 keys)
--- instead of a multiply per V vector; AVX2 keeps the multiply in the P.V
+-- the f32 P.V over int8/fp8 V takes the weights times the v scales
+-- (gen/simd.lua pscale: on AVX-512 one masked multiply per head and 16 keys,
+-- on AVX2 one multiply per head and 8 keys) instead of a multiply per V vector
 local function count(src, pat) return select(2, src:gsub(pat, "")) end
 T.eq(count(three, "ptr %[r9%]{1to16}"), 0, "planes 3, isa 3: P.V multiplies no V vector by its scale")
 T.eq(count(three, "vmulps zmm%d+{k1}{z}, zmm31"), 4, "planes 3, isa 3, tile 4: the weights of 4 heads times the v scales")
 local avx2 = g.source("10256128041000300")
-T.ok(count(avx2, "vbroadcastss ymm%d+, dword ptr %[r9%]") > 0 and count(avx2, "{k1}") == 0,
-  "int8 V on AVX2: the v scale multiplied in the P.V, no pscale")
+T.eq(count(avx2, "vbroadcastss ymm%d+, dword ptr %[r9%]"), 0, "int8 V on AVX2: P.V multiplies no V vector by its scale")
+T.eq(count(avx2, "vmulps ymm%d+, ymm15, ymmword ptr %[rdx"), 4, "int8 V on AVX2, tile 4: the weights of 4 heads times the v scales")
+-- int8 K on AVX2, tile 4: the direct scores, each group of 2 keys times their
+-- two scales after the reduction (gen/simd.lua scaled_group), no staging
+T.eq(count(avx2, "vinsertf128 ymm1, ymm1, xmm1, 1 "), 1, "int8 K on AVX2, tile 4: the reduced group times its keys' scales")
+T.eq(count(avx2, "vmovups ymmword ptr %[r13"), 0, "int8 K on AVX2, tile 4: no K row staged")
 -- the scores pass's V prefetch (tiles of at least PREFETCH_MIN_TILE heads)
 -- by the isa record's other_hint (gen/facts.lua), the P.V's K prefetch into L2
 local hints = {}
