@@ -553,14 +553,17 @@ local function head_dots(b, p)
 end
 
 -- Rows per group of the direct scores kernel, or nil where the staged one
--- serves (one head on AVX-512, int8/fp8 scaling, AVX2 tiles wider than its 8
--- lanes). AVX2 tile 1 (groups of 8 keys, q in registers) against the staged
--- kernel on the Zen 3 VM, tile forced to 1: Llama bf16 0.894x the time warm
--- and 0.941x cold at 64k, the MQA batch 0.835x and 0.861x.
+-- serves (one head, int8/fp8 scaling but direct_scaled, AVX2 tiles wider
+-- than its 8 lanes). AVX2 tile 1 as direct groups of 8 keys (q in
+-- registers), on the Zen 3 VM: with the tile forced to 1 on the grouped
+-- shapes (K read again from the cache by each head), Llama bf16 0.894x the
+-- time warm and 0.941x cold, the MQA batch 0.835x and 0.861x; but MHA-32 16k
+-- cold, each K row read once from memory, 1.188x (f16) and 1.177x (bf16):
+-- the staged kernel's row-by-row reads stream better, so it keeps tile 1.
 function M.direct_rows(isa, p)
   local W = GEOM[isa].W
   if p.QUANT and M.direct_scaled(isa, p) then return 2 end
-  if (p.T == 1 and evex(GEOM[isa])) or p.QUANT or p.T > W then return nil end
+  if p.T == 1 or p.QUANT or p.T > W then return nil end
   return math.floor(W / p.T)
 end
 
@@ -634,7 +637,7 @@ function M.split_pair(isa) return 2 * GEOM[isa].W end
 -- (q_in_regs), and the register holding the split's mask (nil without the
 -- split): AVX-512 register 29 (q in 16..27); AVX2 the first one after the
 -- accumulators and q, before the two K registers. AVX2 keeps q in registers
--- only where each q vector serves 4 or more keys (tiles 1 and 2), else reads
+-- only where each q vector serves 4 or more keys (tile 2), else reads
 -- it as each FMA's memory source, one macro-op where a load and a register
 -- FMA were two. On the Zen 3 VM, warm, against q in registers at tile 4:
 -- Falcon-40B bf16 0.941x the time, the MQA batch 0.981x, Llama 0.991x (the
