@@ -2116,6 +2116,23 @@ function M.pv_prescale(isa, p)
   return M.vector(isa) and p.QUANT and not M.head_lanes(isa, p)
 end
 
+-- The one-key-at-a-time loop of M.pscale (label 5: strided scales, or the
+-- keys the vector loop leaves), the scale in register x, and the statement's end.
+local function pscale_tail(b, p, x)
+  b.gp("5:")
+  b.v("vmovss", x, mem("r9", 0))
+  for t = 0, p.T - 1 do
+    b.v("vmulss", "xmm0", x, mem("rdx", t * p.CHUNKP * 4))
+    b.v("vmovss", mem("rdx", t * p.CHUNKP * 4), "xmm0")
+  end
+  b.gp("add $4, %rdx")
+  b.gp("add %r10, %r9")
+  b.gp("dec %rcx")
+  b.gp("jnz 5b")
+  b.gp("2:")
+  return M.statement(b)
+end
+
 -- AVX2 form of M.pscale: 8 keys a vector while 8 or more remain and the
 -- scales are contiguous, the rest (or every key, strided scales) one at a time.
 local function pscale_vex(b, p)
@@ -2140,18 +2157,7 @@ local function pscale_vex(b, p)
   b.gp(("sub $%d, %%rcx"):format(W))
   b.gp("jnz 7b")
   b.gp("jmp 2f")
-  b.gp("5:")
-  b.v("vmovss", b.r(15, "xmm"), mem("r9", 0))
-  for t = 0, p.T - 1 do
-    b.v("vmulss", "xmm0", b.r(15, "xmm"), mem("rdx", t * p.CHUNKP * 4))
-    b.v("vmovss", mem("rdx", t * p.CHUNKP * 4), "xmm0")
-  end
-  b.gp("add $4, %rdx")
-  b.gp("add %r10, %r9")
-  b.gp("dec %rcx")
-  b.gp("jnz 5b")
-  b.gp("2:")
-  return M.statement(b)
+  return pscale_tail(b, p, b.r(15, "xmm"))
 end
 
 -- The weights of n keys (T row-major rows of CHUNKP floats at sc) each
@@ -2190,18 +2196,7 @@ function M.pscale(isa, p)
   b.gp("sub $16, %rcx")
   b.gp("jg 7b")
   b.gp("jmp 2f")
-  b.gp("5:")
-  b.v("vmovss", "xmm31", mem("r9", 0))
-  for t = 0, p.T - 1 do
-    b.v("vmulss", "xmm0", "xmm31", mem("rdx", t * p.CHUNKP * 4))
-    b.v("vmovss", mem("rdx", t * p.CHUNKP * 4), "xmm0")
-  end
-  b.gp("add $4, %rdx")
-  b.gp("add %r10, %r9")
-  b.gp("dec %rcx")
-  b.gp("jnz 5b")
-  b.gp("2:")
-  return M.statement(b)
+  return pscale_tail(b, p, "xmm31")
 end
 
 -- Fast precision (the key's precision digit): each head's padded row of
