@@ -99,12 +99,13 @@ $(B)/ab: bench/ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a
 
 # Two builds of the library, one plan per row (bench/builds.c): `make bench-builds REV=<revision>`
 # builds the library of git revision REV (git archive) under $(B)/rev and times its kernels (A)
-# against this tree's (B) on issue 18's bound shapes, B taking A's plan, interleaved; warm (K/V
-# in the last-level cache), or MODE=cold at the bound lengths; ROUNDS rounds (101). Prints the
-# table; cold, then the same split by the memory's level (bench/levels.lua over the rounds kept
-# in $(B)/builds-rounds.tsv). `$(B)/builds LIB_A LIB_B [ROUNDS [warm|cold]]` takes any two builds;
-# FDB_ROWS, FDB_BATCH, FDB_LEN and FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (A's plan forced) narrow
-# a run, FDB_ROUNDS_TSV keeps a cold run's rounds (bench/builds.c).
+# against this tree's (B) on issue 18's bound shapes and MHA-32 f16 (the memory-bound control),
+# B taking A's plan, interleaved; warm (K/V in the last-level cache), or MODE=cold at the bound
+# lengths; ROUNDS rounds (101). Prints the table; cold, then the same split by the memory's level
+# (bench/levels.lua over the rounds kept in $(B)/builds-rounds.tsv).
+# `$(B)/builds LIB_A LIB_B [ROUNDS [warm|cold]]` takes any two builds; FDB_ROWS, FDB_BATCH,
+# FDB_LEN and FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (A's plan forced) narrow a run,
+# FDB_ROUNDS_TSV keeps a cold run's rounds (bench/builds.c).
 $(B)/builds: bench/builds.c $(FDB_SRC) $(FDB_HDR)
 	$(CC) $(FDB_CFLAGS) bench/builds.c $(FDB_SRC) -lm -ldl -o $@
 

@@ -6,7 +6,9 @@
    group tile, splits, threads and isa (fd_plan_create_opts; planes and
    precision each build's default), so with equal keys only the kernels'
    code differs. Rows: issue 18's bound shapes (bf16 q
-   and out, causal, BHSD), warm at lengths whose K and V fit a 32 MiB
+   and out, causal, BHSD) and MHA-32 over f16 KV, the memory-bound control
+   (each K and V row read once: a change can gain on the grouped rows, whose
+   heads read K again from the cache, and lose here), warm at lengths whose K and V fit a 32 MiB
    last-level cache (the memory's level moves on a shared machine: warm, the
    ratio resolves a few percent), or cold at the bound lengths with the
    caches flushed before each call (fdb_flush_caches). Prints a Markdown
@@ -21,7 +23,8 @@
      FDB_BATCH   every row's batch instead of its own
      FDB_LEN     every row's kv_len instead of its warm or cold one
      FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (a key's isa digit): A's plan
-                 forced to them (fd_plan_opts) instead of its heuristic's
+                 forced to them (fd_plan_opts) instead of its heuristic's;
+                 FDB_TILE only on the rows whose group (Hq / Hkv) it divides
      FDB_ROUNDS_TSV a file that takes every round (cold only): shape, round,
                  read GB/s, A us, B us (bench/levels.lua splits the ratios by
                  memory level)
@@ -43,6 +46,7 @@ static const row ROWS[] = {
   { "mqa-b8-bf16", 8, 8, 1, 128, FD_BF16, 4096, 16384 },
   { "falcon-40b-bf16", 4, 128, 8, 64, FD_BF16, 2048, 2048 },
   { "llama3-8b-int8", 1, 32, 8, 128, FD_I8, 4096, 16384 },
+  { "mha-32-f16", 1, 32, 32, 128, FD_F16, 4096, 16384 },
 };
 
 /* The library calls the tool makes, from one build. */
@@ -156,8 +160,9 @@ static double time_us(const lib *l, const fd_plan *p, const fd_args *a, int cold
    group tile, splits, threads and isa (planes and precision: each build's
    default); their keys into ka and kb (equal keys: the same kernel parameters). */
 static int plan_both(lib *A, lib *B, const fd_shape *s, fd_plan **pa, fd_plan **pb, char *ka, char *kb) {
-  fd_plan_opts forced = { .chunk = (int)OV.chunk, .group_tile = (int)OV.tile, .splits = (int)OV.splits,
-                          .isa = (int)OV.isa + 1 };
+  int group = s->n_q_heads / s->n_kv_heads;   /* FDB_TILE where it divides the group, else the heuristic's */
+  fd_plan_opts forced = { .chunk = (int)OV.chunk, .group_tile = group % (OV.tile ? OV.tile : 1) ? 0 : (int)OV.tile,
+                          .splits = (int)OV.splits, .isa = (int)OV.isa + 1 };
   fd_plan_info ia, ib;
   if (A->plan_opts(A->ctx, s, &forced, pa) || A->info(*pa, s->kv_len, &ia)) {
     fprintf(stderr, "builds: plan A: %s\n", A->errmsg(A->ctx));

@@ -18,12 +18,19 @@ check "a mode other than warm or cold: usage, exit 2" '[ $rc -eq 2 ]'
 check "a missing library: exit 1, said" '[ $rc -eq 1 ] && grep -q "^builds: " "$err"'
 
 # Each table row: | shape | batch | kv_len | `key A` | `key B` | ...; the same build on
-# both sides, so every row's keys are equal; $2: the rows expected (default 4).
-rows_ok() { awk -F'|' -v want="${2:-4}" '/^\| [a-z]/ && $2 !~ /shape/ { n++; if ($5 != $6) bad++ } END { exit !(n == want && bad == 0) }' "$1"; }
+# both sides, so every row's keys are equal; $2: the rows expected (default 5).
+rows_ok() { awk -F'|' -v want="${2:-5}" '/^\| [a-z]/ && $2 !~ /shape/ { n++; if ($5 != $6) bad++ } END { exit !(n == want && bad == 0) }' "$1"; }
 "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 3 >"$out" 2>"$err"; rc=$?
 check "A/A warm: exit 0" '[ $rc -eq 0 ]'
-check "A/A warm: 4 rows, each B key equal to its A key" 'rows_ok "$out"'
+check "A/A warm: 5 rows, each B key equal to its A key" 'rows_ok "$out"'
 cat "$out"
+
+# FDB_TILE where it divides the row's group: Llama (G 4) at tile 2, MHA (G 1) at its own tile 1
+FDB_ROWS=llama3-8b-bf16,mha-32-f16 FDB_LEN=300 FDB_TILE=2 \
+  "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 2 >"$out" 2>"$err"; rc=$?
+check "FDB_TILE=2 on Llama and MHA: exit 0, two rows" '[ $rc -eq 0 ] && rows_ok "$out" 2'
+check "Llama's key at tile 2, MHA's at tile 1 (key digits 9-10)" \
+  'grep -Eq "^\| llama3-8b-bf16 .*\| \`[0-9]{8}02" "$out" && grep -Eq "^\| mha-32-f16 .*\| \`[0-9]{8}01" "$out"'
 
 # The overrides: one row at a forced plan, batch and length; bad values refused.
 FDB_ROWS=falcon-40b-bf16 FDB_BATCH=1 FDB_LEN=300 FDB_CHUNK=64 FDB_TILE=16 \
