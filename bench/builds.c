@@ -8,8 +8,8 @@
    code differs. Rows: issue 18's bound shapes (bf16 q
    and out, causal, BHSD) and MHA-32 over f16 KV, the memory-bound control
    (each K and V row read once: a change can gain on the grouped rows, whose
-   heads read K again from the cache, and lose here), warm at lengths whose K and V fit a 32 MiB
-   last-level cache (the memory's level moves on a shared machine: warm, the
+   heads read K again from the cache, and lose here), warm at lengths whose
+   K and V fit a 32 MiB last-level cache (the memory's level moves on a shared machine: warm, the
    ratio resolves a few percent), or cold at the bound lengths with the
    caches flushed before each call (fdb_flush_caches). Prints a Markdown
    table: each row's keys, median microseconds per call of A and B, and the
@@ -161,8 +161,8 @@ static double time_us(const lib *l, const fd_plan *p, const fd_args *a, int cold
    default); their keys into ka and kb (equal keys: the same kernel parameters). */
 static int plan_both(lib *A, lib *B, const fd_shape *s, fd_plan **pa, fd_plan **pb, char *ka, char *kb) {
   int group = s->n_q_heads / s->n_kv_heads;   /* FDB_TILE where it divides the group, else the heuristic's */
-  fd_plan_opts forced = { .chunk = (int)OV.chunk, .group_tile = group % (OV.tile ? OV.tile : 1) ? 0 : (int)OV.tile,
-                          .splits = (int)OV.splits, .isa = (int)OV.isa + 1 };
+  int tile = OV.tile && group % OV.tile == 0 ? (int)OV.tile : 0;
+  fd_plan_opts forced = { .chunk = (int)OV.chunk, .group_tile = tile, .splits = (int)OV.splits, .isa = (int)OV.isa + 1 };
   fd_plan_info ia, ib;
   if (A->plan_opts(A->ctx, s, &forced, pa) || A->info(*pa, s->kv_len, &ia)) {
     fprintf(stderr, "builds: plan A: %s\n", A->errmsg(A->ctx));
