@@ -562,7 +562,7 @@ end
 -- the staged kernel's row-by-row reads stream better, so it keeps tile 1.
 function M.direct_rows(isa, p)
   local W = GEOM[isa].W
-  if p.QUANT and M.direct_scaled(isa, p) then return 2 end
+  if M.direct_scaled(isa, p) then return 2 end
   if p.T == 1 or p.QUANT or p.T > W then return nil end
   return math.floor(W / p.T)
 end
@@ -645,7 +645,9 @@ function M.split_pair(isa) return 2 * GEOM[isa].W end
 -- group: 12 loads per 8 FMAs), q in registers took 0.962x and 0.978x.
 local function direct_regs(isa, p, split)
   local g, T = GEOM[isa], p.T
-  local q_in_regs = (evex(g) or math.floor(g.W / T) >= 4) and g.W + T + 2 + block_regs(p) + (split and not evex(g) and 1 or 0) <= g.nregs
+  local q_reused = evex(g) or math.floor(g.W / T) >= 4      -- AVX2: by 4 or more keys
+  local regs = g.W + T + 2 + block_regs(p) + (split and not evex(g) and 1 or 0)
+  local q_in_regs = q_reused and regs <= g.nregs
   if not split then return q_in_regs, nil end
   if evex(g) then return q_in_regs, 29 end
   return q_in_regs, g.W + (q_in_regs and T or 0) + block_regs(p)
@@ -746,8 +748,8 @@ end
 -- piece (in register 1, pair_stores), one or two lanes on AVX2 by lane moves
 -- (vex_lane_store), else through the scratch at rbx.
 local function store_lanes(b, p, h, R)
-  local m, bytes, z = mem("rdx", h * p.CHUNKP * 4), R * 4, b.r(0)
   if lane_stores(b, R) then return vex_lane_store(b, p, h, R) end
+  local m, bytes, z = mem("rdx", h * p.CHUNKP * 4), R * 4, b.r(0)
   if pair_stores(b, R) then
     local piece, high = math.floor(h / 2), h % 2 == 1
     if piece > 0 and not high then b.v("vextractf32x4", b.r(1, "xmm"), z, piece) end
@@ -789,7 +791,7 @@ local function scores_direct(isa, p, R)
   local raw_regs = mask and not b.x and kreg - R > mask and kreg - R or nil
   prologue(b, { "src", "ptr", "sc", "n", "stride", "stage" }, true)
   b.gp("push %r15")
-  local scaled = p.QUANT and M.direct_scaled(isa, p)
+  local scaled = M.direct_scaled(isa, p)
   if scaled then
     b.gp(("mov %d(%%rax), %%r12"):format(ARG.scl))
     b.gp(("mov %d(%%rax), %%r13"):format(ARG.scl_stride))
@@ -2040,7 +2042,7 @@ function M.pv(isa, p, block)
   -- one key's work: its weights, then each d-block's V vector and FMAs; key
   -- j of an unrolled pair reads its V row at rsi + j strides, weights j on
   local function key(j)
-    local wt = function(t) return mem("rdx", p_at(t) + j * 4) end
+    local wt = function(t, bcast) return mem("rdx", p_at(t) + j * 4, nil, nil, bcast) end
     if preload then
       for t = 0, T - 1 do b.v("vbroadcastss", b.r(preg + t), wt(t)) end
     end
@@ -2063,7 +2065,7 @@ function M.pv(isa, p, block)
         if preload then
           b.v("vfmadd231ps", acc, vr, b.r(preg + t))
         elseif evex(GEOM[isa]) then
-          b.v("vfmadd231ps", acc, vr, mem("rdx", p_at(t) + j * 4, nil, nil, true))
+          b.v("vfmadd231ps", acc, vr, wt(t, true))
         else
           b.v("vbroadcastss", b.r(preg), wt(t))
           b.v("vfmadd231ps", acc, vr, b.r(preg))
