@@ -1892,22 +1892,36 @@ end
 -- cold, f16 0.925x warm (two builds of the library timed interleaved in one
 -- process, as bench/builds.c does). Nil: one pass holds all the heads.
 local function pv_heads(isa, p)
-  if not evex(GEOM[isa]) or not M.head_lanes(isa, p) or p.PRECISION == 1 then return nil end
+  if not evex(GEOM[isa]) then
+    return not select(2, avx2_pv_plan(p.T, p.QUANT or p.BLOCKS)) and M.AVX2_PV_HEADS or nil
+  end
+  if not M.head_lanes(isa, p) or p.PRECISION == 1 then return nil end
   if select(2, evex_pv_plan(p.T)) then return nil end
   return math.floor(p.T / 2)
 end
 
+-- Heads per P.V pass of an AVX2 row-major tile too wide for its weights in
+-- registers beside one d-block of accumulators (tiles of 8 heads and more;
+-- 7 with int8/fp8 V): the pass's weights preloaded, two d-blocks a pass
+-- (bf16 V split), where each FMA took its own broadcast. On the Zen 3 VM,
+-- tile 8, against one pass of 8 heads: the MQA batch bf16 0.922x the time
+-- warm and 0.933x cold, Falcon-40B bf16 0.929x and 0.928x (tile-4 rows,
+-- unchanged, 0.986-1.001x).
+M.AVX2_PV_HEADS = 4
+
 -- The passes of P.V: {first d-block, d-blocks, first head, heads} sized to
--- the registers (pv_heads: a head-lane tile's heads in two halves).
+-- the registers (pv_heads: a head-lane tile's heads in two halves, an AVX2
+-- wide tile's in passes of M.AVX2_PV_HEADS; the last pass takes the rest).
 function M.pv_blocks(isa, p)
   local g, T = GEOM[isa], p.T
   local NCH = math.floor(p.D / g.W)
   local nt = pv_heads(isa, p) or T
-  local cb = evex(GEOM[isa]) and evex_pv_plan(nt) or avx2_pv_plan(T, p.QUANT or p.BLOCKS)
-  if cb > NCH then cb = NCH end
   local blocks = {}
   for t0 = 0, T - 1, nt do
-    for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0), t0, nt } end
+    local heads = math.min(nt, T - t0)
+    local cb = evex(GEOM[isa]) and evex_pv_plan(heads) or avx2_pv_plan(heads, p.QUANT or p.BLOCKS)
+    if cb > NCH then cb = NCH end
+    for c0 = 0, NCH - 1, cb do blocks[#blocks + 1] = { c0, math.min(cb, NCH - c0), t0, heads } end
   end
   return blocks
 end
@@ -1922,12 +1936,12 @@ end
 -- chunk of at least 8 keys per head). AVX-512 with 32 registers; AVX2 where
 -- the register plan leaves one free beside the weights (tiles 3 and 4), which
 -- also takes a vpand for a vpmovzxwd on the shuffle pipes.
-function M.pv_split(isa, p)
-  local g = GEOM[isa]
-  if facts.dtypes[p.KV_DTYPE].name ~= "bf16" or p.CHUNKP < 8 * p.T then return false end
+function M.pv_split(isa, p, heads)
+  local g, T = GEOM[isa], heads or p.T
+  if facts.dtypes[p.KV_DTYPE].name ~= "bf16" or p.CHUNKP < 8 * T then return false end
   if evex(g) then return g.nregs >= 32 end
-  local cb, preload = avx2_pv_plan(p.T, false)
-  return preload and cb >= 2 and p.T * cb + p.T + 3 <= g.nregs
+  local cb, preload = avx2_pv_plan(T, false)
+  return preload and cb >= 2 and T * cb + T + 3 <= g.nregs
 end
 
 -- The paired d-blocks of a P.V pass (block {c0, cb}) with split loads: role[k]
@@ -1935,7 +1949,7 @@ end
 -- the pass), "odd" (the second) or nil (a widening load).
 local function split_roles(isa, p, block)
   local role = {}
-  if not M.pv_split(isa, p) then return role end
+  if not M.pv_split(isa, p, block[4]) then return role end
   for k = 0, block[2] - 2 do
     if (block[1] + k) % 2 == 0 then role[k], role[k + 1] = "even", "odd" end
   end
@@ -2078,7 +2092,9 @@ function M.pv(isa, p, block)
   -- prefetches are spread over the whole P.V pass
   local function prefetch()
     if next_v then prefetch_next_rows(b, p, block)
-    else prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W)) end
+    elseif block[3] == 0 then   -- (a later pass of other heads: the first one's lines)
+      prefetch_row(b, p, "rax", kv_span(p, block[1] * W, (block[1] + cb) * W))
+    end
   end
   b.gp("test %rcx, %rcx")
   b.gp("jz 2f")

@@ -126,6 +126,13 @@ T.eq(count(three, "vmulps zmm%d+{k1}{z}, zmm31"), 4, "planes 3, isa 3, tile 4: t
 local avx2 = g.source("10256128041000300")
 T.eq(count(avx2, "vbroadcastss ymm%d+, dword ptr %[r9%]"), 0, "int8 V on AVX2: P.V multiplies no V vector by its scale")
 T.eq(count(avx2, "vmulps ymm%d+, ymm15, ymmword ptr %[rdx"), 4, "int8 V on AVX2, tile 4: the weights of 4 heads times the v scales")
+-- AVX2 tiles of 8 heads: P.V in passes of 4 heads (gen/simd.lua
+-- AVX2_PV_HEADS), their weights in registers and bf16 V read split; the
+-- second pass starts at head 4's weight row, dense and paged
+local wide, wide_paged = g.source("10256128081002220"), g.source("10256128081002222")
+T.ok(wide:find("aa.sc = sc + 1056;", 1, true), "AVX2 tile 8: P.V's second pass starts at head 4's weight row")
+T.ok(wide_paged:find("aa.sc = sc + po + 1056;", 1, true), "AVX2 tile 8, paged: a page piece's second pass at head 4's weight row")
+T.ok(count(wide, "vpand ymm%d+, ymm15, ymmword ptr %[rsi") > 0, "AVX2 tile 8: passes of 4 heads read bf16 V split")
 -- int8 K on AVX2, tile 4: the direct scores, each group of 2 keys times their
 -- two scales after the reduction (gen/simd.lua scaled_group), no staging
 T.eq(count(avx2, "vinsertf128 ymm1, ymm1, xmm1, 1 "), 1, "int8 K on AVX2, tile 4: the reduced group times its keys' scales")

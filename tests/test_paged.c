@@ -3,7 +3,8 @@
    out dtypes rotated), every mask mode, page sizes 16, 64, 256 and 1024,
    unsplit and 3 splits (which start mid-page), chunks of 96 keys (pieces that
    cross pages at odd offsets) and 256 (several pages per chunk), group tiles
-   1, 4 and 16 (the staged, direct and head-lane kernels). Pages sit in a
+   1, 4 and 16 (the staged, direct and head-lane kernels; 8 where an isa's
+   tiles stop below 16: AVX2's P.V in passes of 4 heads). Pages sit in a
    shuffled pool order; every byte of the pools that is not a valid key is a
    NaN pattern, so a read of the wrong page or slot shows. A paged run gives
    the bits of the dense run over the same keys with the same plan. Then the
@@ -107,7 +108,8 @@ static int plan_run(fd_ctx *ctx, const kproblem *p, const paged *g, const fd_pla
 
 /* One case: paged against the reference, and against the dense run bit for bit. */
 static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int ps, int splits, int idx) {
-  int G = idx % 4 == 3 && !fd_dtype_quant[kd] ? 16 : 4, tile = G == 16 ? 16 : idx % 3 == 0 ? 1 : 4, D = idx % 2 ? 128 : 64;
+  int G = idx % 4 == 3 && !fd_dtype_quant[kd] ? 16 : 4, D = idx % 2 ? 128 : 64;
+  int tile = G == 16 ? (fd_isa_table[isa].max_tile >= 16 ? 16 : 8) : idx % 3 == 0 ? 1 : 4;
   int chunk = idx % 2 ? 96 : 256, qd = idx % 3, od = idx / 3 % 3;
   if (D % fd_isa_table[isa].width || tile > fd_isa_table[isa].max_tile) return;
   char name[256];
