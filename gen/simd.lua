@@ -457,6 +457,96 @@ local function tree(b, tmp)
   end
 end
 
+-- Dword transposes of W registers (W rows of W lanes), as register pairs per
+-- stage: { op_lo, op_hi, imms, distance, block }: 16 lanes (AVX-512: the MSD
+-- K columns, q columns) and 8 (AVX2: the direct scores' key blocks);
+-- simulated on labels below, so a change of a network cannot put rows or
+-- columns out of place.
+local TRANSPOSES = {
+  [16] = {
+    { "vunpcklps", "vunpckhps", nil, 1, 2 },   -- pairs (i, i + 1), blocks of 2
+    { "vshufps", "vshufps", { 0x44, 0xEE }, 2, 4 },
+    { "vshuff64x2", "vshuff64x2", { 0x88, 0xDD }, 4, 8 },
+    { "vshuff64x2", "vshuff64x2", { 0x88, 0xDD }, 8, 16 },
+  },
+  [8] = {
+    { "vunpcklps", "vunpckhps", nil, 1, 2 },
+    { "vshufps", "vshufps", { 0x44, 0xEE }, 2, 4 },
+    { "vperm2f128", "vperm2f128", { 0x20, 0x31 }, 4, 8 },
+  },
+}
+
+-- The lanes of op (with imm) applied to label vectors a and b (8 or 16 lanes each).
+local function sim_op(op, imm, a, b)
+  local r = {}
+  for L = 0, math.floor(#a / 4) - 1 do
+    local A, B = {}, {}
+    for i = 0, 3 do A[i], B[i] = a[4 * L + i + 1], b[4 * L + i + 1] end
+    if op == "vunpcklps" then r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = A[0], B[0], A[1], B[1]
+    elseif op == "vunpckhps" then r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = A[2], B[2], A[3], B[3]
+    elseif op == "vshufps" then
+      local s = function(x, k) return x[math.floor(imm / 4 ^ k) % 4] end
+      r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = s(A, 0), s(A, 1), s(B, 2), s(B, 3)
+    else   -- vshuff64x2 (a 128-bit piece of a for the low two, of b for the high two) or vperm2f128
+      local sel = op == "vperm2f128" and math.floor(imm / 16 ^ L) % 4 or math.floor(imm / 4 ^ L) % 4
+      local src = (op == "vperm2f128" and sel >= 2 or op ~= "vperm2f128" and L >= 2) and b or a
+      if op == "vperm2f128" then sel = sel % 2 end
+      for i = 1, 4 do r[#r + 1] = src[4 * sel + i] end
+    end
+  end
+  return r
+end
+
+-- Emit (b given) or simulate (b nil) the transpose of n logical registers
+-- L[0..n-1] (phys register numbers, spare: a free one); returns L and spare
+-- after it (each pair's low result lands in the spare, the high one in place).
+local function transpose_pass(b, n, L, spare, vals)
+  for _, st in ipairs(TRANSPOSES[n]) do
+    local lo_op, hi_op, imm, dist, blk = st[1], st[2], st[3], st[4], st[5]
+    for base = 0, n - 1, blk do
+      for k = 0, dist - 1 do
+        local x, y = base + k, base + k + dist
+        if b then
+          if imm then
+            b.v(lo_op, b.r(spare), b.r(L[x]), b.r(L[y]), imm[1])
+            b.v(hi_op, b.r(L[y]), b.r(L[x]), b.r(L[y]), imm[2])
+          else
+            b.v(lo_op, b.r(spare), b.r(L[x]), b.r(L[y]))
+            b.v(hi_op, b.r(L[y]), b.r(L[x]), b.r(L[y]))
+          end
+        else
+          local lo = sim_op(lo_op, imm and imm[1], vals[x], vals[y])
+          vals[y] = sim_op(hi_op, imm and imm[2], vals[x], vals[y])
+          vals[x] = lo
+        end
+        L[x], spare = spare, L[x]
+      end
+    end
+  end
+  return L, spare
+end
+
+-- The column (dword of the rows) each output register of the n x n transpose holds.
+local function transpose_columns(n)
+  local vals, L = {}, {}
+  for i = 0, n - 1 do                  -- input register i holds row i, lane l its dword l
+    vals[i], L[i] = {}, i
+    for l = 0, n - 1 do vals[i][l + 1] = { row = i, col = l } end
+  end
+  transpose_pass(nil, n, L, n, vals)
+  local cols = {}
+  for k = 0, n - 1 do
+    for l = 0, n - 1 do
+      local v = vals[k][l + 1]
+      assert(v.row == l and v.col == vals[k][1].col,
+        ("simd: the %d x %d transpose does not put row i in lane i"):format(n, n))
+    end
+    cols[k] = vals[k][1].col
+  end
+  return cols
+end
+local TRANSPOSE_COLS = { [16] = transpose_columns(16), [8] = transpose_columns(8) }
+
 -- Save the callee-saved registers a block uses, below the red zone.
 local function save_regs(b)
   b.gp("sub $128, %rsp")
@@ -724,31 +814,73 @@ end
 -- k2 the high one.
 local function pair_stores(b, R) return b.x and R == 2 end
 
--- Whether a direct group stores each head's lanes by lane moves (AVX2, R =
--- 1 or 2: tiles of 3 to 8 heads), not through the scratch at rbx.
-local function lane_stores(b, R) return not b.x and R <= 2 end
+-- Whether a direct group of one key (AVX2, R = 1: tiles of 5 to 8 heads)
+-- puts its reduced vector (lane h: head h's score) in the stage, and every W
+-- keys one W x W transpose stores each head's W scores as a whole vector of
+-- its row (key_block_store), where each key took T lane moves (vmovss,
+-- vextractps: a shuffle and a store each) beside the FMAs. On the Zen 3
+-- VM, a C model of the Falcon-40B tile (8 heads, head_dim 64) from L1 took
+-- 0.905x the time of the lane moves (0.85x with no transpose: key-major
+-- score rows, which every statement after the scores would have to read).
+local function key_blocks(b, R) return not b.x and R == 1 end
 
--- Lane-move store of head h's R lanes (lane_stores) from their 128-bit
+-- The W key vectors at the stage (rbx) transposed into head rows (registers
+-- 0 .. W-1 and spare), each of the tile's heads' W scores stored at its row (rdx).
+local function key_block_store(b, p, spare)
+  local W, L = b.g.W, {}
+  assert(p.D >= W, "simd: the stage (W x D floats) holds no W x W key block")
+  for i = 0, W - 1 do
+    L[i] = i
+    b.v("vmovups", b.r(i), mem("rbx", i * W * 4))
+  end
+  L = transpose_pass(b, W, L, spare)
+  for k = 0, W - 1 do
+    local t = TRANSPOSE_COLS[W][k]
+    if t < p.T then b.v("vmovups", mem("rdx", t * p.CHUNKP * 4), b.r(L[k])) end
+  end
+end
+
+-- The end of a key_blocks group: its vector to stage slot r9; every W keys,
+-- and after the last, the block's stores (key_block_store) and rdx to the
+-- next block's; back to label 1 while keys remain.
+local function key_block_next(b, p, spare)
+  local W = b.g.W
+  b.v("vmovups", mem("rbx", 0, "r9", 1), b.r(0))
+  b.gp(("add $%d, %%r9"):format(W * 4))
+  b.gp("add %rax, %rsi")
+  b.gp("sub $1, %rcx")
+  b.gp("jle 8f")
+  b.gp(("cmp $%d, %%r9"):format(W * W * 4))
+  b.gp("jne 1b")
+  b.gp("8:")
+  key_block_store(b, p, spare)
+  b.gp(("add $%d, %%rdx"):format(W * 4))
+  b.gp("xor %r9, %r9")
+  b.gp("test %rcx, %rcx")
+  b.gp("jg 1b")
+end
+
+-- Whether a direct group stores each head's lanes by lane moves (AVX2, R =
+-- 2: tiles of 3 and 4 heads), not through the scratch at rbx.
+local function lane_stores(b, R) return not b.x and R == 2 end
+
+-- Lane-move store of head h's pair of lanes (lane_stores) from their 128-bit
 -- piece: the low piece is register 0's, the high one is extracted once into
--- register 1 (the tree leaves both free); vmovss/vextractps a lane, vmovlps/
--- vmovhps a pair.
-local function vex_lane_store(b, p, h, R)
-  local lane = h * R
+-- register 1 (the tree leaves both free); vmovlps/vmovhps.
+local function vex_lane_store(b, p, h)
+  local lane = h * 2
   local piece = math.floor(lane / 4)
   local x = b.r(piece, "xmm")
   if piece == 1 and lane % 4 == 0 then b.v("vextractf128", x, b.r(0), 1) end
-  local m, at = mem("rdx", h * p.CHUNKP * 4), lane % 4
-  if R == 2 then b.v(at == 0 and "vmovlps" or "vmovhps", m, x)
-  elseif at == 0 then b.v("vmovss", m, x)
-  else b.v("vextractps", m, x, at) end
+  b.v(lane % 4 == 0 and "vmovlps" or "vmovhps", mem("rdx", h * p.CHUNKP * 4), x)
 end
 
 -- Store head h's R lanes of the reduced vector (register 0) at its score row:
 -- whole 128/256-bit pieces where they fit, pairs by a masked move of their
--- piece (in register 1, pair_stores), one or two lanes on AVX2 by lane moves
+-- piece (in register 1, pair_stores), pairs on AVX2 by lane moves
 -- (vex_lane_store), else through the scratch at rbx.
 local function store_lanes(b, p, h, R)
-  if lane_stores(b, R) then return vex_lane_store(b, p, h, R) end
+  if lane_stores(b, R) then return vex_lane_store(b, p, h) end
   local m, bytes, z = mem("rdx", h * p.CHUNKP * 4), R * 4, b.r(0)
   if pair_stores(b, R) then
     local piece, high = math.floor(h / 2), h % 2 == 1
@@ -773,7 +905,8 @@ end
 
 -- Scores without staging: groups of R keys times the T heads (R*T <= W
 -- accumulators, one per key and head), K converted once per row into a
--- register, q read once per d-block; one shuffle tree reduces the group.
+-- register, q read once per d-block; one shuffle tree reduces the group
+-- (AVX2 groups of one key: stored W keys at a time, key_blocks).
 local function scores_direct(isa, p, R)
   local b = new_block(isa, p)
   local W, NCH, esz, T = b.g.W, math.floor(p.D / b.g.W), ELEM[p.KV_DTYPE], p.T
@@ -813,6 +946,7 @@ local function scores_direct(isa, p, R)
     b.v("vbroadcastss", b.r(29), mem("r11", 0))
   end
   b.gp(("imul $%d, %%r8, %%rax"):format(R))
+  if key_blocks(b, R) then b.gp("xor %r9, %r9") end
   b.gp("test %rcx, %rcx")
   b.gp("jle 9f")
   b.gp("1:")
@@ -847,17 +981,21 @@ local function scores_direct(isa, p, R)
   tree(b, kreg)
   if scaled then scaled_group(b) end
   if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
-  local scratch = R * 4 ~= 16 and R * 4 ~= 32 and not pair_stores(b, R) and not lane_stores(b, R)
-  if scratch then   -- the scalar moves go through eax
-    b.v("vmovups", mem("rbx", 0), b.r(0))
-    b.gp("push %rax")
+  if key_blocks(b, R) then
+    key_block_next(b, p, kreg)
+  else
+    local scratch = R * 4 ~= 16 and R * 4 ~= 32 and not pair_stores(b, R) and not lane_stores(b, R)
+    if scratch then   -- the scalar moves go through eax
+      b.v("vmovups", mem("rbx", 0), b.r(0))
+      b.gp("push %rax")
+    end
+    for h = 0, T - 1 do store_lanes(b, p, h, R) end
+    if scratch then b.gp("pop %rax") end
+    b.gp("add %rax, %rsi")
+    b.gp(("add $%d, %%rdx"):format(R * 4))
+    b.gp(("sub $%d, %%rcx"):format(R))
+    b.gp("jg 1b")
   end
-  for h = 0, T - 1 do store_lanes(b, p, h, R) end
-  if scratch then b.gp("pop %rax") end
-  b.gp("add %rax, %rsi")
-  b.gp(("add $%d, %%rdx"):format(R * 4))
-  b.gp(("sub $%d, %%rcx"):format(R))
-  b.gp("jg 1b")
   b.gp("9:")
   b.gp("pop %r15")
   restore_regs(b)
@@ -1018,84 +1156,6 @@ function M.msd(isa, p)
   return (p.PLANES or 0) > 0
 end
 
--- The 16x16 dword transpose as register pairs per stage: { op, imm_lo, imm_hi,
--- pairs }, and the column each output register holds (simulated here on
--- labels, so a change of the network cannot give keys or columns out of place).
-local TRANSPOSE = {
-  { "vunpcklps", "vunpckhps", nil, 1, 2 },   -- pairs (i, i + 1), blocks of 2
-  { "vshufps", "vshufps", { 0x44, 0xEE }, 2, 4 },
-  { "vshuff64x2", "vshuff64x2", { 0x88, 0xDD }, 4, 8 },
-  { "vshuff64x2", "vshuff64x2", { 0x88, 0xDD }, 8, 16 },
-}
-
--- The lanes of op (with imm) applied to label vectors a and b (16 lanes each).
-local function sim_op(op, imm, a, b)
-  local r = {}
-  for L = 0, 3 do
-    local A, B = {}, {}
-    for i = 0, 3 do A[i], B[i] = a[4 * L + i + 1], b[4 * L + i + 1] end
-    if op == "vunpcklps" then r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = A[0], B[0], A[1], B[1]
-    elseif op == "vunpckhps" then r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = A[2], B[2], A[3], B[3]
-    elseif op == "vshufps" then
-      local s = function(x, k) return x[math.floor(imm / 4 ^ k) % 4] end
-      r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = s(A, 0), s(A, 1), s(B, 2), s(B, 3)
-    else
-      local src = L < 2 and a or b
-      local sel = math.floor(imm / 4 ^ L) % 4
-      for i = 1, 4 do r[#r + 1] = src[4 * sel + i] end
-    end
-  end
-  return r
-end
-
--- Emit (b given) or simulate (b nil) the transpose of logical registers
--- L[0..15] (phys register numbers, spare: a free one); returns L and spare
--- after it (each pair's low result lands in the spare, the high one in place).
-local function transpose_pass(b, L, spare, vals)
-  for _, st in ipairs(TRANSPOSE) do
-    local lo_op, hi_op, imm, dist, blk = st[1], st[2], st[3], st[4], st[5]
-    for base = 0, 15, blk do
-      for k = 0, dist - 1 do
-        local x, y = base + k, base + k + dist
-        if b then
-          if imm then
-            b.v(lo_op, b.r(spare), b.r(L[x]), b.r(L[y]), imm[1])
-            b.v(hi_op, b.r(L[y]), b.r(L[x]), b.r(L[y]), imm[2])
-          else
-            b.v(lo_op, b.r(spare), b.r(L[x]), b.r(L[y]))
-            b.v(hi_op, b.r(L[y]), b.r(L[x]), b.r(L[y]))
-          end
-        else
-          local lo = sim_op(lo_op, imm and imm[1], vals[x], vals[y])
-          vals[y] = sim_op(hi_op, imm and imm[2], vals[x], vals[y])
-          vals[x] = lo
-        end
-        L[x], spare = spare, L[x]
-      end
-    end
-  end
-  return L, spare
-end
-
--- The column (dword of the rows) each output register of the transpose holds.
-local function transpose_columns()
-  local vals, L = {}, {}
-  for i = 0, 15 do                     -- input register i holds row i, lane l its dword l
-    vals[i], L[i] = {}, i
-    for l = 0, 15 do vals[i][l + 1] = { row = i, col = l } end
-  end
-  transpose_pass(nil, L, 16, vals)
-  local cols = {}
-  for k = 0, 15 do
-    for l = 0, 15 do
-      local v = vals[k][l + 1]
-      assert(v.row == l and v.col == vals[k][1].col, "simd: the 16 x 16 transpose does not put row i in lane i")
-    end
-    cols[k] = vals[k][1].col
-  end
-  return cols
-end
-local TRANSPOSE_COLS = transpose_columns()
 
 -- 16 x 16 dword transposes of nblk blocks: block blk's 16 rows loaded from
 -- row_at(i, blk) (memory operands), and its output column col (16 blk + the
@@ -1107,9 +1167,9 @@ local function transpose_blocks(b, nblk, row_at, col_at, ncols)
       L[i] = i
       b.v("vmovups", b.r(i), row_at(i, blk))
     end
-    L = transpose_pass(b, L, 16)
+    L = transpose_pass(b, 16, L, 16)
     for k = 0, 15 do
-      local col = 16 * blk + TRANSPOSE_COLS[k]
+      local col = 16 * blk + TRANSPOSE_COLS[16][k]
       if col < ncols then b.v("vmovups", col_at(col), b.r(L[k])) end
     end
   end
@@ -1260,8 +1320,8 @@ local function msd_direct_group(b, p)
       b.v("vpxord", b.r(i), b.r(30), mem("rax", 64 * blk))
       b.gp("add %r8, %rax")
     end
-    L = transpose_pass(b, L, 16)
-    for k = 0, 15 do msd_column(b, p, acc, 0, T, b.r(L[k]), 16 * blk + TRANSPOSE_COLS[k]) end
+    L = transpose_pass(b, 16, L, 16)
+    for k = 0, 15 do msd_column(b, p, acc, 0, T, b.r(L[k]), 16 * blk + TRANSPOSE_COLS[16][k]) end
   end
   b.gp("mov %rax, %rsi")
   for _ = 1, 16 do prefetch_row(b, p, "r14") end
@@ -1881,25 +1941,6 @@ local function evex_pv_plan(T)
   return math.max(1, math.floor(24 / T)), false
 end
 
--- Heads per P.V pass of a head-lane tile with f32 weights: AVX-512 cannot
--- hold its 16 heads' broadcast weights beside two d-blocks of accumulators
--- (evex_pv_plan), so each pass takes half the heads with their weights in
--- registers (two d-blocks a pass, four passes at head_dim 64 as before).
--- Against one pass of all 16 heads, each FMA broadcasting its weight from
--- memory: a stand-alone loop of Falcon-40B's P.V on the Zen 5 VM (32 keys in
--- L1; a scratch microbenchmark, not kept) 7.5 ns a key, the 64 FMAs' peak,
--- against 8.0; Falcon-40B bf16 (chunk 32) 0.937x the time warm and 0.945x
--- cold, f16 0.925x warm (two builds of the library timed interleaved in one
--- process, as bench/builds.c does). Nil: one pass holds all the heads.
-local function pv_heads(isa, p)
-  if not evex(GEOM[isa]) then
-    return not select(2, avx2_pv_plan(p.T, p.QUANT or p.BLOCKS)) and M.AVX2_PV_HEADS or nil
-  end
-  if not M.head_lanes(isa, p) or p.PRECISION == 1 then return nil end
-  if select(2, evex_pv_plan(p.T)) then return nil end
-  return math.floor(p.T / 2)
-end
-
 -- Heads per P.V pass of an AVX2 row-major tile too wide for its weights in
 -- registers beside one d-block of accumulators (tiles of 8 heads and more;
 -- 7 with int8/fp8 V): the pass's weights preloaded, two d-blocks a pass
@@ -1908,6 +1949,28 @@ end
 -- warm and 0.933x cold, Falcon-40B bf16 0.929x and 0.928x (tile-4 rows,
 -- unchanged, 0.986-1.001x).
 M.AVX2_PV_HEADS = 4
+
+-- Heads per P.V pass, or nil where one pass holds all the tile's heads: on
+-- AVX2, M.AVX2_PV_HEADS where a tile is too wide for its weights in
+-- registers (above); on AVX-512, half the heads of a head-lane tile with f32
+-- weights: AVX-512 cannot hold its 16 heads' broadcast weights beside two
+-- d-blocks of accumulators (evex_pv_plan), so each pass takes half the heads
+-- with their weights in registers (two d-blocks a pass, four passes at
+-- head_dim 64 as before).
+-- Against one pass of all 16 heads, each FMA broadcasting its weight from
+-- memory: a stand-alone loop of Falcon-40B's P.V on the Zen 5 VM (32 keys in
+-- L1; a scratch microbenchmark, not kept) 7.5 ns a key, the 64 FMAs' peak,
+-- against 8.0; Falcon-40B bf16 (chunk 32) 0.937x the time warm and 0.945x
+-- cold, f16 0.925x warm (two builds of the library timed interleaved in one
+-- process, as bench/builds.c does).
+local function pv_heads(isa, p)
+  if not evex(GEOM[isa]) then
+    return not select(2, avx2_pv_plan(p.T, p.QUANT or p.BLOCKS)) and M.AVX2_PV_HEADS or nil
+  end
+  if not M.head_lanes(isa, p) or p.PRECISION == 1 then return nil end
+  if select(2, evex_pv_plan(p.T)) then return nil end
+  return math.floor(p.T / 2)
+end
 
 -- The passes of P.V: {first d-block, d-blocks, first head, heads} sized to
 -- the registers (pv_heads: a head-lane tile's heads in two halves, an AVX2
@@ -1934,8 +1997,9 @@ end
 -- the piece in that order (split_pairs on entry and exit, 5 to 7 more
 -- instructions per head and piece, each saving 1 or 2 per key and piece: a
 -- chunk of at least 8 keys per head). AVX-512 with 32 registers; AVX2 where
--- the register plan leaves one free beside the weights (tiles 3 and 4), which
--- also takes a vpand for a vpmovzxwd on the shuffle pipes.
+-- the register plan leaves one free beside the weights (tiles 3 and 4, and
+-- the 4-head passes of wider tiles: pv_heads), which also takes a vpand for a
+-- vpmovzxwd on the shuffle pipes.
 function M.pv_split(isa, p, heads)
   local g, T = GEOM[isa], heads or p.T
   if facts.dtypes[p.KV_DTYPE].name ~= "bf16" or p.CHUNKP < 8 * T then return false end
@@ -2017,6 +2081,14 @@ function M.pv_pairs(isa, p)
     and not M.head_lanes(isa, p)
 end
 
+-- Head t's softmax weights in the score buffer, in floats from head 0's: a
+-- lane of each key-major row in a head-lane tile, else its own row (CHUNKP
+-- floats apart). A P.V pass over some heads starts at its first head's
+-- (templates/pv_piece.c.tpl), and M.pv reads head t's weights there.
+function M.weight_row(isa, p, t)
+  return M.head_lanes(isa, p) and t or t * p.CHUNKP
+end
+
 -- P.V for one pass (M.pv_blocks): acc[t][c0*W ..] += sum over keys of
 -- p_t[i] * V[i][...] for the pass's heads t (ptr and sc at its first head's).
 function M.pv(isa, p, block)
@@ -2027,9 +2099,8 @@ function M.pv(isa, p, block)
   local prescaled = M.pv_prescale(isa, p)
   local acc = function(t, k) return b.r(t * cb + k) end
   local rec = function(t, k) return mem("rdi", (t * p.REC + k * W) * 4) end
-  -- p_t[i]: row-major score rows, or key-major rows of head-lane tiles
   local hl = M.head_lanes(isa, p)
-  local p_at = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
+  local p_at = function(t) return M.weight_row(isa, p, t) * 4 end
   local preload, preg, vreg, tmp = false, nil, 28, 30
   if evex(GEOM[isa]) then
     preload, preg = select(2, evex_pv_plan(T)), nacc

@@ -24,9 +24,8 @@ $(IND)aa.ptr = aa.sc;
 $(simd_pround())
 @ end
 @ for _, blk in ipairs(PV_BLOCKS) do
-@   if blk[4] < T then -- a pass over some of the tile's heads: their weights (key-major
-@     -- lanes of a head-lane tile, else rows) and records
-$(IND)aa.sc = $(sc_at) + $(HL and blk[3] or blk[3] * SCW);
+@   if blk[4] < T then -- a pass over some of the tile's heads: their weights and records
+$(IND)aa.sc = $(sc_at) + $(weight_row(blk[3]));
 @   end
 $(IND)aa.src = (const char *)$(VROW) + $(kv_off(blk[1] * W));
 $(IND)aa.ptr = st0 + $(blk[3] * REC + blk[1] * W);

@@ -133,6 +133,14 @@ local wide, wide_paged = g.source("10256128081002220"), g.source("10256128081002
 T.ok(wide:find("aa.sc = sc + 1056;", 1, true), "AVX2 tile 8: P.V's second pass starts at head 4's weight row")
 T.ok(wide_paged:find("aa.sc = sc + po + 1056;", 1, true), "AVX2 tile 8, paged: a page piece's second pass at head 4's weight row")
 T.ok(count(wide, "vpand ymm%d+, ymm15, ymmword ptr %[rsi") > 0, "AVX2 tile 8: passes of 4 heads read bf16 V split")
+-- AVX2 tiles of 5 to 8 heads: each key's reduced scores go to the stage, and
+-- every 8 keys one 8 x 8 transpose stores a whole vector per head's row
+-- (gen/simd.lua key_blocks), no lane moves; tile 7 stores 7 rows
+local seven = g.source("10256128071001110")
+T.eq(count(wide, "vmovups ymmword ptr %[rbx%+r9%*1%], ymm0"), 1, "AVX2 tile 8: a key's scores to its stage slot")
+T.eq(count(wide, "vmovups ymmword ptr %[rdx[^%]]*%], ymm%d+"), 8, "AVX2 tile 8: 8 score rows stored a key block at a time")
+T.eq(count(seven, "vmovups ymmword ptr %[rdx[^%]]*%], ymm%d+"), 7, "AVX2 tile 7: 7 score rows stored a key block at a time")
+T.eq(count(wide, "vextractps") + count(seven, "vextractps"), 0, "AVX2 tiles 7 and 8: no lane moves")
 -- int8 K on AVX2, tile 4: the direct scores, each group of 2 keys times their
 -- two scales after the reduction (gen/simd.lua scaled_group), no staging
 T.eq(count(avx2, "vinsertf128 ymm1, ymm1, xmm1, 1 "), 1, "int8 K on AVX2, tile 4: the reduced group times its keys' scales")
