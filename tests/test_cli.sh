@@ -63,6 +63,14 @@ out=$(FD_CC_DEBUG=0 FD_CACHE_DIR="$tmp/ccnodbg" $F run --shape "$shape" --backen
 check "run --backend cc with FD_CC_DEBUG=0 checks against the reference" has "$out" ": ok"
 check "FD_CC_DEBUG=0: the cc kernel has no debug lines" \
   bash -c "ls $tmp/ccnodbg/fd_k*.so >/dev/null && ! readelf -S $tmp/ccnodbg/fd_k*.so | grep -q debug_line"
+# a paged shape: its rows in shuffled pages (int8: their scales paged too), a
+# pool with spare pages, and a pool too small for the rows, named
+out=$($F run --shape "batch=3,n_q_heads=16,n_kv_heads=2,head_dim=64,q_dtype=bf16,kv_dtype=bf16,layout=paged,page_size=16,kv_len=777" --splits 2)
+check "run with a paged inline shape checks against the reference" has "$out" ": ok"
+out=$($F run --shape "batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,kv_dtype=i8,layout=paged,page_size=64,pool_pages=40,kv_len=300" --tile 4)
+check "run with a paged int8 shape and spare pool pages" has "$out" ": ok"
+call $F run --shape "batch=2,n_q_heads=8,n_kv_heads=2,head_dim=64,layout=paged,page_size=64,pool_pages=9,kv_len=300"
+check "run refuses a pool smaller than the rows' pages" bash -c "[ $rc = 2 ] && grep -q 'shape.pool_pages 9 holds fewer pages than the 10' <<<\"\$1\"" _ "$err"
 out=$($F run --shape nosuch 2>&1)
 check "run refuses an unknown shape" has "$out" "no shape called nosuch"
 out=$($F run --shape llama3-8b --tile 3 2>&1)

@@ -26,71 +26,16 @@
 
 static const int PAGE_SIZES[] = { 16, 64, 256, 1024 };
 
-/* Pools built from a dense BHSD problem, and its block table. */
-typedef struct paged {
-  void *k, *v;
-  float *k_scale, *v_scale;
-  int32_t *table;              /* [B][per_row] */
-  int64_t pool_pages, per_row;
-  int ps;
-} paged;
-
-/* A random permutation of 0..n-1 (xorshift seeded). */
-static int32_t *shuffled(int64_t n, uint64_t seed) {
-  int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
-  for (int64_t i = 0; i < n; i++) a[i] = (int32_t)i;
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)(t_rand(&seed, 0, 1) * (float)(i + 1)) % (i + 1);
-    int32_t t = a[i]; a[i] = a[j]; a[j] = t;
-  }
-  return a;
-}
-
-/* The valid keys of row b of p. */
-static int64_t valid_len(const kproblem *p, int b) { return p->ref.mask_mode == FD_CAUSAL ? p->cur_pos[b] + 1 : S; }
-
-/* Copy the valid K/V rows (and scales) of p into shuffled pages of size ps;
-   table entries of pages past a row's valid keys are -1 (never read). */
-static void make_paged(const kproblem *p, int ps, uint64_t seed, paged *g) {
-  const ref_problem *r = &p->ref;
-  size_t row = t_kv_bytes(p->kv_dtype, (size_t)r->D);
-  g->ps = ps;
-  g->per_row = (S + ps - 1) / ps;
-  g->pool_pages = B * g->per_row + SPARE;
-  size_t rows = (size_t)g->pool_pages * HKV * ps;
-  g->k = malloc(rows * row); g->v = malloc(rows * row);
-  g->k_scale = malloc(rows * 4); g->v_scale = malloc(rows * 4);
-  memset(g->k, 0xff, rows * row); memset(g->v, 0xff, rows * row);
-  memset(g->k_scale, 0xff, rows * 4); memset(g->v_scale, 0xff, rows * 4);
-  g->table = malloc(sizeof(int32_t) * B * (size_t)g->per_row);
-  int32_t *perm = shuffled(g->pool_pages, seed);
-  for (int b = 0; b < B; b++)
-    for (int64_t pg = 0; pg < g->per_row; pg++)
-      g->table[b * g->per_row + pg] = pg * ps < valid_len(p, b) ? perm[b * g->per_row + pg] : -1;
-  for (int b = 0; b < B; b++)
-    for (int j = 0; j < HKV; j++)
-      for (int64_t s = 0; s < valid_len(p, b); s++) {
-        int64_t dense = ((int64_t)b * HKV + j) * S + s;
-        int64_t pool = ((int64_t)g->table[b * g->per_row + s / ps] * HKV + j) * ps + s % ps;
-        memcpy((char *)g->k + pool * row, (const char *)p->k + dense * row, row);
-        memcpy((char *)g->v + pool * row, (const char *)p->v + dense * row, row);
-        if (p->k_scale) { g->k_scale[pool] = p->k_scale[dense]; g->v_scale[pool] = p->v_scale[dense]; }
-      }
-  free(perm);
-}
-
-static void free_paged(paged *g) { free(g->k); free(g->v); free(g->k_scale); free(g->v_scale); free(g->table); }
-
 /* The fd_shape of p in a layout (paged: g's page size and pool). */
-static fd_shape shape_of(const kproblem *p, const paged *g) {
+static fd_shape shape_of(const kproblem *p, const kp_pages *g) {
   const ref_problem *r = &p->ref;
   fd_shape s = { B, r->Hq, HKV, r->D, S, p->q_dtype, p->kv_dtype, p->out_dtype, r->mask_mode, FD_BHSD, 0 };
-  if (g) { s.layout = FD_PAGED; s.page_size = g->ps; s.pool_pages = g->pool_pages; }
+  if (g) { s.layout = FD_PAGED; s.page_size = g->page_size; s.pool_pages = g->pool_pages; }
   return s;
 }
 
 /* The arguments of p (paged: g's pools and table) writing out and lse. */
-static fd_args args_of(const kproblem *p, const paged *g, void *out, float *lse) {
+static fd_args args_of(const kproblem *p, const kp_pages *g, void *out, float *lse) {
   fd_args a = { p->q, p->k, p->v, p->cur_pos, p->mask, p->k_scale, p->v_scale, NULL, 0, out, lse };
   if (g) {
     a.k = g->k; a.v = g->v; a.block_table = g->table;
@@ -100,7 +45,7 @@ static fd_args args_of(const kproblem *p, const paged *g, void *out, float *lse)
 }
 
 /* Plan with opts and run p (paged when g); FD_OK or the code, message checked by the caller. */
-static int plan_run(fd_ctx *ctx, const kproblem *p, const paged *g, const fd_plan_opts *o, void *out, float *lse) {
+static int plan_run(fd_ctx *ctx, const kproblem *p, const kp_pages *g, const fd_plan_opts *o, void *out, float *lse) {
   fd_shape s = shape_of(p, g);
   fd_args a = args_of(p, g, out, lse);
   return t_plan_run(ctx, &s, o, &a);
@@ -119,8 +64,8 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int ps, int splits,
   kp_init(&p, B, HKV * G, HKV, D, S, qd, kd, od, mode, FD_BHSD, 3000 + (uint64_t)idx);
   p.cur_pos[1] = (int32_t)(2 * ps + ps / 2 < S ? 2 * ps + ps / 2 : S - 7);   /* ends mid-page */
   p.cur_pos[2] = 0;                                                         /* one key */
-  paged g;
-  make_paged(&p, ps, 77 + (uint64_t)idx, &g);
+  kp_pages g;
+  kp_page(&p, ps, SPARE, 77 + (uint64_t)idx, &g);
   size_t n = (size_t)B * p.ref.Hq * D, osz = t_dtype_size(od);
   char *out = malloc(n * osz), *dout = malloc(n * osz);
   float *lse = malloc(sizeof(float) * B * p.ref.Hq), *dlse = malloc(sizeof(float) * B * p.ref.Hq);
@@ -138,7 +83,7 @@ static void run_case(fd_ctx *ctx, int isa, int kd, int mode, int ps, int splits,
               "%s: paged and dense outputs differ in their bits", name);
   }
   free(out); free(dout); free(lse); free(dlse); free(outf); free(rout); free(rlse);
-  free_paged(&g);
+  kp_pages_free(&g);
   kp_free(&p);
 }
 
@@ -166,7 +111,7 @@ static void plan_refused(fd_ctx *ctx, const fd_shape *s, int want, const char *f
 }
 
 /* A refused run: FD_EINVAL, the message names field, out untouched. */
-static void run_refused(fd_ctx *ctx, const kproblem *p, const paged *g, const char *field, const char *name) {
+static void run_refused(fd_ctx *ctx, const kproblem *p, const kp_pages *g, const char *field, const char *name) {
   fd_shape s = shape_of(p, g);
   fd_plan *plan = NULL;
   size_t n = (size_t)B * p->ref.Hq * p->ref.D;
@@ -189,8 +134,8 @@ static void refusals(void) {
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
   kproblem p;
   kp_init(&p, B, 8, HKV, 64, S, FD_F32, FD_F16, FD_F32, FD_CAUSAL, FD_BHSD, 99);
-  paged g;
-  make_paged(&p, 64, 5, &g);
+  kp_pages g;
+  kp_page(&p, 64, SPARE, 5, &g);
   fd_shape s = shape_of(&p, &g);
   static const int bad_sizes[] = { 0, 3, 8, 48, 2048 };
   for (int i = 0; i < 5; i++) {
@@ -238,7 +183,7 @@ static void refusals(void) {
   memcpy((char *)g.k + pos * row + 3 * 2, &(uint16_t){ 0x7e00 }, 2);
   run_refused(ctx, &p, &g, "args.k[b=1, kv_head=1, key=70, d=3] is NaN", "check_inputs names a NaN key in a page");
   memcpy((char *)g.k + pos * row + 3 * 2, &keepk, 2);
-  free_paged(&g);
+  kp_pages_free(&g);
   kp_free(&p);
   fd_destroy(ctx);
 }

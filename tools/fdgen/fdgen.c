@@ -105,9 +105,13 @@ static const command COMMANDS[] = {
     .about = "Plans the shape (NAME from the shape set, or an inline spec), prints the kernel keys, the\n"
              "planner's choices and the planning and JIT times, runs it once on random inputs and prints\n"
              "its time, KV bandwidth and error against the double-precision reference (exit 1 when over\n"
-             "the tolerance of its dtypes). The shape set file is looked up from the current directory.",
+             "the tolerance of its dtypes). A paged shape (layout=paged, page_size=N) runs on its rows\n"
+             "copied into pages in a shuffled pool order, a pool of every row's pages unless the shape\n"
+             "gives pool_pages (at least that many). The shape set file is looked up from the current\n"
+             "directory.",
     .example = "fdgen run --shape llama3-8b-tp8 --kv-len 4096 --splits 4\n"
-               "  fdgen run --shape batch=1,n_q_heads=32,n_kv_heads=8,head_dim=128,kv_dtype=bf16,kv_len=8192",
+               "  fdgen run --shape batch=1,n_q_heads=32,n_kv_heads=8,head_dim=128,kv_dtype=bf16,kv_len=8192\n"
+               "  fdgen run --shape batch=4,n_q_heads=32,n_kv_heads=8,head_dim=128,kv_dtype=bf16,layout=paged,page_size=16,kv_len=4096",
     .run = cmd_run },
   { .name = "bench", .bit = C_BENCH, .args = "[SHAPES.lua] [options]", .arg = "SHAPES.lua",
     .summary = "time planning, JIT and fd_run over every shape and length of a shape set",
@@ -271,17 +275,29 @@ static void print_plan(const fd_ctx *ctx, const fd_plan_info *info, double plan_
          info->kernels_compiled, info->kernels_compiled ? info->compile_ms / info->kernels_compiled : 0.0);
 }
 
-/* Run plan once on a random problem and compare with the reference; 0 when within tolerance. */
+/* The pages a row of paged shape s fills at its kv_len. */
+static int64_t pages_per_row(const fd_shape *s) { return (s->kv_len + s->page_size - 1) / s->page_size; }
+
+/* Run plan once on a random problem and compare with the reference; 0 when within tolerance.
+   A paged shape runs on the problem's rows copied into shuffled pages (kp_page),
+   the pool's pages past those its rows fill left unused. */
 static int run_checked(fd_ctx *ctx, fd_plan *plan, const fd_shape *s, unsigned seed) {
   kproblem p;
+  int paged = s->layout == FD_PAGED;
   kp_init(&p, s->batch, s->n_q_heads, s->n_kv_heads, s->head_dim, s->kv_len, s->q_dtype, s->kv_dtype, s->out_dtype,
-          s->mask_mode, s->layout, seed);
+          s->mask_mode, paged ? FD_BHSD : s->layout, seed);
   for (int b = 0; b < s->batch; b++) p.cur_pos[b] = (int32_t)(s->kv_len - 1);
   size_t nout = (size_t)s->batch * s->n_q_heads * s->head_dim, nl = (size_t)s->batch * s->n_q_heads;
   void *out = malloc(nout * 4);
   float *outf = malloc(nout * 4), *lse = malloc(nl * 4);
   double *rout = malloc(nout * 8), *rlse = malloc(nl * 8);
   fd_args a = { p.q, p.k, p.v, p.cur_pos, p.mask, p.k_scale, p.v_scale, NULL, 0, out, lse };
+  kp_pages g;
+  if (paged) {
+    kp_page(&p, s->page_size, s->pool_pages - s->batch * pages_per_row(s), seed, &g);
+    a.k = g.k; a.v = g.v; a.block_table = g.table;
+    if (p.k_scale) { a.k_scale = g.k_scale; a.v_scale = g.v_scale; }
+  }
   double t0 = now_ms();
   int rc = fd_run(plan, &a), ok = 0;
   double run_ms = now_ms() - t0;
@@ -297,6 +313,7 @@ static int run_checked(fd_ctx *ctx, fd_plan *plan, const fd_shape *s, unsigned s
            e.lse_inf ? ", -inf lse rows differ" : "", ok ? "ok" : "FAIL");
   }
   free(out); free(outf); free(lse); free(rout); free(rlse);
+  if (paged) kp_pages_free(&g);
   kp_free(&p);
   return ok ? 0 : 1;
 }
@@ -316,6 +333,15 @@ static int cmd_run(const command *c, const run_opts *o) {
   if (o->kv_len) s.kv_len = o->kv_len;
   print_shape(stdout, sh[0].name, &s);
   free(sh);
+  if (s.layout == FD_PAGED && s.page_size > 0) {   /* (a bad page_size: the planner's error) */
+    int64_t need = s.batch * pages_per_row(&s);
+    if (s.pool_pages == 0) s.pool_pages = need;     /* a pool of every row's pages */
+    else if (s.pool_pages < need) {
+      fprintf(stderr, "fdgen run: shape.pool_pages %lld holds fewer pages than the %lld that batch x "
+              "ceil(kv_len / page_size) fill\n", (long long)s.pool_pages, (long long)need);
+      return 2;
+    }
+  }
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads, .backend = (fd_backend)o->backend,
                                          .precision = o->precision });
   if (!ctx) { fprintf(stderr, "fdgen run: %s\n", fd_errmsg(NULL)); return 1; }

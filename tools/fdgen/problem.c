@@ -132,3 +132,51 @@ int kp_error_ok(const kproblem *p, const kp_error *e, int check_lse) {
   int out_ok = !e->nan && e->out <= t_tolerance(p);
   return out_ok && (!check_lse || (!e->lse_inf && e->lse <= KP_LSE_TOL));
 }
+
+/* A random permutation of 0..n-1 (xorshift seeded). */
+static int32_t *shuffled(int64_t n, uint64_t seed) {
+  int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) a[i] = (int32_t)i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)(t_rand(&seed, 0, 1) * (float)(i + 1)) % (i + 1);
+    int32_t t = a[i]; a[i] = a[j]; a[j] = t;
+  }
+  return a;
+}
+
+/* The valid keys of row b of p. */
+static int64_t valid_len(const kproblem *p, int b) {
+  return p->ref.mask_mode == 0 ? p->cur_pos[b] + 1 : p->ref.S;   /* 0: causal */
+}
+
+/* Copy p's valid rows into shuffled pages; see problem.h. */
+void kp_page(const kproblem *p, int page_size, int64_t spare, uint64_t seed, kp_pages *g) {
+  const ref_problem *r = &p->ref;
+  size_t row = t_kv_bytes(p->kv_dtype, (size_t)r->D);
+  g->page_size = page_size;
+  g->per_row = (r->S + page_size - 1) / page_size;
+  g->pool_pages = r->B * g->per_row + spare;
+  size_t rows = (size_t)g->pool_pages * r->Hkv * page_size;
+  g->k = malloc(rows * row); g->v = malloc(rows * row);
+  g->k_scale = malloc(rows * 4); g->v_scale = malloc(rows * 4);
+  memset(g->k, 0xff, rows * row); memset(g->v, 0xff, rows * row);
+  memset(g->k_scale, 0xff, rows * 4); memset(g->v_scale, 0xff, rows * 4);
+  g->table = malloc(sizeof(int32_t) * (size_t)r->B * (size_t)g->per_row);
+  int32_t *perm = shuffled(g->pool_pages, seed);
+  for (int b = 0; b < r->B; b++)
+    for (int64_t pg = 0; pg < g->per_row; pg++)
+      g->table[b * g->per_row + pg] = pg * page_size < valid_len(p, b) ? perm[b * g->per_row + pg] : -1;
+  for (int b = 0; b < r->B; b++)
+    for (int j = 0; j < r->Hkv; j++)
+      for (int64_t s = 0; s < valid_len(p, b); s++) {
+        int64_t dense = ((int64_t)b * r->Hkv + j) * r->S + s;
+        int64_t pool = ((int64_t)g->table[b * g->per_row + s / page_size] * r->Hkv + j) * page_size + s % page_size;
+        memcpy((char *)g->k + pool * row, (const char *)p->k + dense * row, row);
+        memcpy((char *)g->v + pool * row, (const char *)p->v + dense * row, row);
+        if (p->k_scale) { g->k_scale[pool] = p->k_scale[dense]; g->v_scale[pool] = p->v_scale[dense]; }
+      }
+  free(perm);
+}
+
+/* Free what kp_page allocated. */
+void kp_pages_free(kp_pages *g) { free(g->k); free(g->v); free(g->k_scale); free(g->v_scale); free(g->table); }

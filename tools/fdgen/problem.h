@@ -23,6 +23,24 @@ void kp_sync(kproblem *p);
 /* Set kf/vf from the stored K/V codes (and row scales): tests that write codes directly. */
 void kp_decode_kv(kproblem *p);
 
+/* A problem's K/V rows in pages (FD_PAGED): pools of pool_pages pages of
+   page_size rows for each kv head, and the block table [B][per_row]. */
+typedef struct kp_pages {
+  void *k, *v;
+  float *k_scale, *v_scale;   /* row scales (int8/fp8), else unused */
+  int32_t *table;             /* -1 for a page past its row's valid keys (never read) */
+  int64_t pool_pages, per_row;
+  int page_size;
+} kp_pages;
+
+/* Copy the valid K/V rows (and scales) of BHSD problem p (causal: cur_pos + 1
+   keys a row, else all S) into pages of page_size rows in a shuffled pool
+   order (seeded) with `spare` pool pages no row uses; every pool byte that
+   holds no valid key is 0xff (a NaN for the float dtypes), so a read of the
+   wrong page or slot shows. */
+void kp_page(const kproblem *p, int page_size, int64_t spare, uint64_t seed, kp_pages *g);
+void kp_pages_free(kp_pages *g);
+
 /* Largest |x| of a double array. */
 double max_abs_d(const double *x, size_t n);
 /* Allowed error relative to output scale for a problem's dtypes. */
