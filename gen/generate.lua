@@ -146,6 +146,7 @@ local function add_simd(p)
   p.simd_grow_lanes = function() return simd.grow_lanes(p.ISA, p) end
   p.simd_sums_lanes = function() return simd.sums_lanes(p.ISA, p) end
   -- fast precision (key digit precision): bf16 weights in place, then P.V by key pairs
+  p.PV_KB = simd.pv_key_block(p.ISA, p)
   p.weight_row = function(t) return simd.weight_row(p.ISA, p, t) end
   p.simd_pv = function(blk) return (p.PRECISION == 1 and simd.pv_dpbf16 or simd.pv)(p.ISA, p, blk) end
   p.simd_pround = function() return simd.pround(p.ISA, p) end
@@ -272,8 +273,11 @@ function M.params(k)
   -- What a dense P.V pass prefetches (pv_piece.c.tpl's PF, PF_V): the next
   -- chunk's rows from base, or, in the item's last chunk, the first rows of
   -- the item its thread runs next (nxt: w->next_k or w->next_v) where it has one.
-  p.next_rows = function(base, nxt)
-    return ("c + %d < end || !%s ? (const void *)(%s + (c + %d) * kvs) : %s"):format(p.CHUNK, nxt, base, p.CHUNK, nxt)
+  -- (off: from that row on, a P.V key block's, pv_key_block)
+  p.next_rows = function(base, nxt, off)
+    local at = off and ("(const void *)((const %s *)%s + %s * kvs)"):format(p.KVT, nxt, off) or nxt
+    return ("c + %d < end || !%s ? (const void *)(%s + (c + %d%s) * kvs) : %s")
+      :format(p.CHUNK, nxt, base, p.CHUNK, off and (" + " .. off) or "", at)
   end
   if f.beams == 1 then add_beams(p) end
   -- Index expression of element j of the current head_dim block.

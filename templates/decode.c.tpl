@@ -438,6 +438,18 @@ $(beam_piece("          "))
 @       SCL = "w->v_scale + pg * w->scale_page_stride + slot",
 @       PF = "nk < end ? " .. row("kbase", "nk") .. " : vseg", PF_V = "nk < end ? " .. row("vbase", "nk") .. " : vseg" })
         }
+@   elseif PV_KB > 0 then
+        /* P.V in blocks of $(PV_KB) keys, all passes over one block before the
+           next: its V rows stay in L1 between passes (gen/simd.lua pv_key_block) */
+        {
+          fd_i64 po, pm;
+          for (po = 0; po < n; po += pm) {
+            pm = n - po < $(PV_KB) ? n - po : $(PV_KB);
+@     include("pv_piece.c.tpl", { IND = "            ", PIECE = true, N = "pm", VROW = "(vbase + (c + po) * kvs)",
+@       SCL = "w->v_scale + (c + po) * w->scale_stride",
+@       PF = next_rows("kbase", "w->next_k", "po"), PF_V = next_rows("vbase", "w->next_v", "po") })
+          }
+        }
 @   else
 @     include("pv_piece.c.tpl", { IND = "        ", PIECE = false, N = "n", VROW = "(vbase + c * kvs)",
 @       SCL = "w->v_scale + c * w->scale_stride",

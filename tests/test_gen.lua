@@ -128,9 +128,11 @@ T.eq(count(avx2, "vbroadcastss ymm%d+, dword ptr %[r9%]"), 0, "int8 V on AVX2: P
 T.eq(count(avx2, "vmulps ymm%d+, ymm15, ymmword ptr %[rdx"), 4, "int8 V on AVX2, tile 4: the weights of 4 heads times the v scales")
 -- AVX2 tiles of 8 heads: P.V in passes of 4 heads (gen/simd.lua
 -- AVX2_PV_HEADS), their weights in registers and bf16 V read split; the
--- second pass starts at head 4's weight row, dense and paged
+-- second pass starts at head 4's weight row: dense (whole passes at chunk
+-- 128, P.V blocks at 256) and paged
 local wide, wide_paged = g.source("10256128081002220"), g.source("10256128081002222")
-T.ok(wide:find("aa.sc = sc + 1056;", 1, true), "AVX2 tile 8: P.V's second pass starts at head 4's weight row")
+T.ok(g.source("10128128081002220"):find("aa.sc = sc + 544;", 1, true), "AVX2 tile 8, chunk 128: P.V's second pass starts at head 4's weight row")
+T.ok(wide:find("aa.sc = sc + po + 1056;", 1, true), "AVX2 tile 8, P.V blocks: a block's second pass at head 4's weight row")
 T.ok(wide_paged:find("aa.sc = sc + po + 1056;", 1, true), "AVX2 tile 8, paged: a page piece's second pass at head 4's weight row")
 T.ok(count(wide, "vpand ymm%d+, ymm15, ymmword ptr %[rsi") > 0, "AVX2 tile 8: passes of 4 heads read bf16 V split")
 -- AVX2 tiles of 5 to 8 heads: each key's reduced scores go to the stage, and
@@ -141,6 +143,14 @@ T.eq(count(wide, "vmovups ymmword ptr %[rbx%+r9%*1%], ymm0"), 1, "AVX2 tile 8: a
 T.eq(count(wide, "vmovups ymmword ptr %[rdx[^%]]*%], ymm%d+"), 8, "AVX2 tile 8: 8 score rows stored a key block at a time")
 T.eq(count(seven, "vmovups ymmword ptr %[rdx[^%]]*%], ymm%d+"), 7, "AVX2 tile 7: 7 score rows stored a key block at a time")
 T.eq(count(wide, "vextractps") + count(seven, "vextractps"), 0, "AVX2 tiles 7 and 8: no lane moves")
+-- AVX2 chunks past 128 keys: P.V in blocks of 128 keys (gen/simd.lua
+-- pv_key_block), each block's passes prefetching the next chunk's rows from
+-- its own; chunks of 128, paged kernels and AVX-512 keep whole passes
+T.ok(g.source("10512128041002220"):find("pm = n - po < 128 ? n - po : 128;", 1, true), "AVX2 chunk 512: P.V in blocks of 128 keys")
+T.ok(g.source("10512128041002220"):find("(kbase + (c + 512 + po) * kvs)", 1, true), "AVX2 chunk 512: a block prefetches the next chunk's rows from its own")
+T.ok(not g.source("10128128041002220"):find("P.V in blocks", 1, true), "AVX2 chunk 128: whole P.V passes")
+T.ok(not wide_paged:find("P.V in blocks", 1, true), "AVX2 paged: P.V by pages, no blocks")
+T.ok(not g.source("10512128042002220"):find("P.V in blocks", 1, true), "AVX-512 chunk 512: whole P.V passes")
 -- int8 K on AVX2, tile 4: the direct scores, each group of 2 keys times their
 -- two scales after the reduction (gen/simd.lua scaled_group), no staging
 T.eq(count(avx2, "vinsertf128 ymm1, ymm1, xmm1, 1 "), 1, "int8 K on AVX2, tile 4: the reduced group times its keys' scales")

@@ -512,6 +512,17 @@ static void long_chunks(void) {
     }
 }
 
+/* Chunks past 128 keys, whose AVX2 P.V runs in blocks of 128 keys (gen/simd.lua
+   pv_key_block): lengths ending in a partial block and chunks of 200 (one
+   whole block and one partial), bf16, f16, int8 (each block's v scales from
+   its first key) and q8_0 V, tiles 1, 4 and 8, both layouts, split and unsplit. */
+static void pv_key_blocks(void) {
+  static const int kvd[] = { FD_BF16, FD_F16, FD_I8, FD_Q8_0 }, tiles[] = { 1, 4, 8 };
+  for (int c = 0; c < 12; c++)
+    run_case(2, 16, 2, c % 3 == 2 ? 64 : 128, c % 2 ? 777 : 1000, c % 3, kvd[c % 4], (c + 1) % 3, c % 3, c / 2 % 2,
+             c % 3 ? 512 : 200, tiles[c % 3], c % 4 < 2 ? 1 : 3, 9100 + (uint64_t)c);
+}
+
 int main(void) {
   conversions();
   for (isa = 0; isa < FD_ISA_COUNT; isa++) {
@@ -523,6 +534,7 @@ int main(void) {
     sweep_quantized();
     fp8_codes();
     sweep_blocks();
+    pv_key_blocks();
     block_codes();
     edge_lengths();
     guarded_tail();
