@@ -1993,12 +1993,13 @@ end
 -- chunks longer than M.AVX2_PV_KEYS take P.V a block at a time, every pass
 -- over a block before the next, so the block's V rows stay in L1 between the
 -- passes (2 to 16 of them) where a whole chunk's were read again from L2 by
--- each. On the Zen 3 VM, warm, chunk 512, against whole-chunk passes: the
--- MQA batch bf16 (tile 8) 0.959x the time, Llama bf16 0.968x, int8 0.984x,
--- Falcon-40B bf16 0.995x; the best chunk's times of each: 0.973x, 0.977x,
--- 0.98x and 0.995x (blocks of 64 keys: 0.976x, 0.967x, 0.970x, 0.997x at
--- chunk 512). Each block reloads its passes' accumulators (and splits the bf16
--- pairs again), so short chunks keep whole passes.
+-- each. On the Zen 3 VM, against whole-chunk passes (bench-builds, results/
+-- bench/builds-pv-blocks-amd-epyc-2c-avx2.md): chunk 256, cold, Llama bf16
+-- 0.986x the time, int8 0.980x, the MQA batch and Falcon-40B bf16 (tile 8)
+-- 0.994x; warm 0.979x, 0.995x, 1.003x, 1.004x; chunk 512, warm, 0.978x,
+-- 0.980x, 0.985x, 1.001x (blocks of 64 keys did no better). Each block
+-- reloads its passes' accumulators (and splits the bf16 pairs again), so
+-- short chunks keep whole passes.
 M.AVX2_PV_KEYS = 128
 function M.pv_key_block(isa, p)
   if evex(GEOM[isa]) or not M.vector(isa) or p.PAGED or p.BEAMS == 1 then return 0 end
