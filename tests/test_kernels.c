@@ -24,24 +24,37 @@ static int has_variant(int D, int T) {
 #define MODE fd_mask_mode_names
 #define LAYOUT fd_layout_names
 
+/* Run problem p (named in failures) at chunk, tile and splits against the
+   reference, then free it. */
+static void run_problem(kproblem *p, const char *name, int chunk, int tile, int splits) {
+  char err[4096];
+  size_t n = (size_t)p->ref.B * p->ref.Hq * p->ref.D, nl = (size_t)p->ref.B * p->ref.Hq;
+  double *rout = malloc(n * sizeof(double)), *rlse = malloc(nl * sizeof(double));
+  float *out = malloc(n * 4), *lse = malloc(nl * 4);
+  ref_attention(&p->ref, rout, rlse);
+  kconfig cfg = { chunk, tile, splits, splits > 2, 1, isa };
+  if (t_check(kx_run(p, &cfg, out, lse, err, sizeof err) == 0, "%s: run: %s", name, err))
+    t_compare(p, out, lse, rout, rlse, 1, name);
+  free(rout); free(rlse); free(out); free(lse);
+  kp_free(p);
+}
+
+/* The name of one configuration, for failures. */
+static void case_name(char *name, size_t size, int B, int Hq, int Hkv, int D, int64_t S, int qd, int kd, int od,
+                      int mode, int layout, int chunk, int tile, int splits) {
+  snprintf(name, size, "isa%d B%d Hq%d Hkv%d D%d S%lld q%s kv%s out%s %s %s chunk%d tile%d splits%d",
+           isa, B, Hq, Hkv, D, (long long)S, DT[qd], DT[kd], DT[od], MODE[mode], LAYOUT[layout], chunk, tile, splits);
+}
+
 /* Run one configuration against the reference. */
 static void run_case(int B, int Hq, int Hkv, int D, int64_t S, int qd, int kd, int od, int mode,
                      int layout, int chunk, int tile, int splits, uint64_t seed) {
-  char name[256], err[4096];
+  char name[256];
   if (!has_variant(D, tile)) return;
-  snprintf(name, sizeof name, "isa%d B%d Hq%d Hkv%d D%d S%lld q%s kv%s out%s %s %s chunk%d tile%d splits%d",
-           isa, B, Hq, Hkv, D, (long long)S, DT[qd], DT[kd], DT[od], MODE[mode], LAYOUT[layout], chunk, tile, splits);
+  case_name(name, sizeof name, B, Hq, Hkv, D, S, qd, kd, od, mode, layout, chunk, tile, splits);
   kproblem p;
   kp_init(&p, B, Hq, Hkv, D, S, qd, kd, od, mode, layout, seed);
-  size_t n = (size_t)B * Hq * D;
-  double *rout = malloc(n * sizeof(double)), *rlse = malloc((size_t)B * Hq * sizeof(double));
-  float *out = malloc(n * 4), *lse = malloc((size_t)B * Hq * 4);
-  ref_attention(&p.ref, rout, rlse);
-  kconfig cfg = { chunk, tile, splits, splits > 2, 1, isa };
-  if (t_check(kx_run(&p, &cfg, out, lse, err, sizeof err) == 0, "%s: run: %s", name, err))
-    t_compare(&p, out, lse, rout, rlse, 1, name);
-  free(rout); free(rlse); free(out); free(lse);
-  kp_free(&p);
+  run_problem(&p, name, chunk, tile, splits);
 }
 
 /* Mask modes x layouts x head_dims x groups, dtypes rotated, chunks that do and do not divide. */
@@ -521,6 +534,25 @@ static void pv_key_blocks(void) {
   for (int c = 0; c < 12; c++)
     run_case(2, 16, 2, c % 3 == 2 ? 64 : 128, c % 2 ? 777 : 1000, c % 3, kvd[c % 4], (c + 1) % 3, c % 3, c / 2 % 2,
              c % 3 ? 512 : 200, tiles[c % 3], c % 4 < 2 ? 1 : 3, 9100 + (uint64_t)c);
+  /* int8 rows whose magnitudes (so whose v scales) differ 1 to 8 times from
+     key to key: a block that read another key's scale would show */
+  for (int c = 0; c < 6; c++) {
+    char name[256];
+    int D = c % 2 ? 64 : 128, tile = tiles[c % 3], chunk = c < 3 ? 512 : 200;
+    int64_t S = c % 2 ? 777 : 1000;
+    if (!has_variant(D, tile)) continue;
+    case_name(name, sizeof name, 2, 16, 2, D, S, FD_BF16, FD_I8, FD_F32, c % 3, c % 2, chunk, tile, 1 + c % 2 * 2);
+    strcat(name, " (row scales 1-8x)");
+    kproblem p;
+    kp_init(&p, 2, 16, 2, D, S, FD_BF16, FD_I8, FD_F32, c % 3, c % 2, 9200 + (uint64_t)c);
+    for (size_t row = 0; row < (size_t)2 * 2 * (size_t)S; row++)
+      for (int d = 0; d < D; d++) {
+        p.kf[row * (size_t)D + (size_t)d] *= (float)(1 + (row * 5 + 3) % 8);
+        p.vf[row * (size_t)D + (size_t)d] *= (float)(1 + (row * 3 + 1) % 8);
+      }
+    kp_sync(&p);
+    run_problem(&p, name, chunk, tile, 1 + c % 2 * 2);
+  }
 }
 
 int main(void) {
