@@ -145,9 +145,10 @@ local function add_simd(p)
   p.simd_exp = function() return simd.exp(p.ISA, p) end
   p.simd_grow_lanes = function() return simd.grow_lanes(p.ISA, p) end
   p.simd_sums_lanes = function() return simd.sums_lanes(p.ISA, p) end
-  -- fast precision (key digit precision): bf16 weights in place, then P.V by key pairs
+  -- P.V: keys per block of a dense chunk (0: whole passes), head t's weight row
   p.PV_KB = simd.pv_key_block(p.ISA, p)
   p.weight_row = function(t) return simd.weight_row(p.ISA, p, t) end
+  -- fast precision (key digit precision): bf16 weights in place, then P.V by key pairs
   p.simd_pv = function(blk) return (p.PRECISION == 1 and simd.pv_dpbf16 or simd.pv)(p.ISA, p, blk) end
   p.simd_pround = function() return simd.pround(p.ISA, p) end
   -- the f32 P.V over int8/fp8 V: the weights times the v scales first (gen/simd.lua pv_prescale)

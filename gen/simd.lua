@@ -487,10 +487,12 @@ local function sim_op(op, imm, a, b)
     elseif op == "vshufps" then
       local s = function(x, k) return x[math.floor(imm / 4 ^ k) % 4] end
       r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4] = s(A, 0), s(A, 1), s(B, 2), s(B, 3)
-    else   -- vshuff64x2 (a 128-bit piece of a for the low two, of b for the high two) or vperm2f128
-      local sel = op == "vperm2f128" and math.floor(imm / 16 ^ L) % 4 or math.floor(imm / 4 ^ L) % 4
-      local src = (op == "vperm2f128" and sel >= 2 or op ~= "vperm2f128" and L >= 2) and b or a
-      if op == "vperm2f128" then sel = sel % 2 end
+    elseif op == "vperm2f128" then   -- piece L: imm's nibble L picks a.lo, a.hi, b.lo or b.hi
+      local sel = math.floor(imm / 16 ^ L) % 4
+      local src = sel >= 2 and b or a
+      for i = 1, 4 do r[#r + 1] = src[4 * (sel % 2) + i] end
+    else   -- vshuff64x2: a 128-bit piece of a for the low two, of b for the high two
+      local src, sel = L < 2 and a or b, math.floor(imm / 4 ^ L) % 4
       for i = 1, 4 do r[#r + 1] = src[4 * sel + i] end
     end
   end
@@ -819,9 +821,11 @@ local function pair_stores(b, R) return b.x and R == 2 end
 -- keys one W x W transpose stores each head's W scores as a whole vector of
 -- its row (key_block_store), where each key took T lane moves (vmovss,
 -- vextractps: a shuffle and a store each) beside the FMAs. On the Zen 3
--- VM, a C model of the Falcon-40B tile (8 heads, head_dim 64) from L1 took
--- 0.905x the time of the lane moves (0.85x with no transpose: key-major
--- score rows, which every statement after the scores would have to read).
+-- VM, at tile 8 (results/bench/builds-key-blocks-amd-epyc-2c-avx2.md):
+-- Falcon-40B bf16 0.950x the time warm and 0.956x cold, the MQA batch bf16
+-- 0.974x and 0.977x. (A C model of Falcon's loop from L1: 0.905x; 0.85x
+-- with key-major score rows, which every statement after the scores would
+-- have to read.)
 local function key_blocks(b, R) return not b.x and R == 1 end
 
 -- The W key vectors at the stage (rbx) transposed into head rows (registers
