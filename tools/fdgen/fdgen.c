@@ -278,6 +278,9 @@ static void print_plan(const fd_ctx *ctx, const fd_plan_info *info, double plan_
 /* The pages a row of paged shape s fills at its kv_len. */
 static int64_t pages_per_row(const fd_shape *s) { return (s->kv_len + s->page_size - 1) / s->page_size; }
 
+/* The pages all of paged shape s's rows fill: the smallest pool that holds them. */
+static int64_t rows_pages(const fd_shape *s) { return s->batch * pages_per_row(s); }
+
 /* Run plan once on a random problem and compare with the reference; 0 when within tolerance.
    A paged shape runs on the problem's rows copied into shuffled pages (kp_page),
    the pool's pages past those its rows fill left unused. */
@@ -294,7 +297,7 @@ static int run_checked(fd_ctx *ctx, fd_plan *plan, const fd_shape *s, unsigned s
   fd_args a = { p.q, p.k, p.v, p.cur_pos, p.mask, p.k_scale, p.v_scale, NULL, 0, out, lse };
   kp_pages g;
   if (paged) {
-    kp_page(&p, s->page_size, s->pool_pages - s->batch * pages_per_row(s), seed, &g);
+    kp_page(&p, s->page_size, s->pool_pages - rows_pages(s), seed, &g);
     a.k = g.k; a.v = g.v; a.block_table = g.table;
     if (p.k_scale) { a.k_scale = g.k_scale; a.v_scale = g.v_scale; }
   }
@@ -334,7 +337,7 @@ static int cmd_run(const command *c, const run_opts *o) {
   print_shape(stdout, sh[0].name, &s);
   free(sh);
   if (s.layout == FD_PAGED && s.page_size > 0) {   /* (a bad page_size: the planner's error) */
-    int64_t need = s.batch * pages_per_row(&s);
+    int64_t need = rows_pages(&s);
     if (s.pool_pages == 0) s.pool_pages = need;     /* a pool of every row's pages */
     else if (s.pool_pages < need) {
       fprintf(stderr, "fdgen run: shape.pool_pages %lld holds fewer pages than the %lld that batch x "
@@ -369,13 +372,12 @@ static double median(double *x, int n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* Paged shape s at length len: a pool of just the pages its rows need, in
+/* Paged shape s (at its kv_len): a pool of just the pages its rows need, in
    order (set in s), and their block table; *nkv the pool's elements. NULL
    for the other layouts. */
-static int32_t *paged_identity(fd_shape *s, int64_t len, size_t *nkv) {
+static int32_t *paged_identity(fd_shape *s, size_t *nkv) {
   if (s->layout != FD_PAGED) return NULL;
-  int64_t per_row = (len + s->page_size - 1) / s->page_size;
-  s->pool_pages = s->batch * per_row;
+  s->pool_pages = rows_pages(s);
   *nkv = (size_t)s->pool_pages * s->n_kv_heads * (size_t)s->page_size * s->head_dim;
   int32_t *table = malloc(sizeof(int32_t) * (size_t)s->pool_pages);
   for (int64_t i = 0; table && i < s->pool_pages; i++) table[i] = (int32_t)i;
@@ -388,7 +390,7 @@ static void bench_one(FILE *rep, const fd_gen_shape *g, int64_t len, const run_o
   fd_shape s = g->shape;
   s.kv_len = len;
   size_t nkv = (size_t)s.batch * s.n_kv_heads * (size_t)len * s.head_dim;
-  int32_t *table = paged_identity(&s, len, &nkv);
+  int32_t *table = paged_identity(&s, &nkv);
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = o->threads, .precision = o->precision });
   fd_plan *plan;
   double t0 = now_ms();
@@ -533,7 +535,7 @@ static int cmd_predict(const command *c, const run_opts *o) {
   fd_shape s = sh[0].shape;
   if (o->kv_len) s.kv_len = o->kv_len;
   if (s.layout == FD_PAGED && s.pool_pages < 1 && s.page_size > 0)   /* a pool of every row's pages */
-    s.pool_pages = (int64_t)s.batch * ((s.kv_len + s.page_size - 1) / s.page_size);
+    s.pool_pages = rows_pages(&s);
   print_shape(stdout, sh[0].name, &s);
   free(sh);
   fd_table *t = fd_table_load(o->table, err, sizeof err);

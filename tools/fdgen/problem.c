@@ -144,11 +144,6 @@ static int32_t *shuffled(int64_t n, uint64_t seed) {
   return a;
 }
 
-/* The valid keys of row b of p. */
-static int64_t valid_len(const kproblem *p, int b) {
-  return p->ref.mask_mode == 0 ? p->cur_pos[b] + 1 : p->ref.S;   /* 0: causal */
-}
-
 /* Copy p's valid rows into shuffled pages; see problem.h. */
 void kp_page(const kproblem *p, int page_size, int64_t spare, uint64_t seed, kp_pages *g) {
   const ref_problem *r = &p->ref;
@@ -165,10 +160,10 @@ void kp_page(const kproblem *p, int page_size, int64_t spare, uint64_t seed, kp_
   int32_t *perm = shuffled(g->pool_pages, seed);
   for (int b = 0; b < r->B; b++)
     for (int64_t pg = 0; pg < g->per_row; pg++)
-      g->table[b * g->per_row + pg] = pg * page_size < valid_len(p, b) ? perm[b * g->per_row + pg] : -1;
+      g->table[b * g->per_row + pg] = pg * page_size < ref_valid_keys(&p->ref, b) ? perm[b * g->per_row + pg] : -1;
   for (int b = 0; b < r->B; b++)
     for (int j = 0; j < r->Hkv; j++)
-      for (int64_t s = 0; s < valid_len(p, b); s++) {
+      for (int64_t s = 0; s < ref_valid_keys(&p->ref, b); s++) {
         int64_t dense = ((int64_t)b * r->Hkv + j) * r->S + s;
         int64_t pool = ((int64_t)g->table[b * g->per_row + s / page_size] * r->Hkv + j) * page_size + s % page_size;
         memcpy((char *)g->k + pool * row, (const char *)p->k + dense * row, row);

@@ -20,11 +20,16 @@ static const float *ref_key_row(const ref_problem *p, int kv, int b, int j, int6
   return (kv ? p->v : p->k) + ref_kv_offset(p, src, j, i);
 }
 
+/* The keys row b attends to: cur_pos + 1 when causal, else all S. */
+int64_t ref_valid_keys(const ref_problem *p, int b) {
+  return p->mask_mode == 0 ? (int64_t)p->cur_pos[b] + 1 : p->S;
+}
+
 /* One query row (b, h): scores, softmax and output in double. */
 static void ref_row(const ref_problem *p, int b, int h, double *s, double *out, double *lse) {
   int G = p->Hq / p->Hkv, j = h / G;
   const float *q = p->q + ((int64_t)b * p->Hq + h) * p->D;
-  int64_t n = p->mask_mode == 0 ? (int64_t)p->cur_pos[b] + 1 : p->S;
+  int64_t n = ref_valid_keys(p, b);
   double m = -INFINITY;
   for (int64_t i = 0; i < n; i++) {
     const float *k = ref_key_row(p, 0, b, j, i);

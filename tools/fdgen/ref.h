@@ -27,6 +27,8 @@ void ref_attention(const ref_problem *p, double *out, double *lse);
 
 /* Element offset of K/V row (b, j, i) for a layout. */
 int64_t ref_kv_offset(const ref_problem *p, int b, int j, int64_t i);
+/* The keys row b attends to: cur_pos + 1 when causal, else all S. */
+int64_t ref_valid_keys(const ref_problem *p, int b);
 
 /* Storage conversions written independently of the kernels' (frexp/ldexp based). */
 uint16_t t_f32_to_f16(float x);
