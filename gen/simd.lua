@@ -2105,7 +2105,7 @@ end
 -- Head t's softmax weights in the score buffer, in floats from head 0's: a
 -- lane of each key-major row in a head-lane tile, else its own row (CHUNKP
 -- floats apart). A P.V pass over some heads starts at its first head's
--- (templates/pv_piece.c.tpl), and M.pv reads head t's weights there.
+-- (templates/pv_piece.c.tpl), and M.pv and M.pv_dpbf16 read head t's weights there.
 function M.weight_row(isa, p, t)
   return M.head_lanes(isa, p) and t or t * p.CHUNKP
 end
@@ -2396,7 +2396,7 @@ function M.pv_dpbf16(isa, p, block)
   assert(b.g.groups.bf16, "simd: pv_dpbf16 needs the bf16 group")
   local hl = M.head_lanes(isa, p)
   -- head t's weight pair: in its row (bytes 2 s), or dword t of the pair's row
-  local row = function(t) return hl and t * 4 or t * p.CHUNKP * 4 end
+  local row = function(t) return M.weight_row(isa, p, t) * 4 end
   prologue(b, { "src", "ptr", "sc", "n", "stride", "consts" })
   if p.T >= M.PREFETCH_MIN_TILE then b.gp(("mov %d(%%rax), %%rax"):format(ARG.pf)) end
   for t = 0, T - 1 do
