@@ -150,7 +150,8 @@ static void check_i8(int B, int Hq, int Hkv, int D, int S, int lay) {
    chunk, heads split unevenly over 2 threads): its sum is 3 heads keys D
    times the multipliers' sum when every element is read once (within 1e-4:
    f32 sums; one line missed or read twice is 1.9e-4 of it); bad g, dtype
-   and head_dim are refused. A build without AVX-512 refuses everything. */
+   and head_dim are refused. A build without AVX-512 or AVX2 (with FMA and
+   F16C) refuses everything. */
 static void check_stream(void) {
   const long H = 3, S = 300;
   const int D = 32, GS[6] = { 0, 1, 2, 4, 8, 16 };
@@ -169,10 +170,10 @@ static void check_stream(void) {
       double want = 3.0 * (double)n * m;
       snprintf(what, sizeof what, "streaming probe dtype %d g %d reads each element once (relative error %.1e)", dt,
                GS[i], fabs(sum - want) / want);
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
       expect(rc == 0 && fabs(sum - want) <= 1e-4 * want, what);
 #else
-      expect(rc == -1, "streaming probe refused without AVX-512");
+      expect(rc == -1, "streaming probe refused without AVX-512 or AVX2");
 #endif
     }
   }
@@ -181,6 +182,41 @@ static void check_stream(void) {
   expect(fdb_stream_fma(k, v, H, S, 48, 0, 4, 2, NULL) == -1, "streaming probe refuses head_dim 48");
   expect(fdb_stream_fma(k, v, 0, S, D, 0, 4, 2, NULL) == -1, "streaming probe refuses 0 heads");
   free(k); free(v);
+}
+
+/* The widening int8 probe over codes K = 1 and V = 2 with scales 0.5 and
+   0.25 (heads x keys x D, a partial last chunk, heads split unevenly over 2
+   threads): its sum is 3 heads keys D times the multipliers' sum plus 0.75
+   heads keys when every code and scale is read once (within 1e-4: f32
+   sums); bad g and head_dim, no scales and no heads are refused. A build
+   without AVX-512 or AVX2 (with FMA and F16C) refuses everything. */
+static void check_stream_i8(void) {
+  const long H = 3, S = 300;
+  const int D = 64, GS[6] = { 0, 1, 2, 4, 8, 16 };
+  size_t n = (size_t)H * S * D;
+  int8_t *k = malloc(n), *v = malloc(n);
+  float *ks = malloc(H * S * sizeof(float)), *vs = malloc(H * S * sizeof(float));
+  for (size_t i = 0; i < n; i++) { k[i] = 1; v[i] = 2; }
+  for (long i = 0; i < H * S; i++) { ks[i] = 0.5f; vs[i] = 0.25f; }
+  for (int i = 0; i < 6; i++) {
+    double m = GS[i] ? 0 : 1, sum = -1;
+    for (int j = 0; j < GS[i]; j++) m += 1.0 / (j + 2);
+    double want = 3.0 * (double)n * m + 0.75 * (double)(H * S);
+    int rc = fdb_stream_fma_i8(k, v, ks, vs, H, S, D, GS[i], 2, &sum);
+    char what[112];
+    snprintf(what, sizeof what, "widening int8 probe g %d reads each code and scale once (relative error %.1e)",
+             GS[i], fabs(sum - want) / want);
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+    expect(rc == 0 && fabs(sum - want) <= 1e-4 * want, what);
+#else
+    expect(rc == -1, "widening int8 probe refused without AVX-512 or AVX2");
+#endif
+  }
+  expect(fdb_stream_fma_i8(k, v, ks, vs, H, S, D, 3, 2, NULL) == -1, "widening int8 probe refuses g 3");
+  expect(fdb_stream_fma_i8(k, v, ks, vs, H, S, 32, 4, 2, NULL) == -1, "widening int8 probe refuses head_dim 32");
+  expect(fdb_stream_fma_i8(k, v, NULL, vs, H, S, D, 4, 2, NULL) == -1, "widening int8 probe refuses no K scales");
+  expect(fdb_stream_fma_i8(k, v, ks, vs, 0, S, D, 4, 2, NULL) == -1, "widening int8 probe refuses 0 heads");
+  free(k); free(v); free(ks); free(vs);
 }
 
 /* The int8 probe over codes K = 1 and V = 2 with scales 0.5 and 0.25 (heads
@@ -219,6 +255,7 @@ static void check_stream_dot(void) {
 
 int main(void) {
   check_stream();
+  check_stream_i8();
   check_stream_dot();
   check_f16();
   check_bf16();

@@ -11,9 +11,84 @@
 /* Keys per chunk, and how far ahead each line is prefetched (into L1) along
    the order the blocks are read in: the fastest of 0, 2 and 4 KiB in a sweep
    on the 2-core Xeon (bf16, g 0-8). */
-enum { STREAM_CHUNK = 256, STREAM_AHEAD = 4096, STREAM_ACCS = 12 };
+enum { STREAM_CHUNK = 256, STREAM_AHEAD = 4096 };
 
+/* The vector the f32 probe takes: 16 lanes with AVX-512, else 8 with AVX2
+   (FMA and F16C); the independent accumulator chains it keeps (12 of the 32
+   zmm registers; 10 of the 16 ymm ones, beside a line's 4 vectors and the
+   bf16 mask); and what a line of 64 bytes widens to (line_vectors). */
 #if defined(__AVX512F__)
+#define STREAM_F32 1
+typedef __m512 fvec;
+enum { STREAM_ACCS = 12 };
+static inline __attribute__((always_inline)) fvec fv_zero(void) { return _mm512_setzero_ps(); }
+static inline __attribute__((always_inline)) fvec fv_set(float x) { return _mm512_set1_ps(x); }
+static inline __attribute__((always_inline)) fvec fv_add(fvec a, fvec b) { return _mm512_add_ps(a, b); }
+static inline __attribute__((always_inline)) fvec fv_fma(fvec a, fvec b, fvec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline __attribute__((always_inline)) float fv_total(fvec a) { return _mm512_reduce_add_ps(a); }
+
+/* The 64 bytes of dtype dt at p as f32 vectors in x (f32: 1; f16, bf16: 2;
+   int8 codes, dt 3: 4), their count; one part a line (line_parts). */
+static inline __attribute__((always_inline)) int line_parts(int dt) { (void)dt; return 1; }
+static inline __attribute__((always_inline)) int line_vectors(const char *p, int dt, int part, fvec *x) {
+  (void)part;
+  if (dt == 0) { x[0] = _mm512_loadu_ps((const float *)p); return 1; }
+  if (dt == 3) {
+    for (int u = 0; u < 4; u++) x[u] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * u))));
+    return 4;
+  }
+  for (int u = 0; u < 2; u++) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)(p + 32 * u));
+    x[u] = dt == 1 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  return 2;
+}
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define STREAM_F32 1
+typedef __m256 fvec;
+enum { STREAM_ACCS = 10 };
+static inline __attribute__((always_inline)) fvec fv_zero(void) { return _mm256_setzero_ps(); }
+static inline __attribute__((always_inline)) fvec fv_set(float x) { return _mm256_set1_ps(x); }
+static inline __attribute__((always_inline)) fvec fv_add(fvec a, fvec b) { return _mm256_add_ps(a, b); }
+static inline __attribute__((always_inline)) fvec fv_fma(fvec a, fvec b, fvec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline __attribute__((always_inline)) float fv_total(fvec a) {
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+/* The 64 bytes of dtype dt at p as f32 vectors in x, their count: f32 2; f16
+   4 (vcvtph2ps of 16 bytes each); bf16 4, each 32 bytes split as the
+   kernels read them (the even elements shifted up, the odd ones masked);
+   int8 codes (dt 3) in two parts of 32 bytes (line_parts: 4 vectors and
+   their FMAs at a time, within the 16 registers), each vector 8 bytes
+   sign-extended and converted. */
+static inline __attribute__((always_inline)) int line_parts(int dt) { return dt == 3 ? 2 : 1; }
+static inline __attribute__((always_inline)) int line_vectors(const char *p, int dt, int part, fvec *x) {
+  if (dt == 3) {
+    for (int u = 0; u < 4; u++)
+      x[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 32 * part + 8 * u))));
+    return 4;
+  }
+  if (dt == 0) {
+    for (int u = 0; u < 2; u++) x[u] = _mm256_loadu_ps((const float *)p + 8 * u);
+    return 2;
+  }
+  if (dt == 1) {
+    for (int u = 0; u < 4; u++) x[u] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * u)));
+    return 4;
+  }
+  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+  for (int u = 0; u < 2; u++) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)(p + 32 * u));
+    x[2 * u] = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    x[2 * u + 1] = _mm256_castsi256_ps(_mm256_and_si256(h, hi));
+  }
+  return 4;
+}
+#endif
+
+#if defined(STREAM_F32)
 static volatile float stream_sink;
 
 /* What one probe call reads: K and V (int8: and their row scales ks, vs),
@@ -45,53 +120,60 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const char *p, 
   _mm_prefetch(ahead < n ? p + ahead : next + (ahead - n), _MM_HINT_T0);
 }
 
-/* Element i*16.. of a row of dtype dt at p as 16 f32 lanes. */
-static inline __attribute__((always_inline)) __m512 widen(const char *p, int dt, long i) {
-  if (dt == 0) return _mm512_loadu_ps((const float *)p + i);
-  __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
-  if (dt == 1) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 /* n bytes of one stream at p (whole 64-byte lines): every vector widened and
-   fed to G FMAs (G = 0: one add) into acc, chain (vector * G + j) mod 12;
-   the lookahead runs on into next, the block read after this one. */
+   fed to G FMAs (G = 0: one add) into acc, chain (vector * G + j) mod
+   STREAM_ACCS; the lookahead runs on into next, the block read after this one. */
 static inline __attribute__((always_inline)) void stream_block(const char *p, const char *next, long n, int dt,
-                                                              int G, __m512 *acc, const __m512 *q) {
-  const int per_line = dt == 0 ? 1 : 2;
+                                                              int G, fvec *acc, const fvec *q) {
   for (long off = 0; off < n; off += 64) {
     prefetch_ahead(p, next, off, n);
-    for (int u = 0; u < per_line; u++) {
-      __m512 x = widen(p + off, dt, 16 * u);
-      if (G == 0) acc[u] = _mm512_add_ps(acc[u], x);
-      for (int j = 0; j < G; j++) {
-        int c = (u * G + j) % STREAM_ACCS;
-        acc[c] = _mm512_fmadd_ps(x, q[j], acc[c]);
+    for (int part = 0; part < line_parts(dt); part++) {
+      fvec x[4];
+      int per_part = line_vectors(p + off, dt, part, x);
+#pragma GCC unroll 4
+      for (int u = 0; u < per_part; u++) {
+        if (G == 0) acc[u] = fv_add(acc[u], x[u]);
+#pragma GCC unroll 16
+        for (int j = 0; j < G; j++) {
+          int c = ((part * per_part + u) * G + j) % STREAM_ACCS;
+          acc[c] = fv_fma(x[u], q[j], acc[c]);
+        }
       }
     }
   }
 }
 
-/* One thread's heads [h0, h1): chunks of K then V, as a kernel walks them. */
+/* The sum of cnt scales at s (the int8 rows' scales, read once as a kernel reads them). */
+static inline __attribute__((always_inline)) double scale_sum(const float *s, long cnt) {
+  double t = 0;
+  for (long i = 0; i < cnt; i++) t += s[i];
+  return t;
+}
+
+/* One thread's heads [h0, h1): chunks of K then V, as a kernel walks them
+   (int8 codes, dt 3: each chunk's codes, then its rows' scales). */
 static inline __attribute__((always_inline)) double stream_heads(const stream_job *j, long h0, long h1, int dt,
                                                                 int G) {
   const char *k = j->k, *v = j->v;
-  const long keys = j->keys, row = (long)j->D * (dt == 0 ? 4 : 2), per_head = keys * row;
-  __m512 acc[STREAM_ACCS], q[16];
-  for (int c = 0; c < STREAM_ACCS; c++) acc[c] = _mm512_setzero_ps();
-  for (int i = 0; i < 16; i++) q[i] = _mm512_set1_ps(1.0f / (float)(i + 2));   /* the g multipliers */
+  const long keys = j->keys, row = (long)j->D * (dt == 0 ? 4 : dt == 3 ? 1 : 2), per_head = keys * row;
+  double scales = 0;
+  fvec acc[STREAM_ACCS], q[16];
+  for (int c = 0; c < STREAM_ACCS; c++) acc[c] = fv_zero();
+  for (int i = 0; i < 16; i++) q[i] = fv_set(1.0f / (float)(i + 2));   /* the g multipliers */
   for (long h = h0; h < h1; h++) {
     for (long s = 0; s < keys; s += STREAM_CHUNK) {
       long n = (keys - s < STREAM_CHUNK ? keys - s : STREAM_CHUNK) * row;
       const char *kc = k + h * per_head + s * row, *vc = v + h * per_head + s * row;
       /* after V: the next chunk's K (the next head's first one at a head's end) */
       stream_block(kc, vc, n, dt, G, acc, q);
+      if (dt == 3) scales += scale_sum(j->ks + h * keys + s, n / row);
       stream_block(vc, kc + n, n, dt, G, acc, q);
+      if (dt == 3) scales += scale_sum(j->vs + h * keys + s, n / row);
     }
   }
-  __m512 t = acc[0];
-  for (int c = 1; c < STREAM_ACCS; c++) t = _mm512_add_ps(t, acc[c]);
-  return _mm512_reduce_add_ps(t);
+  fvec t = acc[0];
+  for (int c = 1; c < STREAM_ACCS; c++) t = fv_add(t, acc[c]);
+  return fv_total(t) + scales;
 }
 
 /* The body for one (dtype, g): each a constant, so the loops unroll. */
@@ -102,18 +184,20 @@ static inline __attribute__((always_inline)) double stream_heads(const stream_jo
 STREAM_BODIES(0)
 STREAM_BODIES(1)
 STREAM_BODIES(2)
+STREAM_BODIES(3)
 
-/* The table of bodies: [dtype][index of g in 0, 1, 2, 4, 8, 16]. */
-static const stream_fn BODIES[3][6] = {
+/* The table of bodies: [dtype, 3 for int8 codes][index of g in 0, 1, 2, 4, 8, 16]. */
+static const stream_fn BODIES[4][6] = {
   { body_0_0, body_0_1, body_0_2, body_0_4, body_0_8, body_0_16 },
   { body_1_0, body_1_1, body_1_2, body_1_4, body_1_8, body_1_16 },
   { body_2_0, body_2_1, body_2_2, body_2_4, body_2_8, body_2_16 },
+  { body_3_0, body_3_1, body_3_2, body_3_4, body_3_8, body_3_16 },
 };
 
-/* The body for dtype and g, or NULL. */
+/* The body for dtype (3: int8 codes) and g, or NULL. */
 static stream_fn body_for(int dtype, int g) {
   static const int GS[6] = { 0, 1, 2, 4, 8, 16 };
-  if (dtype < 0 || dtype > 2) return 0;
+  if (dtype < 0 || dtype > 3) return 0;
   for (int i = 0; i < 6; i++)
     if (GS[i] == g) return BODIES[dtype][i];
   return 0;
@@ -121,15 +205,29 @@ static stream_fn body_for(int dtype, int g) {
 
 int fdb_stream_fma(const void *k, const void *v, long heads, long keys, int head_dim, int dtype, int g,
                    int threads, double *sum) {
-  stream_fn fn = body_for(dtype, g);
+  stream_fn fn = dtype == 3 ? 0 : body_for(dtype, g);
   if (!fn || heads < 1 || keys < 1 || head_dim < 32 || head_dim % 32) return -1;
   stream_job j = { (const char *)k, (const char *)v, 0, 0, keys, head_dim };
+  return run_heads(fn, &j, heads, threads, sum);
+}
+
+int fdb_stream_fma_i8(const void *k, const void *v, const float *ks, const float *vs, long heads, long keys,
+                      int head_dim, int g, int threads, double *sum) {
+  stream_fn fn = body_for(3, g);
+  if (!fn || !ks || !vs || heads < 1 || keys < 1 || head_dim < 64 || head_dim % 64) return -1;
+  stream_job j = { (const char *)k, (const char *)v, ks, vs, keys, head_dim };
   return run_heads(fn, &j, heads, threads, sum);
 }
 #else
 int fdb_stream_fma(const void *k, const void *v, long heads, long keys, int head_dim, int dtype, int g,
                    int threads, double *sum) {
   (void)k; (void)v; (void)heads; (void)keys; (void)head_dim; (void)dtype; (void)g; (void)threads; (void)sum;
+  return -1;
+}
+
+int fdb_stream_fma_i8(const void *k, const void *v, const float *ks, const float *vs, long heads, long keys,
+                      int head_dim, int g, int threads, double *sum) {
+  (void)k; (void)v; (void)ks; (void)vs; (void)heads; (void)keys; (void)head_dim; (void)g; (void)threads; (void)sum;
   return -1;
 }
 #endif

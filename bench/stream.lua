@@ -4,8 +4,9 @@
 -- probe reads the cache once in a kernel's order, widens every element to
 -- f32 and feeds it to G FMAs (G = query heads per kv head, the multiply-adds
 -- a kernel owes each K element; V owes the same), nothing else; for int8 KV
--- (MSD kernels) it feeds every 64 codes to G x P int8 dot products (P = the
--- kernel key's planes) and reads the per-row scales. "stream" is the same
+-- it reads the per-row scales too, and for MSD kernels feeds every 64 codes
+-- to G x P int8 dot products (P = the kernel key's planes), for the others
+-- widens the codes to f32 for G FMAs as those kernels do. "stream" is the same
 -- loop with one add per vector instead. Where the machine cannot overlap
 -- arithmetic with its reads, the probe falls below the read bandwidth, and
 -- the kernel (which also keeps a softmax) below the probe: kernel / probe is
@@ -47,42 +48,45 @@ local function measured_rows(path)
 end
 
 -- The status of the probe's variants where it refuses: a build without
--- AVX-512 (AVX512-VNNI for int8), or a G (G x P) it has no body for; or an
--- int8 kernel without MSD planes (its arithmetic is not the probe's).
-local UNSERVED = "not measured: the probe needs AVX-512 (int8: AVX512-VNNI) and G in 1, 2, 4, 8, 16 (int8: P 2 or 3)"
-local NO_PLANES = "not measured: the kernel takes no MSD planes"
+-- AVX-512 or AVX2 (AVX512-VNNI for int8 dots), or a G (G x P) it has no body
+-- for; or an int8 row without a kernel (its planes unknown).
+local UNSERVED = "not measured: the probe needs AVX-512 or AVX2 (int8 dots: AVX512-VNNI) and G in 1, 2, 4, 8, 16 (int8 dots: P 2 or 3)"
 local NO_KERNEL = "not measured: no kernel planned (its MSD planes unknown)"
-local NOT_MEASURED = { [UNSERVED] = true, [NO_PLANES] = true, [NO_KERNEL] = true }
+local NOT_MEASURED = { [UNSERVED] = true, [NO_KERNEL] = true }
 
--- Probe n of the row over heads x keys of its buffers b: 0 when it ran.
-local function probe(row, b, heads, keys, n, threads)
+-- Probe n of the row over heads x keys of its buffers b (arith: "fma",
+-- "dot", or "widen" for int8 codes widened to f32): 0 when it ran.
+local function probe(row, b, heads, keys, n, arith, threads)
   local s = row.shape
-  if PROBE_DTYPES[s.kv_dtype] == "dot" then
+  if arith == "dot" then
     return fdb.fdb_stream_dot(b.k, b.v, b.k_scale, b.v_scale, heads, keys, s.head_dim, n, threads, nil)
+  elseif arith == "widen" then
+    return fdb.fdb_stream_fma_i8(b.k, b.v, b.k_scale, b.v_scale, heads, keys, s.head_dim, n, threads, nil)
   end
   return fdb.fdb_stream_fma(b.k, b.v, heads, keys, s.head_dim, fd.enum("dtype", s.kv_dtype), n, threads, nil)
 end
 
 -- A runner of the probe over the row's K and V (n multiply-adds per vector) appending its seconds to v.times.
-local function probe_runner(row, b, n, threads, v)
+local function probe_runner(row, b, n, arith, threads, v)
   local s, now = row.shape, fdb.fdb_now
   return function()
     local t0 = now()
-    local rc = probe(row, b, s.batch * s.n_kv_heads, row.len, n, threads)
+    local rc = probe(row, b, s.batch * s.n_kv_heads, row.len, n, arith, threads)
     v.times[#v.times + 1] = now() - t0
     if rc ~= 0 then error(("the probe refused n %d, dtype %s"):format(n, s.kv_dtype), 0) end
   end
 end
 
 -- The probe's multiply-adds per vector for the row's kernel (key, or nil when
--- not planned): G FMAs; for int8, G x P dots; and their label; or nil, the
--- label and why the probe does not run (int8 without a key or without planes).
+-- not planned), their arithmetic and label: G FMAs; for int8 with MSD
+-- planes, G x P dots; for int8 without, G FMAs over the widened codes; or
+-- nil, the label and why the probe does not run (int8 without a key).
 local function probe_work(row, G, kkey)
-  if PROBE_DTYPES[row.shape.kv_dtype] == "fma" then return G, ("stream + %d FMAs"):format(G) end
-  if not kkey then return nil, "stream + int8 dots", NO_KERNEL end
+  if PROBE_DTYPES[row.shape.kv_dtype] == "fma" then return G, "fma", ("stream + %d FMAs"):format(G) end
+  if not kkey then return nil, nil, "stream + int8 dots", NO_KERNEL end
   local P = key.decode(kkey).planes
-  if P == 0 then return nil, "stream + int8 dots", NO_PLANES end
-  return G * P, ("stream + %d int8 dots (%d x %d planes)"):format(G * P, G, P)
+  if P == 0 then return G, "widen", ("stream + %d FMAs (int8 widened)"):format(G) end
+  return G * P, "dot", ("stream + %d int8 dots (%d x %d planes)"):format(G * P, G, P)
 end
 
 -- The three variants of a row: the planner's kernel, the probe with its arithmetic, the probe with none.
@@ -100,12 +104,12 @@ local function variants(ctx, row, b, keep, threads)
   else
     k.status = "plan: " .. tostring(plan)
   end
-  -- the probe on one key of one head: refused without AVX-512 (VNNI) or for another n
-  local n, label, why = probe_work(row, G, k.info and k.info.key)
-  local served = n and probe(row, b, 1, 1, n, 1) == 0
+  -- the probe on one key of one head: refused without AVX-512 or AVX2 (int8: VNNI) or for another n
+  local n, arith, label, why = probe_work(row, G, k.info and k.info.key)
+  local served = n and probe(row, b, 1, 1, n, arith, 1) == 0
   local p = { name = label, status = served and "ok" or why or UNSERVED, times = {} }
   local z = { name = "stream", status = p.status, times = {} }
-  if served then p.fn, z.fn = probe_runner(row, b, n, threads, p), probe_runner(row, b, 0, threads, z) end
+  if served then p.fn, z.fn = probe_runner(row, b, n, arith, threads, p), probe_runner(row, b, 0, arith, threads, z) end
   return { k, p, z }, G
 end
 
@@ -164,7 +168,7 @@ local function markdown(res, chart)
     side.run_lines(i),
     ("- Rows: the shapes of `%s` with issue 18's target and an f32, f16, bf16 or int8 KV cache, at the target's lengths, causal, cur_pos = kv_len - 1; each kernel is the planner's plan from %s")
       :format(side.relative(root, CFG.shapes), side.plans_from(root, i)),
-    "- `stream`: `fdb_stream_fma` with one add per vector: every K and V row read once in a kernel's order (per batch row and kv head, chunks of 256 keys, K then V), widened to f32, prefetched 4 KiB ahead. `stream + G FMAs`: the same loop with each 16-lane vector fed to G FMAs instead (12 independent accumulator chains): the multiply-adds a kernel owes each K and each V element (G query heads per kv head), and nothing else, no scores stored, no softmax. int8 KV (`fdb_stream_dot`): the codes read the same way and every 64 of them fed to G x P int8 dot products (`vpdpbusd`, P = the planes of the kernel's key: an MSD kernel owes each K and each V vector that many), `stream` a byte sum (`vpsadbw`) instead, and the per-row scales read after each chunk's codes; the GB/s count the codes and the scales",
+    "- `stream`: `fdb_stream_fma` with one add per vector: every K and V row read once in a kernel's order (per batch row and kv head, chunks of 256 keys, K then V), widened to f32, prefetched 4 KiB ahead. `stream + G FMAs`: the same loop with each vector (16 lanes with AVX-512; 8 with AVX2, bf16 split into its even and odd elements as the AVX2 kernels read it) fed to G FMAs instead (12 independent accumulator chains; AVX2: 10): the multiply-adds a kernel owes each K and each V element (G query heads per kv head), and nothing else, no scores stored, no softmax. int8 KV: the codes read the same way, the per-row scales read after each chunk's codes, and for a kernel with MSD planes (`fdb_stream_dot`) every 64 codes fed to G x P int8 dot products (`vpdpbusd`, P = the planes of the kernel's key: an MSD kernel owes each K and each V vector that many), `stream` a byte sum (`vpsadbw`) instead; for a kernel without planes (`fdb_stream_fma_i8`) every code sign-extended to f32 and fed to G FMAs as above; the GB/s count the codes and the scales",
     ("- Read bandwidth (%s sum, %d MiB, all threads), sampled at the start and at the end: best **%.1f GB/s**, median %.1f GB/s (%s); before every timed call one more pass over the flush buffer (`fdb_call_bw_gbs`): the %% in each cell is the median over calls of GB/s / that sample")
       :format(i.bw_kernel, CFG.bw_bytes / 2 ^ 20, res.bw_best, res.bw_median, side.bw_line(res)),
     ("- Cold cache: before every timed call all threads read one word of each line of a %d MiB buffer; kernel, probe and stream are timed round-robin, %d rounds; buffers of 4 MiB and more ask for huge pages: %s")
