@@ -15,8 +15,8 @@ enum { STREAM_CHUNK = 256, STREAM_AHEAD = 4096 };
 
 /* The vector the f32 probe takes: 16 lanes with AVX-512, else 8 with AVX2
    (FMA and F16C); the independent accumulator chains it keeps (12 of the 32
-   zmm registers; 10 of the 16 ymm ones, beside a line's 4 vectors and the
-   bf16 mask); and what a line of 64 bytes widens to (line_vectors). */
+   zmm registers; 8 of the 16 ymm ones, the FMA's latency times its two
+   pipes on Zen 3); and what a line of 64 bytes widens to (line_vectors). */
 #if defined(__AVX512F__)
 #define STREAM_F32 1
 typedef __m512 fvec;
@@ -45,8 +45,9 @@ static inline __attribute__((always_inline)) int line_vectors(const char *p, int
 }
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define STREAM_F32 1
+#define STREAM_Q_MEMORY 1   /* the multipliers as the FMAs' memory operands (stream_block) */
 typedef __m256 fvec;
-enum { STREAM_ACCS = 10 };
+enum { STREAM_ACCS = 8 };
 static inline __attribute__((always_inline)) fvec fv_zero(void) { return _mm256_setzero_ps(); }
 static inline __attribute__((always_inline)) fvec fv_set(float x) { return _mm256_set1_ps(x); }
 static inline __attribute__((always_inline)) fvec fv_add(fvec a, fvec b) { return _mm256_add_ps(a, b); }
@@ -60,15 +61,15 @@ static inline __attribute__((always_inline)) float fv_total(fvec a) {
 /* The 64 bytes of dtype dt at p as f32 vectors in x, their count: f32 2; f16
    4 (vcvtph2ps of 16 bytes each); bf16 4, each 32 bytes split as the
    kernels read them (the even elements shifted up, the odd ones masked);
-   int8 codes (dt 3) in two parts of 32 bytes (line_parts: 4 vectors and
+   int8 codes (dt 3) in four parts of 16 bytes (line_parts: 2 vectors and
    their FMAs at a time, within the 16 registers), each vector 8 bytes
    sign-extended and converted. */
-static inline __attribute__((always_inline)) int line_parts(int dt) { return dt == 3 ? 2 : 1; }
+static inline __attribute__((always_inline)) int line_parts(int dt) { return dt == 3 ? 4 : 1; }
 static inline __attribute__((always_inline)) int line_vectors(const char *p, int dt, int part, fvec *x) {
   if (dt == 3) {
-    for (int u = 0; u < 4; u++)
-      x[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 32 * part + 8 * u))));
-    return 4;
+    for (int u = 0; u < 2; u++)
+      x[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16 * part + 8 * u))));
+    return 2;
   }
   if (dt == 0) {
     for (int u = 0; u < 2; u++) x[u] = _mm256_loadu_ps((const float *)p + 8 * u);
@@ -132,11 +133,19 @@ static inline __attribute__((always_inline)) void stream_block(const char *p, co
       int per_part = line_vectors(p + off, dt, part, x);
 #pragma GCC unroll 4
       for (int u = 0; u < per_part; u++) {
+        /* AVX2: each vector's FMAs read the multipliers from memory, as the
+           AVX2 kernels read q: the compiler may not keep them in registers
+           across vectors, where it spilled accumulators (the probe's G = 8
+           at 42% of the bandwidth on the Zen 3 VM, 57% without the spills) */
+        const fvec *qv = q;
+#if defined(STREAM_Q_MEMORY)
+        __asm__("" : "+r"(qv));
+#endif
         if (G == 0) acc[u] = fv_add(acc[u], x[u]);
 #pragma GCC unroll 16
         for (int j = 0; j < G; j++) {
           int c = ((part * per_part + u) * G + j) % STREAM_ACCS;
-          acc[c] = fv_fma(x[u], q[j], acc[c]);
+          acc[c] = fv_fma(x[u], qv[j], acc[c]);
         }
       }
     }

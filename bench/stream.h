@@ -8,7 +8,7 @@
    256 keys, K then V), each row widened to f32 and every vector (16 lanes
    with AVX-512, else 8 with AVX2; bf16 split into its even and odd elements
    there, as the AVX2 kernels read it) fed to g FMAs (g = 0: one add), into
-   12 independent accumulator chains (AVX2: 10), with a prefetch 4 KiB ahead
+   12 independent accumulator chains (AVX2: 8), with a prefetch 4 KiB ahead
    along that order; heads split over `threads` OpenMP threads (0 = all). g
    is 0, 1, 2, 4, 8 or 16; head_dim a multiple of 32. *sum (when sum is not
    NULL) gets the sum of every accumulator: every element times the sum of
