@@ -43,13 +43,14 @@ T.ok(why["c256.t4.i2"] == nil and names["c256.t4.i2"] == nil, "isas above the co
 T.eq(#ks + #pruned, 8 * 3 * 2, "searched + pruned = the whole space up to the context's isa")
 T.eq(ks[1].name, "c256.t4.i1", "the heuristic's kernel first")
 
--- Coarse to fine: coarse kernels are every other chunk from the heuristic's, before the others in distance order.
+-- Coarse to fine: coarse kernels are every other chunk from the heuristic's
+-- and the smallest, before the others in distance order.
 local coarse_ok, seen_fine = true, false
 for _, k in ipairs(ks) do
-  local even = ({ [64] = 1, [256] = 1, [1024] = 1, [4096] = 1 })[k.chunk]
+  local even = ({ [32] = 1, [64] = 1, [256] = 1, [1024] = 1, [4096] = 1 })[k.chunk]
   if (k.coarse and true or false) ~= (even == 1) then coarse_ok = false end
 end
-T.ok(coarse_ok, "coarse kernels: chunks 64, 256, 1024 (every other from the heuristic's 256)")
+T.ok(coarse_ok, "coarse kernels: chunks 64, 256, 1024 (every other from the heuristic's 256) and 32 (the smallest)")
 local order_ok = true
 for i = 2, #ks do if ks[i].order < ks[i - 1].order then order_ok = false end end
 T.ok(order_ok, "kernels sorted nearest the heuristic first")
@@ -168,14 +169,15 @@ calls = 0
 search.recheck(tight, hk, 0.1)
 T.eq(calls, 0, "no round when it would leave under 40% of the job's budget")
 
--- The chunk row re-timed (the Falcon-40B bf16 job of the tune at 936b23b):
--- the coarse pass times chunk 64 of tile 4 (true 80, the fastest) in a slow
--- spell (120), behind chunk 256 (95) and three tile-2 kernels (100-104).
--- The re-time of the fastest kernel's row (tile 4, isa 1: chunks 64 and 1024,
--- stage c) gives chunk 64 its true time, so the fine pass measures its
--- neighbour chunk 32 (78), a neighbour of no other kernel of the best three.
+-- The chunk row re-timed (after the Falcon-40B bf16 job of the tune at
+-- 936b23b): the coarse pass times chunk 64 of tile 4 (true 80) in a slow
+-- spell (120), behind chunks 32 (90) and 256 (95) and three tile-2 kernels
+-- (100-104). The re-time of the fastest kernel's row (tile 4, isa 1: the
+-- coarse chunks 256, 1024 and 64 beside 32, stage c) gives chunk 64 its
+-- true time, so the fine pass measures its neighbour chunk 128 (78, the
+-- fastest), a neighbour of no other kernel of the best three.
 search.isas_of = function(_, tile) return tile % 2 == 0 and { 0, 1 } or { 0 } end
-local row_truth = { [32] = 78, [64] = 80, [128] = 85, [256] = 95, [512] = 98, [1024] = 105 }
+local row_truth = { [32] = 90, [64] = 80, [128] = 78, [256] = 95, [512] = 98, [1024] = 105 }
 local first_c64 = true
 calls, stages = 0, {}
 measure.measure = function(_, c, stage, reps, _)
@@ -194,9 +196,10 @@ search.kernel_pass(sk, hr, 0.1, false, nil)
 local c64 = sk.quick["c64.t4.s1.p2.i1"]
 T.ok(c64 and c64.median_us == 80 and c64.quick_us == 120, "the row's slow-spell chunk 64 keeps its re-timed 80, quick_us 120",
      c64 and (c64.median_us .. " " .. tostring(c64.quick_us)))
-T.eq(stages.c, "c1024.t4.s1.p2.i1 c64.t4.s1.p2.i1 ", "stage c: the fastest kernel's row (chunk 256, tile 4, isa 1) once each, in quick order")
-T.ok(sk.quick["c32.t4.s1.p2.i1"] ~= nil and sk.quick["c32.t4.s1.p2.i1"].median_us == 78,
-     "the fine pass measures chunk 32, chunk 64's neighbour")
+T.eq(stages.c, "c256.t4.s1.p2.i1 c1024.t4.s1.p2.i1 c64.t4.s1.p2.i1 ",
+     "stage c: the fastest kernel's row (chunk 32, tile 4, isa 1) once each, in quick order")
+T.ok(sk.quick["c128.t4.s1.p2.i1"] ~= nil and sk.quick["c128.t4.s1.p2.i1"].median_us == 78,
+     "the fine pass measures chunk 128, chunk 64's neighbour")
 local sk2 = { j = sk.j, spent = 450, budget = 1000, quick = {}, refined = {}, n = 0, planned = 0 }
 first_c64, stages = true, {}
 search.kernel_pass(sk2, hr, 0.1, false, nil)

@@ -3,8 +3,11 @@
 --   2. quick passes over the kernels (chunk x group tile x ISA, gen/space.lua:
 --      chunks 32..4096 and 16 for MHA, every divisor tile up to 16, every isa
 --      up to the context's) at the heuristic's splits and threads, coarse to
---      fine: (a) every other chunk from the heuristic's, every tile and isa,
---      nearest the heuristic first (the previous bucket's best three of the
+--      fine: (a) every other chunk from the heuristic's and the smallest
+--      chunk (an odd number of steps from 256: only a neighbour of 64 could
+--      reach it, and on the Zen 3 it won Llama f16 by 7-13% in one tune and
+--      was never timed in the next), every tile and isa, nearest the
+--      heuristic first (the previous bucket's best three of the
 --      same shape before them); then the chunk row of the fastest so far
 --      (its tile and isa) timed once more, each keeping its faster time
 --      (stage c), so one slow spell cannot hide the best chunk from (b) the
@@ -106,7 +109,7 @@ local function isa_steps(a, b) return math.abs(facts.isa_rank(a) - facts.isa_ran
 -- kernels the prior ranking names come before the others, in its order.
 -- j: { G, max_isa, D, len }. Returns the kernels searched and those pruned
 -- ({ name, why }); coarse = true on the kernels of the coarse pass: every
--- other chunk from the heuristic's (every tile and isa).
+-- other chunk from the heuristic's and the smallest (every tile and isa).
 function M.kernels(j, h, prior)
   local chunks, tiles, out, pruned = space.chunks(j.G), space.tiles(j.G), {}, {}
   local hc = index_of(chunks, h.chunk) or 3
@@ -120,7 +123,7 @@ function M.kernels(j, h, prior)
         else
           local dist = math.abs(ci - hc) + math.abs(ti - (index_of(tiles, h.tile) or 1)) + isa_steps(isa, h.isa)
           local k = { chunk = chunk, tile = tile, isa = isa, name = name, ci = ci, ti = ti,
-                      coarse = (ci - hc) % 2 == 0 or (prior and prior[name] and prior[name] <= 3) or false }
+                      coarse = (ci - hc) % 2 == 0 or ci == 1 or (prior and prior[name] and prior[name] <= 3) or false }
           k.order = prior and prior[name] or (1000 + dist * 100 + #out)
           out[#out + 1] = k
         end
