@@ -34,7 +34,8 @@ static inline __attribute__((always_inline)) int line_vectors(const char *p, int
   (void)part;
   if (dt == 0) { x[0] = _mm512_loadu_ps((const float *)p); return 1; }
   if (dt == 3) {
-    for (int u = 0; u < 4; u++) x[u] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * u))));
+    for (int u = 0; u < 4; u++)
+      x[u] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * u))));
     return 4;
   }
   for (int u = 0; u < 2; u++) {
