@@ -19,12 +19,9 @@ enum { STREAM_CHUNK = 256, STREAM_AHEAD = 4096 };
    pipes on Zen 3); and what a line of 64 bytes widens to (line_vectors). */
 #if defined(__AVX512F__)
 #define STREAM_F32 1
+#define FV(name) _mm512_##name   /* the intrinsic of this vector width */
 typedef __m512 fvec;
 enum { STREAM_ACCS = 12 };
-static inline __attribute__((always_inline)) fvec fv_zero(void) { return _mm512_setzero_ps(); }
-static inline __attribute__((always_inline)) fvec fv_set(float x) { return _mm512_set1_ps(x); }
-static inline __attribute__((always_inline)) fvec fv_add(fvec a, fvec b) { return _mm512_add_ps(a, b); }
-static inline __attribute__((always_inline)) fvec fv_fma(fvec a, fvec b, fvec c) { return _mm512_fmadd_ps(a, b, c); }
 static inline __attribute__((always_inline)) float fv_total(fvec a) { return _mm512_reduce_add_ps(a); }
 
 /* The 64 bytes of dtype dt at p as f32 vectors in x (f32: 1; f16, bf16: 2;
@@ -47,12 +44,9 @@ static inline __attribute__((always_inline)) int line_vectors(const char *p, int
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define STREAM_F32 1
 #define STREAM_Q_MEMORY 1   /* the multipliers as the FMAs' memory operands (stream_block) */
+#define FV(name) _mm256_##name
 typedef __m256 fvec;
 enum { STREAM_ACCS = 8 };
-static inline __attribute__((always_inline)) fvec fv_zero(void) { return _mm256_setzero_ps(); }
-static inline __attribute__((always_inline)) fvec fv_set(float x) { return _mm256_set1_ps(x); }
-static inline __attribute__((always_inline)) fvec fv_add(fvec a, fvec b) { return _mm256_add_ps(a, b); }
-static inline __attribute__((always_inline)) fvec fv_fma(fvec a, fvec b, fvec c) { return _mm256_fmadd_ps(a, b, c); }
 static inline __attribute__((always_inline)) float fv_total(fvec a) {
   __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   t = _mm_add_ps(t, _mm_movehl_ps(t, t));
@@ -91,6 +85,11 @@ static inline __attribute__((always_inline)) int line_vectors(const char *p, int
 #endif
 
 #if defined(STREAM_F32)
+static inline __attribute__((always_inline)) fvec fv_zero(void) { return FV(setzero_ps)(); }
+static inline __attribute__((always_inline)) fvec fv_set(float x) { return FV(set1_ps)(x); }
+static inline __attribute__((always_inline)) fvec fv_add(fvec a, fvec b) { return FV(add_ps)(a, b); }
+static inline __attribute__((always_inline)) fvec fv_fma(fvec a, fvec b, fvec c) { return FV(fmadd_ps)(a, b, c); }
+
 static volatile float stream_sink;
 
 /* What one probe call reads: K and V (int8: and their row scales ks, vs),
