@@ -41,8 +41,9 @@ local CFG = side.config(root, QUICK, {
 })
 
 -- The measured rows: the bound rows (side.bound_rows) with a KV dtype the
--- probe reads (its arithmetic: f32 FMAs, or int8 dots).
-local PROBE_DTYPES = { f32 = "fma", f16 = "fma", bf16 = "fma", i8 = "dot" }
+-- probe reads (its arithmetic: f32 FMAs; int8: dots or FMAs over the
+-- widened codes, by the kernel's planes, probe_work).
+local PROBE_DTYPES = { f32 = "fma", f16 = "fma", bf16 = "fma", i8 = "int8" }
 local function measured_rows(path)
   return side.bound_rows(path, QUICK, function(s) return PROBE_DTYPES[s.kv_dtype] ~= nil end)
 end
