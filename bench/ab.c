@@ -97,7 +97,7 @@ static int run_row(fd_ctx *c, const ab_row *r, const ab_axis *ax, int threads, i
                  .q_dtype = FD_BF16, .kv_dtype = r->kv, .out_dtype = FD_BF16, .mask_mode = FD_CAUSAL, .layout = FD_BHSD };
   size_t rows = (size_t)r->batch * r->hkv * r->len, kv = rows * r->d;
   fdb_rowbufs m;
-  int rc = fdb_rowbufs_fill(&m, r->batch, r->hq, r->hkv, r->d, r->len, r->kv == FD_I8);
+  int rc = fdb_rowbufs_fill(&m, r->batch, r->hq, r->hkv, r->d, r->len, (int)r->kv);
   double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
   double *bw = malloc(sizeof *bw * rounds);
   fd_plan *pa = NULL, *pb = NULL;

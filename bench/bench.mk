@@ -99,7 +99,7 @@ $(B)/ab: bench/ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a
 
 # Two builds of the library, one plan per row (bench/builds.c): `make bench-builds REV=<revision>`
 # builds the library of git revision REV (git archive) under $(B)/rev and times its kernels (A)
-# against this tree's (B) on issue 18's bound shapes and MHA-32 f16 (the memory-bound control),
+# against this tree's (B) on issue 18's bound shapes, MHA-32 f16 (the memory-bound control) and Llama q8_0 / q4_0,
 # B taking A's plan, interleaved; warm (K/V in the last-level cache), or MODE=cold at the bound
 # lengths; ROUNDS rounds (101). Prints the table; cold, then the same split by the memory's level
 # (bench/levels.lua over the rounds kept in $(B)/builds-rounds.tsv).

@@ -6,9 +6,10 @@
    group tile, splits, threads and isa (fd_plan_create_opts; planes and
    precision each build's default), so with equal keys only the kernels'
    code differs. Rows: issue 18's bound shapes (bf16 q
-   and out, causal, BHSD) and MHA-32 over f16 KV, the memory-bound control
+   and out, causal, BHSD), MHA-32 over f16 KV, the memory-bound control
    (each K and V row read once: a change can gain on the grouped rows, whose
-   heads read K again from the cache, and lose here), warm at lengths whose
+   heads read K again from the cache, and lose here), and Llama over ggml's
+   q8_0 and q4_0 blocks (llama.cpp's quantized KV caches), warm at lengths whose
    K and V fit a 32 MiB last-level cache (the memory's level moves on a shared machine: warm, the
    ratio resolves a few percent), or cold at the bound lengths with the
    caches flushed before each call (fdb_flush_caches). Prints a Markdown
@@ -39,7 +40,7 @@
 
 enum { REPS = 5 };
 
-/* One row: its name and shape (kv bf16, or int8 with row scales), warm and cold lengths. */
+/* One row: its name and shape (kv bf16, int8 with row scales, q8_0 or q4_0), warm and cold lengths. */
 typedef struct row { const char *name; int batch, hq, hkv, d; fd_dtype kv; long warm_len, cold_len; } row;
 static const row ROWS[] = {
   { "llama3-8b-bf16", 1, 32, 8, 128, FD_BF16, 4096, 65536 },
@@ -47,6 +48,8 @@ static const row ROWS[] = {
   { "falcon-40b-bf16", 4, 128, 8, 64, FD_BF16, 2048, 2048 },
   { "llama3-8b-int8", 1, 32, 8, 128, FD_I8, 4096, 16384 },
   { "mha-32-f16", 1, 32, 32, 128, FD_F16, 4096, 16384 },
+  { "llama3-8b-q8_0", 1, 32, 8, 128, FD_Q8_0, 4096, 16384 },
+  { "llama3-8b-q4_0", 1, 32, 8, 128, FD_Q4_0, 4096, 16384 },
 };
 
 /* The library calls the tool makes, from one build. */
@@ -192,7 +195,7 @@ static int run_row(lib *A, lib *B, const row *r, int rounds, int cold, FILE *tsv
   char ka[24] = "", kb[24] = "";
   double *ta = malloc(sizeof *ta * rounds), *tb = malloc(sizeof *tb * rounds), *ratio = malloc(sizeof *ratio * rounds);
   double *bw = malloc(sizeof *bw * rounds);
-  int rc = fdb_rowbufs_fill(&m, batch, r->hq, r->hkv, r->d, len, r->kv == FD_I8);
+  int rc = fdb_rowbufs_fill(&m, batch, r->hq, r->hkv, r->d, len, (int)r->kv);
   rc = rc || !ta || !tb || !ratio || !bw || plan_both(A, B, &s, &pa, &pb, ka, kb);
   fd_args a = { .q = m.q, .k = m.k, .v = m.v, .k_scale = m.ks, .v_scale = m.vs, .cur_pos = m.pos, .out = m.out };
   for (int i = 0; !rc && i < 3; i++) { time_us(A, pa, &a, 0, &rc); time_us(B, pb, &a, 0, &rc); }   /* warm-up */

@@ -108,12 +108,31 @@ end
 
 -- The int8 K and V of b (nkv codes each): random codes, and per-row scales
 -- 0.01 in b.k_scale and b.v_scale from get(bytes) (an allocator).
-function M.fill_i8(b, nkv, head_dim, get)
+local function fill_i8(b, nkv, head_dim, get)
   fdb.fdb_fill_i8(b.k, nkv, 2)
   fdb.fdb_fill_i8(b.v, nkv, 3)
   local rows = nkv / head_dim
   b.k_scale, b.v_scale = ffi.cast("float *", get(4 * rows)), ffi.cast("float *", get(4 * rows))
   for i = 0, rows - 1 do b.k_scale[i], b.v_scale[i] = 0.01, 0.01 end
+end
+
+-- K and V of b (nkv elements each, of shape s's kv dtype) filled with small
+-- random values: q8_0 / q4_0 random blocks (gen/facts.lua sizes), int8 codes
+-- with per-row scales from get(bytes) (an allocator), else values in [-1, 1].
+function M.fill_kv(b, s, nkv, get)
+  local kd = fd.enum("dtype", s.kv_dtype)
+  local bn, bb = facts.dtype_block(kd)
+  if bn > 1 then
+    fdb.fdb_fill_blocks(b.k, nkv / bn, bb, 2)
+    fdb.fdb_fill_blocks(b.v, nkv / bn, bb, 3)
+  elseif s.kv_dtype == "i8" then
+    fill_i8(b, nkv, s.head_dim, get)
+  elseif facts.dtypes[kd].quant then
+    error(("bench: kv_dtype %s is not filled by the benchmark (f32/f16/bf16, i8, q8_0, q4_0)"):format(s.kv_dtype), 0)
+  else
+    fdb.fdb_fill(b.k, nkv, kd, 2, -1, 1)
+    fdb.fdb_fill(b.v, nkv, kd, 3, -1, 1)
+  end
 end
 
 -- Buffers for shape s at capacity cap, filled with small random values.
@@ -129,19 +148,7 @@ local function alloc_buffers(s, cap)
   b.out, b.out_ref = get(sz.out), get(sz.out)
   b.cur_pos = ffi.cast("int32_t *", get(4 * s.batch))
   fdb.fdb_fill(b.q, sz.nq, fd.enum("dtype", s.q_dtype), 1, -1, 1)
-  local kd = fd.enum("dtype", s.kv_dtype)
-  local bn, bb = facts.dtype_block(kd)
-  if bn > 1 then                                  -- q8_0 / q4_0: random blocks (gen/facts.lua sizes)
-    fdb.fdb_fill_blocks(b.k, sz.nkv / bn, bb, 2)
-    fdb.fdb_fill_blocks(b.v, sz.nkv / bn, bb, 3)
-  elseif s.kv_dtype == "i8" then
-    M.fill_i8(b, sz.nkv, s.head_dim, get)
-  elseif facts.dtypes[kd].quant then
-    error(("bench: kv_dtype %s is not filled by the benchmark (f32/f16/bf16, i8, q8_0, q4_0)"):format(s.kv_dtype), 0)
-  else
-    fdb.fdb_fill(b.k, sz.nkv, kd, 2, -1, 1)
-    fdb.fdb_fill(b.v, sz.nkv, kd, 3, -1, 1)
-  end
+  M.fill_kv(b, s, sz.nkv, get)
   if s.mask_mode == "mask" then
     b.mask = ffi.cast("float *", get(4 * sz.nmask))
     fdb.fdb_fill(b.mask, sz.nmask, 0, 4, -1, 0)

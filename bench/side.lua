@@ -168,19 +168,14 @@ end
 
 -- The problem of shape s (a table of fd_shape fields) at kv_len len in
 -- buffers kept in list: q, K, V (BHSD, random in [-1, 1], seeds 1, 2, 3;
--- int8 K and V random codes with per-row scales k_scale, v_scale) and
+-- int8 and block K and V as bench/measure.lua's fill_kv) and
 -- cur_pos = len - 1 for every row; nq, nkv their element counts.
 function M.buffers(name, s, len, list)
   local b = { nq = s.batch * s.n_q_heads * s.head_dim, nkv = s.batch * s.n_kv_heads * len * s.head_dim }
   b.q = M.alloc(name, list, b.nq * M.esize(s.q_dtype))
   b.k, b.v = M.alloc(name, list, b.nkv * M.esize(s.kv_dtype)), M.alloc(name, list, b.nkv * M.esize(s.kv_dtype))
   fdb.fdb_fill(b.q, b.nq, fd.enum("dtype", s.q_dtype), 1, -1, 1)
-  if s.kv_dtype == "i8" then   -- codes and per-row scales, as tuner/bench.lua's
-    measure.fill_i8(b, b.nkv, s.head_dim, function(bytes) return M.alloc(name, list, bytes) end)
-  else
-    fdb.fdb_fill(b.k, b.nkv, fd.enum("dtype", s.kv_dtype), 2, -1, 1)
-    fdb.fdb_fill(b.v, b.nkv, fd.enum("dtype", s.kv_dtype), 3, -1, 1)
-  end
+  measure.fill_kv(b, s, b.nkv, function(bytes) return M.alloc(name, list, bytes) end)
   b.cur_pos = ffi.cast("int32_t *", M.alloc(name, list, 4 * s.batch))
   for i = 0, s.batch - 1 do b.cur_pos[i] = len - 1 end
   return b

@@ -1,6 +1,7 @@
 /* Helpers of the benchmark drivers; see util.h. */
 #include "util.h"
 #include "dtype.h"
+#include "flashdecode.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -90,15 +91,19 @@ int fdb_by_value(const void *a, const void *b) {
 }
 
 /* Allocate and fill the buffers of a decode call (util.h). */
-int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_i8) {
-  size_t rows = (size_t)batch * hkv * len, kv = rows * d, qn = (size_t)batch * hq * d, esz = kv_i8 ? 1 : 2;
-  *m = (fdb_rowbufs){ .k = fdb_alloc(esz * kv), .v = fdb_alloc(esz * kv), .q = fdb_alloc(2 * qn),
-                      .out = fdb_alloc(2 * qn), .ks = kv_i8 ? fdb_alloc(4 * rows) : NULL,
-                      .vs = kv_i8 ? fdb_alloc(4 * rows) : NULL, .pos = malloc(sizeof *m->pos * batch) };
-  if (!m->k || !m->v || !m->q || !m->out || !m->pos || (kv_i8 && (!m->ks || !m->vs))) return 1;
-  if (kv_i8) {
+int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_dtype) {
+  int i8 = kv_dtype == FD_I8, block = kv_dtype == FD_Q8_0 ? 34 : kv_dtype == FD_Q4_0 ? 18 : 0;
+  size_t rows = (size_t)batch * hkv * len, kv = rows * d, qn = (size_t)batch * hq * d;
+  size_t kv_bytes = block ? kv / 32 * block : i8 ? kv : 2 * kv;
+  *m = (fdb_rowbufs){ .k = fdb_alloc(kv_bytes), .v = fdb_alloc(kv_bytes), .q = fdb_alloc(2 * qn),
+                      .out = fdb_alloc(2 * qn), .ks = i8 ? fdb_alloc(4 * rows) : NULL,
+                      .vs = i8 ? fdb_alloc(4 * rows) : NULL, .pos = malloc(sizeof *m->pos * batch) };
+  if (!m->k || !m->v || !m->q || !m->out || !m->pos || (i8 && (!m->ks || !m->vs))) return 1;
+  if (i8) {
     fdb_fill_i8(m->k, kv, 1); fdb_fill_i8(m->v, kv, 2);
     fdb_fill(m->ks, rows, 0, 4, 0.005f, 0.02f); fdb_fill(m->vs, rows, 0, 5, 0.005f, 0.02f);
+  } else if (block) {
+    fdb_fill_blocks(m->k, kv / 32, block, 1); fdb_fill_blocks(m->v, kv / 32, block, 2);
   } else {
     fdb_fill(m->k, kv, 2, 1, -1, 1); fdb_fill(m->v, kv, 2, 2, -1, 1);
   }

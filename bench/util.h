@@ -37,14 +37,15 @@ int fdb_hugepages(void);
 int fdb_by_value(const void *a, const void *b);
 
 /* The buffers of a decode call with bf16 q and out: q and out [batch, hq, d],
-   K and V [batch, hkv, len, d] bf16, or int8 with one float scale per row
-   (ks, vs; NULL for bf16), every row's position len - 1. */
+   K and V [batch, hkv, len, d] bf16, int8 with one float scale per row (ks,
+   vs; NULL for the others) or ggml q8_0 / q4_0 blocks, every row's position
+   len - 1. */
 typedef struct fdb_rowbufs { void *q, *k, *v, *out; float *ks, *vs; int32_t *pos; } fdb_rowbufs;
 
-/* Allocate and fill m (zeroed first) for those sizes, K/V int8 where kv_i8:
-   fixed seeds, so two tools fill alike; 1 on failure (fdb_rowbufs_free still
-   frees what was allocated). */
-int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_i8);
+/* Allocate and fill m (zeroed first) for those sizes, K/V of kv_dtype (an
+   fd_dtype: FD_BF16, FD_I8, FD_Q8_0 or FD_Q4_0): fixed seeds, so two tools
+   fill alike; 1 on failure (fdb_rowbufs_free still frees what was allocated). */
+int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_dtype);
 
 /* Free what fdb_rowbufs_fill allocated. */
 void fdb_rowbufs_free(fdb_rowbufs *m);

@@ -18,11 +18,11 @@ check "a mode other than warm or cold: usage, exit 2" '[ $rc -eq 2 ]'
 check "a missing library: exit 1, said" '[ $rc -eq 1 ] && grep -q "^builds: " "$err"'
 
 # Each table row: | shape | batch | kv_len | `key A` | `key B` | ...; the same build on
-# both sides, so every row's keys are equal; $2: the rows expected (default 5).
-rows_ok() { awk -F'|' -v want="${2:-5}" '/^\| [a-z]/ && $2 !~ /shape/ { n++; if ($5 != $6) bad++ } END { exit !(n == want && bad == 0) }' "$1"; }
+# both sides, so every row's keys are equal; $2: the rows expected (default 7).
+rows_ok() { awk -F'|' -v want="${2:-7}" '/^\| [a-z]/ && $2 !~ /shape/ { n++; if ($5 != $6) bad++ } END { exit !(n == want && bad == 0) }' "$1"; }
 "$B/builds" "$B/libflashdecode.so" "$B/libflashdecode.so" 3 >"$out" 2>"$err"; rc=$?
 check "A/A warm: exit 0" '[ $rc -eq 0 ]'
-check "A/A warm: 5 rows, each B key equal to its A key" 'rows_ok "$out"'
+check "A/A warm: 7 rows, each B key equal to its A key" 'rows_ok "$out"'
 cat "$out"
 
 # FDB_TILE where it divides the row's group: Llama (G 4) at tile 2, MHA (G 1) at its own tile 1
@@ -64,7 +64,7 @@ rm -f "$rounds"
 make --no-print-directory B="$B" bench-builds >"$out" 2>&1; rc=$?
 check "make bench-builds without REV: exit non-zero, said" '[ $rc -ne 0 ] && grep -q "set REV" "$out"'
 make --no-print-directory B="$B" bench-builds REV=HEAD ROUNDS=1 >"$out" 2>&1; rc=$?
-check "make bench-builds REV=HEAD: HEAD built from git archive and timed, 4 rows" '[ $rc -eq 0 ] && rows_ok "$out"'
+check "make bench-builds REV=HEAD: HEAD built from git archive and timed, 7 rows" '[ $rc -eq 0 ] && rows_ok "$out"'
 tail -n 6 "$out"
 
 echo "$pass passed, $fail failed"
