@@ -24,6 +24,7 @@ M.PHASES = {
   { id = "exp", label = "exp and sums", color = "#ffd92f" },
   { id = "sums_lanes", label = "sums (head lanes)", color = "#f0027f" },
   { id = "pscale", label = "weights x v scales", color = "#80b1d3" },
+  { id = "bscale", label = "weights x block scales", color = "#fb8072" },
   { id = "pv", label = "P·V", color = "#e41a1c" },
   { id = "store_out", label = "output", color = "#000000" },
   { id = "exp_body", label = "scalar exp", color = "#984ea3" },

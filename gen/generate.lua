@@ -155,6 +155,11 @@ local function add_simd(p)
   p.PV_PRESCALE = simd.pv_prescale(p.ISA, p)
   p.PV_NEXT_V = simd.pv_next_v(p.ISA, p)
   p.simd_pscale = function() return simd.pscale(p.ISA, p) end
+  -- the P.V over ggml block V: the weights times each block's scales first, one
+  -- row per head and block (gen/simd.lua pv_bscale); a pass over heads from t reads them there
+  p.PV_BSCALE = simd.pv_bscale(p.ISA, p)
+  p.simd_bscale = function() return simd.bscale(p.ISA, p) end
+  p.pv_row = function(t) return p.PV_BSCALE and simd.bscale_row_of(p.ISA, p, t, 0) or simd.weight_row(p.ISA, p, t) end
   p.simd_qload = function() return simd.qload(p.ISA, p) end
   p.simd_store_out = function() return simd.store_out(p.ISA, p) end
   p.simd_merge_first = function() return simd.merge_first(p.ISA, p) end

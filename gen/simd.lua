@@ -340,14 +340,16 @@ local LOAD_KV = {
 -- ggml blocks (q8_0, q4_0; m from kv_mem: m.disp the block, m.elem the first
 -- element's place in it): codes(b, dst, m, codes_at) puts the W elements'
 -- codes as f32 in dst (codes_at: the block's codes, 2 bytes in, past its
--- f16 scale), which is then multiplied by the scale: vcvtph2ps widens the
--- block's first 8 bytes into tmp's low lane, vbroadcastss spreads lane 0.
+-- f16 scale), which is then multiplied by the scale (unless unscaled: the
+-- P.V of block-scaled weights, M.pv_bscale): vcvtph2ps widens the block's
+-- first 8 bytes into tmp's low lane, vbroadcastss spreads lane 0.
 local function block_load(codes)
-  return function(b, dst, m, tmp)
+  return function(b, dst, m, tmp, unscaled)
     local disp = m.disp or 0
     codes(b, dst, m, disp + 2)
+    if unscaled then return end
     local low = (tmp:gsub("^%a+", "xmm"))
-    b.v("vcvtph2ps", low, mem(m.base, disp))
+    b.v("vcvtph2ps", low, mem(m.base, disp, m.index, m.scale))
     b.v("vbroadcastss", tmp, low)
     b.v("vmulps", dst, dst, tmp)
   end
@@ -355,13 +357,13 @@ end
 -- q8_0: W signed bytes from code elem. q4_0: W bytes from byte elem % 16, their
 -- low nibbles for elements 0..15 of a block, the high ones for 16..31, minus 8.
 LOAD_KV.q8_0 = block_load(function(b, dst, m, at)
-  b.v("vpmovsxbd", dst, mem(m.base, at + m.elem))
+  b.v("vpmovsxbd", dst, mem(m.base, at + m.elem, m.index, m.scale))
   b.v("vcvtdq2ps", dst, dst)
 end)
 -- The constants come from r11 (fd_simd_c), or from registers b.nibble and
 -- b.eight where a kernel keeps them there (block_consts).
 LOAD_KV.q4_0 = block_load(function(b, dst, m, at)
-  b.v("vpmovzxbd", dst, mem(m.base, at + m.elem % 16))
+  b.v("vpmovzxbd", dst, mem(m.base, at + m.elem % 16, m.index, m.scale))
   if m.elem < 16 then b.v(b.pand, dst, dst, b.nibble and b.r(b.nibble) or mem("r11", C.nibble))
   else b.v("vpsrld", dst, dst, 4) end
   b.v("vcvtdq2ps", dst, dst)
@@ -390,10 +392,11 @@ local function block_consts(b, p, first, gp)
   return b.r(first)
 end
 
--- Load W elements of dtype at m into vector register dst as f32 (tmp: a scratch register).
-local function load_kv(b, dtype, dst, m, tmp)
+-- Load W elements of dtype at m into vector register dst as f32 (tmp: a
+-- scratch register; unscaled: a block dtype's codes without their scale).
+local function load_kv(b, dtype, dst, m, tmp, unscaled)
   local name = facts.dtypes[dtype].name
-  assert(LOAD_KV[name], "simd: no load for dtype " .. name)(b, dst, m, tmp)
+  assert(LOAD_KV[name], "simd: no load for dtype " .. name)(b, dst, m, tmp, unscaled)
 end
 
 -- Horizontal reduction of vector register n (op vaddps or vmaxps) into its
@@ -2098,8 +2101,8 @@ end
 -- Falcon-40B bf16 0.980x the time, the MQA batch 0.987x, Llama bf16 0.995x
 -- (the int8 control 1.003x).
 function M.pv_pairs(isa, p)
-  return not evex(GEOM[isa]) and not (p.QUANT and not M.pv_prescale(isa, p)) and not p.BLOCKS
-    and not M.head_lanes(isa, p)
+  return not evex(GEOM[isa]) and not (p.QUANT and not M.pv_prescale(isa, p))
+    and not (p.BLOCKS and not M.pv_bscale(isa, p)) and not M.head_lanes(isa, p)
 end
 
 -- Head t's softmax weights in the score buffer, in floats from head 0's: a
@@ -2118,10 +2121,17 @@ function M.pv(isa, p, block)
   local nacc = T * cb
   local role = split_roles(isa, p, block)
   local prescaled = M.pv_prescale(isa, p)
+  local bscaled = M.pv_bscale(isa, p)
   local acc = function(t, k) return b.r(t * cb + k) end
   local rec = function(t, k) return mem("rdi", (t * p.REC + k * W) * 4) end
   local hl = M.head_lanes(isa, p)
-  local p_at = function(t) return M.weight_row(isa, p, t) * 4 end
+  -- head t's weights (of the ggml block jb: block-scaled rows) in bytes from the pass's first head's
+  local p_at = function(t, jb)
+    if bscaled then return M.bscale_row_of(isa, p, t, jb) * 4 end
+    return M.weight_row(isa, p, t) * 4
+  end
+  local bn = facts.dtype_block(p.KV_DTYPE)
+  local block_of = function(k) return bscaled and math.floor((block[1] + k) * W / bn) or 0 end
   local preload, preg, vreg, tmp = false, nil, 28, 30
   if evex(GEOM[isa]) then
     preload, preg = select(2, evex_pv_plan(T)), nacc
@@ -2148,11 +2158,14 @@ function M.pv(isa, p, block)
   -- one key's work: its weights, then each d-block's V vector and FMAs; key
   -- j of an unrolled pair reads its V row at rsi + j strides, weights j on
   local function key(j)
-    local wt = function(t, bcast) return mem("rdx", p_at(t) + j * 4, nil, nil, bcast) end
-    if preload then
-      for t = 0, T - 1 do b.v("vbroadcastss", b.r(preg + t), wt(t)) end
-    end
+    local wt = function(t, bcast, jb) return mem("rdx", p_at(t, jb) + j * 4, nil, nil, bcast) end
+    local loaded
     for k = 0, cb - 1 do
+      local jb = block_of(k)
+      if preload and loaded ~= jb then   -- the key's weights (again where a block-scaled pass enters a new block)
+        for t = 0, T - 1 do b.v("vbroadcastss", b.r(preg + t), wt(t, false, jb)) end
+        loaded = jb
+      end
       local vr = b.r(vreg + k % 2)
       local m = kv_mem(p, "rsi", (block[1] + k - (role[k] == "odd" and 1 or 0)) * W, block[1] * W)
       if j > 0 then m.index, m.scale = "r8", 1 end
@@ -2161,7 +2174,7 @@ function M.pv(isa, p, block)
         b.v("vmovups", vr, m)
         b.v("vpslld", vr, vr, 16)
       elseif role[k] == "odd" then b.v(b.pand, vr, hi16, m)
-      else load_kv(b, p.KV_DTYPE, vr, m, b.r(tmp)) end
+      else load_kv(b, p.KV_DTYPE, vr, m, b.r(tmp), bscaled) end
       if p.QUANT and not prescaled then
         if evex(GEOM[isa]) then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
         else b.v("vbroadcastss", b.r(tmp), mem("r9", 0)); b.v("vmulps", vr, vr, b.r(tmp)) end
@@ -2171,9 +2184,9 @@ function M.pv(isa, p, block)
         if preload then
           b.v("vfmadd231ps", acc, vr, b.r(preg + t))
         elseif evex(GEOM[isa]) then
-          b.v("vfmadd231ps", acc, vr, wt(t, true))
+          b.v("vfmadd231ps", acc, vr, wt(t, true, jb))
         else
-          b.v("vbroadcastss", b.r(preg), wt(t))
+          b.v("vbroadcastss", b.r(preg), wt(t, false, jb))
           b.v("vfmadd231ps", acc, vr, b.r(preg))
         end
       end
@@ -2307,6 +2320,98 @@ function M.pscale(isa, p)
   end
   b.gp("add $4, %rdx")
   b.gp("add %r10, %r9")
+  b.gp("dec %rcx")
+  b.gp("jnz 5b")
+  b.gp("2:")
+  return M.statement(b)
+end
+
+-- Whether the P.V over ggml block V (q8_0, q4_0) takes its weights already
+-- multiplied by their keys' block scales (M.bscale, once per P.V piece: one
+-- row per head and block) instead of a scale conversion, broadcast and
+-- multiply per V vector (on AVX2 at tile 4: 6 of the 14 vector instructions
+-- of a key's pass): AVX2 row-major tiles, f32 weights, where the rows fit
+-- BSCALE_MAX floats. AVX-512 keeps the per-vector scale (unmeasured here).
+M.BSCALE_MAX = 32768
+function M.pv_bscale(isa, p)
+  if not (M.vector(isa) and p.BLOCKS) or evex(GEOM[isa]) or M.head_lanes(isa, p) or p.PRECISION == 1 then
+    return false
+  end
+  local bn = facts.dtype_block(p.KV_DTYPE)
+  return p.T * math.floor(p.D / bn) * p.CHUNKP <= M.BSCALE_MAX
+end
+
+-- Row of head t's weights times the scales of ggml block jb in the
+-- block-scaled weights (floats from head 0's row of block 0): rows of CHUNKP
+-- floats, a head's blocks together, a P.V piece's keys from its first.
+function M.bscale_row_of(isa, p, t, jb)
+  local bn = facts.dtype_block(p.KV_DTYPE)
+  return (t * math.floor(p.D / bn) + jb) * p.CHUNKP
+end
+
+-- The gather of 8 keys' f16 scales of up to 4 ggml blocks (first jb0, bb
+-- bytes each; rows r8 bytes apart from rsi; r9 = rsi + 4 r8, r10 = 3 r8):
+-- block jb0 + g's into the words of register 12 + g, interleaved so the
+-- blocks' insert chains overlap, then widened to f32 in place.
+local function bscale_gather(b, jb0, nb, bb)
+  local at = { { "rsi" }, { "rsi", "r8", 1 }, { "rsi", "r8", 2 }, { "rsi", "r10", 1 },
+               { "r9" }, { "r9", "r8", 1 }, { "r9", "r8", 2 }, { "r9", "r10", 1 } }
+  for i, a in ipairs(at) do
+    for g = 0, nb - 1 do
+      local x = "xmm" .. (12 + g)
+      b.v("vpinsrw", x, x, mem(a[1], (jb0 + g) * bb, a[2], a[3]), i - 1)
+    end
+  end
+  for g = 0, nb - 1 do b.v("vcvtph2ps", "ymm" .. (12 + g), "xmm" .. (12 + g)) end
+end
+
+-- The block-scaled weights of a P.V piece (M.pv_bscale): for n keys (V rows
+-- from src, stride bytes apart), every head t of the tile and ggml block jb,
+-- ptr's row (M.bscale_row_of) takes the weight at sc's row t times the
+-- key's scale of block jb; 8 keys a step, the rest one at a time.
+function M.bscale(isa, p)
+  local b = new_block(isa, p)
+  local bn, bb = facts.dtype_block(p.KV_DTYPE)
+  local NB = math.floor(p.D / bn)
+  prologue(b, { "src", "ptr", "sc", "n", "stride" })
+  b.gp("lea (%r8,%r8,2), %r10")
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 2f")
+  b.gp("cmp $8, %rcx")
+  b.gp("jb 5f")
+  b.gp("7:")
+  b.gp("lea (%rsi,%r8,4), %r9")
+  for jb0 = 0, NB - 1, 4 do
+    local nb = math.min(4, NB - jb0)
+    bscale_gather(b, jb0, nb, bb)
+    for t = 0, p.T - 1 do
+      for g = 0, nb - 1 do
+        local r = b.r((t * nb + g) % 12)
+        b.v("vmulps", r, b.r(12 + g), mem("rdx", M.weight_row(isa, p, t) * 4))
+        b.v("vmovups", mem("rdi", M.bscale_row_of(isa, p, t, jb0 + g) * 4), r)
+      end
+    end
+  end
+  b.gp("add $32, %rdx")
+  b.gp("add $32, %rdi")
+  b.gp("lea (%rsi,%r8,8), %rsi")
+  b.gp("sub $8, %rcx")
+  b.gp("cmp $8, %rcx")
+  b.gp("jae 7b")
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 2f")
+  b.gp("5:")
+  for jb = 0, NB - 1 do
+    b.v("vpinsrw", "xmm15", "xmm15", mem("rsi", jb * bb), 0)
+    b.v("vcvtph2ps", "xmm15", "xmm15")
+    for t = 0, p.T - 1 do
+      b.v("vmulss", "xmm0", "xmm15", mem("rdx", M.weight_row(isa, p, t) * 4))
+      b.v("vmovss", mem("rdi", M.bscale_row_of(isa, p, t, jb) * 4), "xmm0")
+    end
+  end
+  b.gp("add $4, %rdx")
+  b.gp("add $4, %rdi")
+  b.gp("add %r8, %rsi")
   b.gp("dec %rcx")
   b.gp("jnz 5b")
   b.gp("2:")

@@ -164,6 +164,7 @@ local OPS = {
   -- lane moves and shuffles
   { "vextractf128", "V",  "0F3A", "66", 0x19, 0, "MRI",  "XM,V,I",      "y",   "-",   "" },
   { "vinsertf128",  "V",  "0F3A", "66", 0x18, 0, "RVMI", "V,V,XM,I",    "y",   "-",   "" },
+  { "vpinsrw",      "V",  "0F",   "66", 0xC4, 0, "RVMI", "X,X,M16,I",   "x",   "-",   "" },
   { "vextractf32x4","E",  "0F3A", "66", 0x19, 0, "MRI",  "XM,V,I",      "yz",  "t4",  "" },
   { "vinsertf32x4", "E",  "0F3A", "66", 0x18, 0, "RVMI", "V,V,XM,I",    "yz",  "t4",  "" },
   { "vextractf64x4","E",  "0F3A", "66", 0x1B, 1, "MRI",  "HM,V,I",      "z",   "t4",  "" },

@@ -42,6 +42,11 @@ void fd_k$(KEY)(const fd_work *w) {
   float sc_raw[$(T * SCW + 16)], stage_raw[$(W * D + 16)];
   float *sc = (float *)(((unsigned long long)sc_raw + 63) & ~63ull);
   float *stage = (float *)(((unsigned long long)stage_raw + 63) & ~63ull);
+@   if PV_BSCALE then
+  /* a P.V piece's weights times their keys' block scales: a row per head and ggml block */
+  float bw_raw[$(pv_row(T) + 16)];
+  float *bw = (float *)(((unsigned long long)bw_raw + 63) & ~63ull);
+@   end
   /* the logit softcap's 1 / softcap and softcap, once per call */
   float cap[2];
   cap[0] = w->softcap > 0 ? 1.0f / w->softcap : 0.0f;

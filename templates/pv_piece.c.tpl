@@ -2,7 +2,8 @@
 @ -- whole chunk, or a page or beam piece at po): IND the indent, N its keys,
 @ -- VROW its first V row, PF and PF_V the next chunk's K and V rows to
 @ -- prefetch, SCL its first v scale (int8/fp8). A piece's weights start at
-@ -- its first key's (bf16 pairs of fast precision: 2 bytes a key).
+@ -- its first key's (bf16 pairs of fast precision: 2 bytes a key); block-scaled
+@ -- weights (PV_BSCALE) at bw, a piece's first key at the rows' start.
 @ local sc_at = not PIECE and "sc" or PRECISION == 1 and not HL and "(float *)((char *)sc + 2 * po)"
 @   or "sc + po" .. (HL and (" * " .. T) or "")
 $(IND)aa.sc = $(sc_at);
@@ -23,9 +24,17 @@ $(IND)/* fast precision, head-lane: the weights rounded to bf16 in key pairs fro
 $(IND)aa.ptr = aa.sc;
 $(simd_pround())
 @ end
+@ if PV_BSCALE then
+$(IND)/* the weights times their keys' block scales, a row per head and block, so P.V multiplies no V vector */
+$(IND)aa.src = (const char *)$(VROW);
+$(IND)aa.ptr = bw;
+$(simd_bscale())
+$(IND)aa.sc = bw;
+@   sc_at = "bw"
+@ end
 @ for _, blk in ipairs(PV_BLOCKS) do
 @   if blk[4] < T then -- a pass over some of the tile's heads: their weights and records
-$(IND)aa.sc = $(sc_at) + $(weight_row(blk[3]));
+$(IND)aa.sc = $(sc_at) + $(pv_row(blk[3]));
 @   end
 $(IND)aa.src = (const char *)$(VROW) + $(kv_off(blk[1] * W));
 $(IND)aa.ptr = st0 + $(blk[3] * REC + blk[1] * W);
