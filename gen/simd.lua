@@ -340,17 +340,21 @@ local LOAD_KV = {
 -- ggml blocks (q8_0, q4_0; m from kv_mem: m.disp the block, m.elem the first
 -- element's place in it): codes(b, dst, m, codes_at) puts the W elements'
 -- codes as f32 in dst (codes_at: the block's codes, 2 bytes in, past its
--- f16 scale), which is then multiplied by the scale (unless unscaled: the
--- P.V of block-scaled weights, M.pv_bscale): vcvtph2ps widens the block's
--- first 8 bytes into tmp's low lane, vbroadcastss spreads lane 0.
+-- f16 scale), which is then multiplied by the scale: vcvtph2ps widens the
+-- block's first 8 bytes into tmp's low lane, vbroadcastss spreads lane 0.
+-- mode "codes": no scale (the P.V of block-scaled weights, M.pv_bscale);
+-- "ready": tmp holds the block's scale already (a loop over the vectors of
+-- one block converts it at the first).
 local function block_load(codes)
-  return function(b, dst, m, tmp, unscaled)
+  return function(b, dst, m, tmp, mode)
     local disp = m.disp or 0
     codes(b, dst, m, disp + 2)
-    if unscaled then return end
-    local low = (tmp:gsub("^%a+", "xmm"))
-    b.v("vcvtph2ps", low, mem(m.base, disp, m.index, m.scale))
-    b.v("vbroadcastss", tmp, low)
+    if mode == "codes" then return end
+    if mode ~= "ready" then
+      local low = (tmp:gsub("^%a+", "xmm"))
+      b.v("vcvtph2ps", low, mem(m.base, disp, m.index, m.scale))
+      b.v("vbroadcastss", tmp, low)
+    end
     b.v("vmulps", dst, dst, tmp)
   end
 end
@@ -393,10 +397,21 @@ local function block_consts(b, p, first, gp)
 end
 
 -- Load W elements of dtype at m into vector register dst as f32 (tmp: a
--- scratch register; unscaled: a block dtype's codes without their scale).
-local function load_kv(b, dtype, dst, m, tmp, unscaled)
+-- scratch register; mode: a block dtype's scale handling, block_load).
+local function load_kv(b, dtype, dst, m, tmp, mode)
   local name = facts.dtypes[dtype].name
-  assert(LOAD_KV[name], "simd: no load for dtype " .. name)(b, dst, m, tmp, unscaled)
+  assert(LOAD_KV[name], "simd: no load for dtype " .. name)(b, dst, m, tmp, mode)
+end
+
+-- The block_load mode of d-block c in a loop over one row's d-blocks that
+-- keeps the scale register: convert at a block's first vector, reuse at the
+-- others; nil (convert each) for other dtypes and on AVX-512 (unmeasured).
+-- On the Zen 3 VM, the AVX2 scores of Llama q8_0 and q4_0 (tile 4):
+-- results/bench/builds-bscale-amd-epyc-2c-avx2.md.
+local function scale_mode(b, p, c)
+  if not p.BLOCKS or b.x then return nil end
+  local bn = facts.dtype_block(p.KV_DTYPE)
+  return (c * b.g.W) % bn ~= 0 and "ready" or nil
 end
 
 -- Horizontal reduction of vector register n (op vaddps or vmaxps) into its
@@ -597,7 +612,7 @@ local function stage_rows(b, p, raw)
   end
   for c = 0, raw and -1 or NCH - 1 do
     local vr = b.r(v0 + c % 2)
-    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", c * W), b.r(tmp))
+    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", c * W), b.r(tmp), scale_mode(b, p, c))
     if p.QUANT then
       if b.x then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vmulps", vr, vr, b.r(sreg)) end
@@ -788,11 +803,11 @@ end
 -- register of the split loads' hi16 mask, M.bf16_split, or nil: no split;
 -- raw: a register that keeps the pair's bytes from the even block's load for
 -- the odd one's mask, or nil: the odd block reads them again).
-local function load_k_block(b, p, mask, kr, base, c, tmp, raw)
+local function load_k_block(b, p, mask, kr, base, c, tmp, raw, mode)
   local W, NCH = b.g.W, math.floor(p.D / b.g.W)
   local pair = mem(base, math.floor(c / 2) * W * 4)
   if not mask or c >= NCH - NCH % 2 then
-    load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp)
+    load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp, mode)
   elseif c % 2 == 0 and b.x then
     b.v("vpslld", kr, pair, 16)
   elseif c % 2 == 0 then                       -- VEX shifts take no memory source
@@ -937,6 +952,16 @@ local function scores_direct(isa, p, R)
     b.gp(("mov %d(%%rax), %%r13"):format(ARG.scl_stride))
   end
   local btmp = block_consts(b, p, W + (q_in_regs and T or 0), "r15")   -- r15: a row pointer from label 1 on
+  -- block dtypes: each row's block scale in a register of its own (row 0
+  -- btmp, the others the free ones below the K registers) where they fit,
+  -- converted at a block's first d-block only (scale_mode)
+  local srow
+  if btmp and not b.x then
+    local free = W + (q_in_regs and T or 0) + block_regs(p)
+    if R == 1 or kreg - free >= R - 1 then
+      srow = function(r) return r == 0 and btmp or b.r(free + r - 1) end
+    end
+  end
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
   if pf then b.gp(("mov %d(%%rax), %%r14"):format(ARG.pf)) end
   if pair_stores(b, R) then
@@ -972,7 +997,9 @@ local function scores_direct(isa, p, R)
     end
     for r = 0, R - 1 do
       local kr = b.r(kreg + r % 2)
-      load_k_block(b, p, mask, kr, r == 0 and "rsi" or ROW_PTR[r], c, btmp, raw_regs and b.r(raw_regs + r))
+      local stmp, smode = btmp, nil
+      if srow then stmp, smode = srow(r), scale_mode(b, p, c) end
+      load_k_block(b, p, mask, kr, r == 0 and "rsi" or ROW_PTR[r], c, stmp, raw_regs and b.r(raw_regs + r), smode)
       for h = 0, T - 1 do
         local acc = b.r(slot_of(isa, h * R + r))
         local q = q_in_regs and b.r(qbase + h) or mem("rdi", (h * p.D + c * W) * 4)
@@ -2174,7 +2201,7 @@ function M.pv(isa, p, block)
         b.v("vmovups", vr, m)
         b.v("vpslld", vr, vr, 16)
       elseif role[k] == "odd" then b.v(b.pand, vr, hi16, m)
-      else load_kv(b, p.KV_DTYPE, vr, m, b.r(tmp), bscaled) end
+      else load_kv(b, p.KV_DTYPE, vr, m, b.r(tmp), bscaled and "codes" or nil) end
       if p.QUANT and not prescaled then
         if evex(GEOM[isa]) then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
         else b.v("vbroadcastss", b.r(tmp), mem("r9", 0)); b.v("vmulps", vr, vr, b.r(tmp)) end
