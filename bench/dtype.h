@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include <string.h>
 
+/* ggml's blocks (llama.cpp's q8_0 / q4_0 KV cache): FDB_QK elements each, an
+   f16 scale then the codes, FDB_Q8_BYTES or FDB_Q4_BYTES bytes. */
+enum { FDB_QK = 32, FDB_Q8_BYTES = 34, FDB_Q4_BYTES = 18 };
+
 /* The bits of a float, and a float from bits. */
 static inline uint32_t fdb_fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float fdb_bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

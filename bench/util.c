@@ -92,9 +92,9 @@ int fdb_by_value(const void *a, const void *b) {
 
 /* Allocate and fill the buffers of a decode call (util.h). */
 int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_dtype) {
-  int i8 = kv_dtype == FD_I8, block = kv_dtype == FD_Q8_0 ? 34 : kv_dtype == FD_Q4_0 ? 18 : 0;
+  int i8 = kv_dtype == FD_I8, block = kv_dtype == FD_Q8_0 ? FDB_Q8_BYTES : kv_dtype == FD_Q4_0 ? FDB_Q4_BYTES : 0;
   size_t rows = (size_t)batch * hkv * len, kv = rows * d, qn = (size_t)batch * hq * d;
-  size_t kv_bytes = block ? kv / 32 * block : i8 ? kv : 2 * kv;
+  size_t kv_bytes = block ? kv / FDB_QK * block : i8 ? kv : 2 * kv;
   *m = (fdb_rowbufs){ .k = fdb_alloc(kv_bytes), .v = fdb_alloc(kv_bytes), .q = fdb_alloc(2 * qn),
                       .out = fdb_alloc(2 * qn), .ks = i8 ? fdb_alloc(4 * rows) : NULL,
                       .vs = i8 ? fdb_alloc(4 * rows) : NULL, .pos = malloc(sizeof *m->pos * batch) };
@@ -103,7 +103,7 @@ int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len
     fdb_fill_i8(m->k, kv, 1); fdb_fill_i8(m->v, kv, 2);
     fdb_fill(m->ks, rows, 0, 4, 0.005f, 0.02f); fdb_fill(m->vs, rows, 0, 5, 0.005f, 0.02f);
   } else if (block) {
-    fdb_fill_blocks(m->k, kv / 32, block, 1); fdb_fill_blocks(m->v, kv / 32, block, 2);
+    fdb_fill_blocks(m->k, kv / FDB_QK, block, 1); fdb_fill_blocks(m->v, kv / FDB_QK, block, 2);
   } else {
     fdb_fill(m->k, kv, 2, 1, -1, 1); fdb_fill(m->v, kv, 2, 2, -1, 1);
   }

@@ -32,39 +32,38 @@ ROW_OPS(f16, uint16_t, fdb_f16_to_f32)
 ROW_OPS(bf16, uint16_t, fdb_bf16_to_f32)
 ROW_OPS(i8, int8_t, i8_id)
 
-/* ggml's block rows (llama.cpp's q8_0 / q4_0 KV cache), decoded here on their
-   own: 32 elements per block, an f16 scale then int8 codes (34 bytes) or
-   nibbles, element j low in byte j and j + 16 high, less 8 (18 bytes). */
-enum { QK = 32, Q8_BYTES = 34, Q4_BYTES = 18 };
+/* ggml's block rows (llama.cpp's q8_0 / q4_0 KV cache; sizes in dtype.h),
+   decoded here on their own: an f16 scale then int8 codes (q8_0) or nibbles,
+   element j low in byte j and j + 16 high, less 8 (q4_0). */
 
 /* The 32 values of block blk of a row of kv dtype kd at r, into x. */
 static void block_values(int kd, const uint8_t *r, int blk, float *x) {
-  const uint8_t *b = r + (size_t)blk * (kd == FD_Q8_0 ? Q8_BYTES : Q4_BYTES);
+  const uint8_t *b = r + (size_t)blk * (kd == FD_Q8_0 ? FDB_Q8_BYTES : FDB_Q4_BYTES);
   float d = fdb_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
-  for (int j = 0; j < QK; j++)
-    x[j] = d * (float)(kd == FD_Q8_0 ? (int8_t)b[2 + j] : (j < QK / 2 ? b[2 + j] & 15 : b[2 + j - QK / 2] >> 4) - 8);
+  for (int j = 0; j < FDB_QK; j++)
+    x[j] = d * (float)(kd == FD_Q8_0 ? (int8_t)b[2 + j] : (j < FDB_QK / 2 ? b[2 + j] & 15 : b[2 + j - FDB_QK / 2] >> 4) - 8);
 }
 
 /* q . row and acc += p * row for a block row. */
 static float dot_blocks(int kd, const float *q, const uint8_t *k, int D) {
-  float x[QK], acc[QK] = {0}, s = 0;
-  for (int blk = 0; blk < D / QK; blk++) {
+  float x[FDB_QK], acc[FDB_QK] = {0}, s = 0;
+  for (int blk = 0; blk < D / FDB_QK; blk++) {
     block_values(kd, k, blk, x);
-    for (int j = 0; j < QK; j++) acc[j] += q[blk * QK + j] * x[j];
+    for (int j = 0; j < FDB_QK; j++) acc[j] += q[blk * FDB_QK + j] * x[j];
   }
-  for (int j = 0; j < QK; j++) s += acc[j];
+  for (int j = 0; j < FDB_QK; j++) s += acc[j];
   return s;
 }
 static void axpy_blocks(int kd, float *acc, float p, const uint8_t *v, int D) {
-  float x[QK];
-  for (int blk = 0; blk < D / QK; blk++) {
+  float x[FDB_QK];
+  for (int blk = 0; blk < D / FDB_QK; blk++) {
     block_values(kd, v, blk, x);
-    for (int j = 0; j < QK; j++) acc[blk * QK + j] += p * x[j];
+    for (int j = 0; j < FDB_QK; j++) acc[blk * FDB_QK + j] += p * x[j];
   }
 }
 
 /* Byte offset of a block row at element offset o. */
-static inline size_t block_off(int kd, int64_t o) { return (size_t)o / QK * (kd == FD_Q8_0 ? Q8_BYTES : Q4_BYTES); }
+static inline size_t block_off(int kd, int64_t o) { return (size_t)o / FDB_QK * (kd == FD_Q8_0 ? FDB_Q8_BYTES : FDB_Q4_BYTES); }
 
 /* Element offset of K/V row (b, j, i) in the shape's layout. */
 static inline int64_t row_off(const fd_shape *s, int b, int j, int64_t i) {
@@ -137,7 +136,7 @@ int fdb_vanilla(const fd_shape *s, const fd_args *a, int threads, float *scores)
   if (s->q_dtype > FD_BF16 || s->out_dtype > FD_BF16) return -1;
   if (s->kv_dtype > FD_BF16 && s->kv_dtype != FD_I8 && s->kv_dtype != FD_Q8_0 && s->kv_dtype != FD_Q4_0) return -1;
   if (s->kv_dtype == FD_I8 && (!a->k_scale || !a->v_scale || (s->features & FD_K_PER_CHANNEL))) return -1;
-  if (s->kv_dtype >= FD_Q8_0 && s->head_dim % QK) return -1;
+  if (s->kv_dtype >= FD_Q8_0 && s->head_dim % FDB_QK) return -1;
   if (s->layout > FD_BSHD || s->head_dim > MAX_D || s->head_dim < 1) return -1;
   if (s->n_kv_heads < 1 || s->n_q_heads % s->n_kv_heads) return -1;
   if (s->q_len > 1) return -1;                     /* one query token per row only */
