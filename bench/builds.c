@@ -26,6 +26,8 @@
      FDB_CHUNK, FDB_TILE, FDB_SPLITS, FDB_ISA (a key's isa digit): A's plan
                  forced to them (fd_plan_opts) instead of its heuristic's;
                  FDB_TILE only on the rows whose group (Hq / Hkv) it divides
+     FDB_THREADS both contexts' threads (default: all online cores): a
+                 machine of more cores at the VMs' 2 threads
      FDB_ROUNDS_TSV a file that takes every round (cold only): shape, round,
                  read GB/s, A us, B us (bench/levels.lua splits the ratios by
                  memory level)
@@ -64,7 +66,11 @@ typedef struct lib {
   fd_ctx *ctx;
 } lib;
 
-/* Open the build at path and a context of all cores; 1 on failure (said on stderr). */
+/* The overrides read from the environment (0: none; isa -1: none). */
+typedef struct overrides { const char *rows; long batch, len, chunk, tile, splits, isa, threads; } overrides;
+static overrides OV = { NULL, 0, 0, 0, 0, 0, -1, 0 };
+
+/* Open the build at path and a context of all cores (FDB_THREADS: that many); 1 on failure (said on stderr). */
 static int open_lib(const char *path, lib *l) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
   if (!h) { fprintf(stderr, "builds: %s\n", dlerror()); return 1; }
@@ -76,14 +82,12 @@ static int open_lib(const char *path, lib *l) {
   memcpy(&l->plan_opts, &f[2], sizeof f[2]); memcpy(&l->info, &f[3], sizeof f[3]);
   memcpy(&l->run, &f[4], sizeof f[4]); memcpy(&l->plan_destroy, &f[5], sizeof f[5]);
   memcpy(&l->errmsg, &f[6], sizeof f[6]);
-  l->ctx = l->create(NULL);
+  fd_config cfg = { .threads = (int)OV.threads };
+  l->ctx = l->create(&cfg);
   if (!l->ctx) { fprintf(stderr, "builds: %s: no context\n", path); return 1; }
   return 0;
 }
 
-/* The overrides read from the environment (0: none; isa -1: none). */
-typedef struct overrides { const char *rows; long batch, len, chunk, tile, splits, isa; } overrides;
-static overrides OV = { NULL, 0, 0, 0, 0, 0, -1 };
 
 /* Read integer variable name into *v when set: 0, or 1 (said) when it is not
    an integer in [lo, hi]. */
@@ -128,7 +132,8 @@ static int row_selected(const char *name) {
 static int read_overrides(size_t nrows, const char *const *names) {
   if (env_long("FDB_BATCH", 1, 1 << 16, &OV.batch) || env_long("FDB_LEN", 1, 1L << 30, &OV.len) ||
       env_long("FDB_CHUNK", 1, 1 << 20, &OV.chunk) || env_long("FDB_TILE", 1, 1024, &OV.tile) ||
-      env_long("FDB_SPLITS", 1, 1 << 16, &OV.splits) || env_long("FDB_ISA", 0, 9, &OV.isa))
+      env_long("FDB_SPLITS", 1, 1 << 16, &OV.splits) || env_long("FDB_ISA", 0, 9, &OV.isa) ||
+      env_long("FDB_THREADS", 1, FD_MAX_THREADS, &OV.threads))
     return 1;
   const char *rows = getenv("FDB_ROWS");
   if (!rows || !*rows) return 0;
@@ -246,8 +251,10 @@ int main(int argc, char **argv) {
   }
   lib A, B;
   if (open_lib(argv[1], &A) || open_lib(argv[2], &B)) { if (tsv) fclose(tsv); return 1; }
-  printf("A: `%s`; B: `%s`; %d rounds, %s, %d calls per timing (the median), all cores\n\n", argv[1], argv[2],
-         rounds, cold ? "cold (caches flushed before each call)" : "warm", REPS);
+  char threads[48] = "all cores";
+  if (OV.threads) snprintf(threads, sizeof threads, "%ld thread(s) (FDB_THREADS)", OV.threads);
+  printf("A: `%s`; B: `%s`; %d rounds, %s, %d calls per timing (the median), %s\n\n", argv[1], argv[2],
+         rounds, cold ? "cold (caches flushed before each call)" : "warm", REPS, threads);
   printf("| shape | batch | kv_len | key A | key B | A us | B us | B/A median | B/A quartiles | read GB/s |\n");
   printf("|---|---|---|---|---|---|---|---|---|---|\n");
   int rc = 0;
