@@ -201,6 +201,9 @@ local function kv_mem(p, base, e, e0)
   return { base = base, disp = (math.floor(e / n) - math.floor(e0 / n)) * bytes, elem = e % n }
 end
 
+-- The ggml blocks of a K/V row (q8_0, q4_0).
+local function row_blocks(p) return math.floor(p.D / facts.dtype_block(p.KV_DTYPE)) end
+
 -- Bytes [from, to) of a K/V row that hold elements [e0, e1) (whole blocks).
 local function kv_span(p, e0, e1)
   local n, bytes = facts.dtype_block(p.KV_DTYPE)
@@ -405,11 +408,11 @@ end
 
 -- The block_load mode of d-block c in a loop over one row's d-blocks that
 -- keeps the scale register: convert at a block's first vector, reuse at the
--- others; nil (convert each) for other dtypes and on AVX-512 (unmeasured).
--- On the Zen 3 VM, the AVX2 scores of Llama q8_0 and q4_0 (tile 4):
+-- others; nil (convert each) for other dtypes. On the Zen 3 VM, the AVX2
+-- scores of Llama q8_0 and q4_0 (tile 4):
 -- results/bench/builds-bscale-amd-epyc-2c-avx2.md.
 local function scale_mode(b, p, c)
-  if not p.BLOCKS or b.x then return nil end
+  if not p.BLOCKS then return nil end
   local bn = facts.dtype_block(p.KV_DTYPE)
   return (c * b.g.W) % bn ~= 0 and "ready" or nil
 end
@@ -956,7 +959,7 @@ local function scores_direct(isa, p, R)
   -- btmp, the others the free ones below the K registers) where they fit,
   -- converted at a block's first d-block only (scale_mode)
   local srow
-  if btmp and not b.x then
+  if btmp then
     local free = W + (q_in_regs and T or 0) + block_regs(p)
     if R == 1 or kreg - free >= R - 1 then
       srow = function(r) return r == 0 and btmp or b.r(free + r - 1) end
@@ -2357,23 +2360,25 @@ end
 -- multiplied by their keys' block scales (M.bscale, once per P.V piece: one
 -- row per head and block) instead of a scale conversion, broadcast and
 -- multiply per V vector (on AVX2 at tile 4: 6 of the 14 vector instructions
--- of a key's pass): AVX2 row-major tiles, f32 weights, where the rows fit
--- BSCALE_MAX floats. AVX-512 keeps the per-vector scale (unmeasured here).
+-- of a key's pass): row-major tiles, f32 weights, where the rows fit
+-- BSCALE_MAX floats. M.bscale runs 8 keys a step on AVX-512 too, in the VEX
+-- registers (ymm0-15). On the device's 16-core Xeon (AVX-512 with BF16, 2
+-- threads, warm), with the scores' change (scale_mode) ported too: Llama
+-- q8_0 0.870x the time, q4_0 0.856x (results/bench/builds-bscale-evex-intel-
+-- xeon-16c-avx512bf16.md; AVX2: builds-bscale-amd-epyc-2c-avx2.md).
 M.BSCALE_MAX = 32768
 function M.pv_bscale(isa, p)
-  if not (M.vector(isa) and p.BLOCKS) or evex(GEOM[isa]) or M.head_lanes(isa, p) or p.PRECISION == 1 then
+  if not (M.vector(isa) and p.BLOCKS) or M.head_lanes(isa, p) or p.PRECISION == 1 then
     return false
   end
-  local bn = facts.dtype_block(p.KV_DTYPE)
-  return p.T * math.floor(p.D / bn) * p.CHUNKP <= M.BSCALE_MAX
+  return p.T * row_blocks(p) * p.CHUNKP <= M.BSCALE_MAX
 end
 
 -- Row of head t's weights times the scales of ggml block jb in the
 -- block-scaled weights (floats from head 0's row of block 0): rows of CHUNKP
 -- floats, a head's blocks together, a P.V piece's keys from its first.
 function M.bscale_row_of(isa, p, t, jb)
-  local bn = facts.dtype_block(p.KV_DTYPE)
-  return (t * math.floor(p.D / bn) + jb) * p.CHUNKP
+  return (t * row_blocks(p) + jb) * p.CHUNKP
 end
 
 -- The gather of 8 keys' f16 scales of up to 4 ggml blocks (first jb0, bb
@@ -2398,8 +2403,8 @@ end
 -- key's scale of block jb; 8 keys a step, the rest one at a time.
 function M.bscale(isa, p)
   local b = new_block(isa, p)
-  local bn, bb = facts.dtype_block(p.KV_DTYPE)
-  local NB = math.floor(p.D / bn)
+  local bb = select(2, facts.dtype_block(p.KV_DTYPE))
+  local NB = row_blocks(p)
   prologue(b, { "src", "ptr", "sc", "n", "stride" })
   b.gp("lea (%r8,%r8,2), %r10")
   b.gp("test %rcx, %rcx")
@@ -2413,8 +2418,8 @@ function M.bscale(isa, p)
     bscale_gather(b, jb0, nb, bb)
     for t = 0, p.T - 1 do
       for g = 0, nb - 1 do
-        local r = b.r((t * nb + g) % 12)
-        b.v("vmulps", r, b.r(12 + g), mem("rdx", M.weight_row(isa, p, t) * 4))
+        local r = "ymm" .. (t * nb + g) % 12
+        b.v("vmulps", r, "ymm" .. (12 + g), mem("rdx", M.weight_row(isa, p, t) * 4))
         b.v("vmovups", mem("rdi", M.bscale_row_of(isa, p, t, jb0 + g) * 4), r)
       end
     end
