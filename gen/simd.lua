@@ -347,34 +347,42 @@ local LOAD_KV = {
 -- block's first 8 bytes into tmp's low lane, vbroadcastss spreads lane 0.
 -- mode "codes": no scale (the P.V of block-scaled weights, M.pv_bscale);
 -- "ready": tmp holds the block's scale already (a loop over the vectors of
--- one block converts it at the first).
+-- one block converts it at the first). s8 (q4_0, or nil): a register that
+-- takes 8 times the scale with it, so (c - 8) s is one fused c s - 8 s (the
+-- same bits for a finite s: 8 s is exact, both round once; an infinite s makes
+-- the row's score NaN either way) where a subtract and a multiply were two.
+-- Llama q4_0 (tile 4) against the subtract: 0.970x the time warm and 0.959x
+-- cold on the Zen 3 VM (AVX2; results/bench/builds-fold-amd-epyc-2c-avx2.md),
+-- 0.979x warm on the device's Xeon (AVX-512; builds-bscale-evex-intel-xeon-16c-avx512bf16.md).
 local function block_load(codes)
-  return function(b, dst, m, tmp, mode)
+  return function(b, dst, m, tmp, mode, s8)
     local disp = m.disp or 0
-    codes(b, dst, m, disp + 2)
+    codes(b, dst, m, disp + 2, s8 and mode ~= "codes")
     if mode == "codes" then return end
     if mode ~= "ready" then
       local low = (tmp:gsub("^%a+", "xmm"))
       b.v("vcvtph2ps", low, mem(m.base, disp, m.index, m.scale))
       b.v("vbroadcastss", tmp, low)
+      if s8 then b.v("vmulps", s8, tmp, b.eight and b.r(b.eight) or mem("r11", C.eight_f)) end
     end
-    b.v("vmulps", dst, dst, tmp)
+    if s8 then b.v("vfmsub132ps", dst, s8, tmp) else b.v("vmulps", dst, dst, tmp) end
   end
 end
 -- q8_0: W signed bytes from code elem. q4_0: W bytes from byte elem % 16, their
--- low nibbles for elements 0..15 of a block, the high ones for 16..31, minus 8.
+-- low nibbles for elements 0..15 of a block, the high ones for 16..31, minus 8
+-- (folded: the scale's multiply subtracts it, block_load's s8).
 LOAD_KV.q8_0 = block_load(function(b, dst, m, at)
   b.v("vpmovsxbd", dst, mem(m.base, at + m.elem, m.index, m.scale))
   b.v("vcvtdq2ps", dst, dst)
 end)
 -- The constants come from r11 (fd_simd_c), or from registers b.nibble and
 -- b.eight where a kernel keeps them there (block_consts).
-LOAD_KV.q4_0 = block_load(function(b, dst, m, at)
+LOAD_KV.q4_0 = block_load(function(b, dst, m, at, folded)
   b.v("vpmovzxbd", dst, mem(m.base, at + m.elem % 16, m.index, m.scale))
   if m.elem < 16 then b.v(b.pand, dst, dst, b.nibble and b.r(b.nibble) or mem("r11", C.nibble))
   else b.v("vpsrld", dst, dst, 4) end
   b.v("vcvtdq2ps", dst, dst)
-  b.v("vsubps", dst, dst, b.eight and b.r(b.eight) or mem("r11", C.eight_f))
+  if not folded then b.v("vsubps", dst, dst, b.eight and b.r(b.eight) or mem("r11", C.eight_f)) end
 end)
 
 -- Vector registers a block dtype's loads need beside the destination: the
@@ -400,11 +408,15 @@ local function block_consts(b, p, first, gp)
 end
 
 -- Load W elements of dtype at m into vector register dst as f32 (tmp: a
--- scratch register; mode: a block dtype's scale handling, block_load).
-local function load_kv(b, dtype, dst, m, tmp, mode)
+-- scratch register; mode, s8: a block dtype's scale handling, block_load).
+local function load_kv(b, dtype, dst, m, tmp, mode, s8)
   local name = facts.dtypes[dtype].name
-  assert(LOAD_KV[name], "simd: no load for dtype " .. name)(b, dst, m, tmp, mode)
+  assert(LOAD_KV[name], "simd: no load for dtype " .. name)(b, dst, m, tmp, mode, s8)
 end
+
+-- Whether a q4_0 load folds its "minus 8" into the scale's multiply given a
+-- register for 8 times the scale (block_load's s8).
+local function folds_eight(p) return p.BLOCKS and facts.dtypes[p.KV_DTYPE].name == "q4_0" end
 
 -- The block_load mode of d-block c in a loop over one row's d-blocks that
 -- keeps the scale register: convert at a block's first vector, reuse at the
@@ -615,7 +627,8 @@ local function stage_rows(b, p, raw)
   end
   for c = 0, raw and -1 or NCH - 1 do
     local vr = b.r(v0 + c % 2)
-    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", c * W), b.r(tmp), scale_mode(b, p, c))
+    load_kv(b, p.KV_DTYPE, vr, kv_mem(p, "rsi", c * W), b.r(tmp), scale_mode(b, p, c),
+            folds_eight(p) and b.r(sreg) or nil)   -- (sreg: int8/fp8's scale, free for q4_0)
     if p.QUANT then
       if b.x then b.v("vmulps", vr, vr, mem("r9", 0, nil, nil, true))
       else b.v("vmulps", vr, vr, b.r(sreg)) end
@@ -806,11 +819,11 @@ end
 -- register of the split loads' hi16 mask, M.bf16_split, or nil: no split;
 -- raw: a register that keeps the pair's bytes from the even block's load for
 -- the odd one's mask, or nil: the odd block reads them again).
-local function load_k_block(b, p, mask, kr, base, c, tmp, raw, mode)
+local function load_k_block(b, p, mask, kr, base, c, tmp, raw, mode, s8)
   local W, NCH = b.g.W, math.floor(p.D / b.g.W)
   local pair = mem(base, math.floor(c / 2) * W * 4)
   if not mask or c >= NCH - NCH % 2 then
-    load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp, mode)
+    load_kv(b, p.KV_DTYPE, kr, kv_mem(p, base, c * W), tmp, mode, s8)
   elseif c % 2 == 0 and b.x then
     b.v("vpslld", kr, pair, 16)
   elseif c % 2 == 0 then                       -- VEX shifts take no memory source
@@ -957,12 +970,14 @@ local function scores_direct(isa, p, R)
   local btmp = block_consts(b, p, W + (q_in_regs and T or 0), "r15")   -- r15: a row pointer from label 1 on
   -- block dtypes: each row's block scale in a register of its own (row 0
   -- btmp, the others the free ones below the K registers) where they fit,
-  -- converted at a block's first d-block only (scale_mode)
-  local srow
+  -- converted at a block's first d-block only (scale_mode); q4_0 also 8
+  -- times it in a register per row, the next free ones (block_load's s8)
+  local srow, s8row
   if btmp then
     local free = W + (q_in_regs and T or 0) + block_regs(p)
     if R == 1 or kreg - free >= R - 1 then
       srow = function(r) return r == 0 and btmp or b.r(free + r - 1) end
+      if folds_eight(p) and kreg - free >= 2 * R - 1 then s8row = function(r) return b.r(free + R - 1 + r) end end
     end
   end
   local pf = R <= 5 and p.T >= M.PREFETCH_MIN_TILE
@@ -1002,7 +1017,8 @@ local function scores_direct(isa, p, R)
       local kr = b.r(kreg + r % 2)
       local stmp, smode = btmp, nil
       if srow then stmp, smode = srow(r), scale_mode(b, p, c) end
-      load_k_block(b, p, mask, kr, r == 0 and "rsi" or ROW_PTR[r], c, stmp, raw_regs and b.r(raw_regs + r), smode)
+      load_k_block(b, p, mask, kr, r == 0 and "rsi" or ROW_PTR[r], c, stmp, raw_regs and b.r(raw_regs + r), smode,
+                   s8row and s8row(r))
       for h = 0, T - 1 do
         local acc = b.r(slot_of(isa, h * R + r))
         local q = q_in_regs and b.r(qbase + h) or mem("rdi", (h * p.D + c * W) * 4)

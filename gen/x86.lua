@@ -100,6 +100,7 @@ local OPS = {
   { "vfmadd132ps",  "VE", "0F38", "66", 0x98, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfmadd213ps",  "VE", "0F38", "66", 0xA8, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfmadd231ps",  "VE", "0F38", "66", 0xB8, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  { "vfmsub132ps",  "VE", "0F38", "66", 0x9A, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfnmadd213ps", "VE", "0F38", "66", 0xAC, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vfnmadd231ps", "VE", "0F38", "66", 0xBC, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   -- dot products of pairs into f32 / int32 lanes (AVX512-BF16, AVX512-VNNI)
