@@ -88,7 +88,6 @@ static int open_lib(const char *path, lib *l) {
   return 0;
 }
 
-
 /* Read integer variable name into *v when set: 0, or 1 (said) when it is not
    an integer in [lo, hi]. */
 static int env_long(const char *name, long lo, long hi, long *v) {
