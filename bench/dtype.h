@@ -7,10 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "flashdecode.h"
 
 /* ggml's blocks (llama.cpp's q8_0 / q4_0 KV cache): FDB_QK elements each, an
    f16 scale then the codes, FDB_Q8_BYTES or FDB_Q4_BYTES bytes. */
 enum { FDB_QK = 32, FDB_Q8_BYTES = 34, FDB_Q4_BYTES = 18 };
+
+/* The bytes of one block of fd_dtype kd: q8_0's or q4_0's, 0 for the others. */
+static inline int fdb_block_bytes(int kd) { return kd == FD_Q8_0 ? FDB_Q8_BYTES : kd == FD_Q4_0 ? FDB_Q4_BYTES : 0; }
 
 /* The bits of a float, and a float from bits. */
 static inline uint32_t fdb_fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

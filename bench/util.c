@@ -1,7 +1,6 @@
 /* Helpers of the benchmark drivers; see util.h. */
 #include "util.h"
 #include "dtype.h"
-#include "flashdecode.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -92,7 +91,7 @@ int fdb_by_value(const void *a, const void *b) {
 
 /* Allocate and fill the buffers of a decode call (util.h). */
 int fdb_rowbufs_fill(fdb_rowbufs *m, int batch, int hq, int hkv, int d, long len, int kv_dtype) {
-  int i8 = kv_dtype == FD_I8, block = kv_dtype == FD_Q8_0 ? FDB_Q8_BYTES : kv_dtype == FD_Q4_0 ? FDB_Q4_BYTES : 0;
+  int i8 = kv_dtype == FD_I8, block = fdb_block_bytes(kv_dtype);
   size_t rows = (size_t)batch * hkv * len, kv = rows * d, qn = (size_t)batch * hq * d;
   size_t kv_bytes = block ? kv / FDB_QK * block : i8 ? kv : 2 * kv;
   *m = (fdb_rowbufs){ .k = fdb_alloc(kv_bytes), .v = fdb_alloc(kv_bytes), .q = fdb_alloc(2 * qn),

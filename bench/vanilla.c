@@ -38,7 +38,7 @@ ROW_OPS(i8, int8_t, i8_id)
 
 /* The 32 values of block blk of a row of kv dtype kd at r, into x. */
 static void block_values(int kd, const uint8_t *r, int blk, float *x) {
-  const uint8_t *b = r + (size_t)blk * (kd == FD_Q8_0 ? FDB_Q8_BYTES : FDB_Q4_BYTES);
+  const uint8_t *b = r + (size_t)blk * fdb_block_bytes(kd);
   float d = fdb_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
   for (int j = 0; j < FDB_QK; j++)
     x[j] = d * (float)(kd == FD_Q8_0 ? (int8_t)b[2 + j] : (j < FDB_QK / 2 ? b[2 + j] & 15 : b[2 + j - FDB_QK / 2] >> 4) - 8);
@@ -63,7 +63,7 @@ static void axpy_blocks(int kd, float *acc, float p, const uint8_t *v, int D) {
 }
 
 /* Byte offset of a block row at element offset o. */
-static inline size_t block_off(int kd, int64_t o) { return (size_t)o / FDB_QK * (kd == FD_Q8_0 ? FDB_Q8_BYTES : FDB_Q4_BYTES); }
+static inline size_t block_off(int kd, int64_t o) { return (size_t)o / FDB_QK * fdb_block_bytes(kd); }
 
 /* Element offset of K/V row (b, j, i) in the shape's layout. */
 static inline int64_t row_off(const fd_shape *s, int b, int j, int64_t i) {
