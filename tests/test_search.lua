@@ -237,6 +237,37 @@ T.raises("field why is missing", "a note without a field is refused naming it", 
 local _, err = tlog.parse_note("#coverage\tb\ts\t1\t1\tcold\tx\t1\t1\t1\t1\tn")
 T.ok(err and err:find("field kernels", 1, true), "a malformed coverage note is refused naming the field", err)
 
+-- Build ids (tuner/log.lua build_id): the library build, then the CPU, so a
+-- Zen 4 and a Zen 5 VM that share a slug ("AMD EPYC", 2 cores, AVX512-BF16)
+-- reuse none of each other's measurements; a table's build (no CPU) matches
+-- its measurements on any CPU and in logs written before the CPU joined.
+local machine = require("tuner.machine")
+local CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: %d\nmodel\t\t: %d\nmodel name\t: AMD EPYC\n"
+local zen4, zen5 = machine.cpu_id_of(CPUINFO:format(25, 17)), machine.cpu_id_of(CPUINFO:format(26, 2))
+T.eq(zen4, "amd-f25-m17", "cpu id: vendor, family and model from /proc/cpuinfo")
+T.eq(machine.cpu_id_of("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"),
+  "intel-f6-m143", "cpu id of an Intel CPU")
+T.eq(machine.cpu_id_of("processor\t: 0\nmodel name\t: ARMv8\n"), "unknown-cpu", "cpu id where cpuinfo does not say")
+local lib = tlog.build_id("0.1.0", "5422f7916d423f19", "0.9.27")
+local b4, b5 = tlog.build_id("0.1.0", "5422f7916d423f19", "0.9.27", zen4), tlog.build_id("0.1.0", "5422f7916d423f19", "0.9.27", zen5)
+T.eq(b4, "0.1.0-5422f7916d423f19-tcc0.9.27-amd-f25-m17", "build id: library, templates, tcc, cpu")
+T.ok(b4 ~= b5, "two CPU models of one slug have two build ids", b4 .. " " .. b5)
+T.ok(tlog.of_build(b4, lib) and tlog.of_build(b5, lib) and tlog.of_build(lib, lib),
+  "the library build matches its ids on every CPU and the ids without one")
+T.ok(not tlog.of_build("0.1.0-5422f7916d423f19-tcc0.9.270", lib) and not tlog.of_build(b4, b5),
+  "another tcc or another CPU's id does not match", b4)
+do   -- a log of the Zen 4's measurements resumes nothing on the Zen 5
+  local lp = os.tmpname()
+  local f = io.open(lp, "w")
+  f:write(tlog.format({ build = b4, shape = "sig", bucket = 1024, len = 1024, cache = "cold", stage = "quick",
+    config = "c256.t4.s1.p2.i3", key = "1", ok = true, median_us = 10, times = { 10 }, name = "tiny" }), "\n")
+  f:close()
+  local on4, on5 = tlog.open(lp, b4), tlog.open(lp, b5)
+  on4:close(); on5:close()
+  T.eq(on4.old .. "," .. on5.old, "1,0", "measurements on record: 1 on its own CPU, 0 on the other")
+  os.remove(lp)
+end
+
 -- Written once, read back on resume (the log file, no measurements).
 local path = os.tmpname()
 os.remove(path)

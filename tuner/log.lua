@@ -2,10 +2,11 @@
 -- as it is written, so an interrupted run resumes where it stopped. Fields
 -- (tab-separated):
 --   build shape bucket len cache stage config key status median_us times_us name
--- build names the library build (a measurement of another build is never
--- reused); stage is quick, c (the coarse pass's best chunk row re-timed
--- once), k<round> (the quick pass's fastest kernels re-timed, interleaved),
--- r<round> (refinement, interleaved; ref in older logs) or v<round> and
+-- build names the library build and the CPU model (M.build_id: a measurement
+-- of another build or CPU model is never reused); stage is quick, c (the
+-- coarse pass's best chunk row re-timed once), k<round> (the quick pass's
+-- fastest kernels re-timed, interleaved), r<round> (refinement,
+-- interleaved; ref in older logs) or v<round> and
 -- w<round> (verification of the winner and of the runner-up); status
 -- is "ok" or "failed: <why>"; times_us is a comma list. Lines starting with
 -- '#' are comments. A verification's decision (tuner/stats.lua) is a line
@@ -36,6 +37,22 @@ M.COMMENT = "# flashdecode tuning log: " .. table.concat(M.FIELDS, " ") .. "\n"
   .. "# #decision " .. table.concat(M.DECISION_FIELDS, " ") .. "\n"
   .. "# #pruned " .. table.concat(M.NOTES.pruned, " ") .. "\n"
   .. "# #coverage " .. table.concat(M.NOTES.coverage, " ") .. "\n"
+
+-- The build id of log lines (tuner/tune.lua, tuner/sweep.lua): library
+-- version, template hash, tcc version, then the CPU (tuner/machine.lua
+-- cpu_id), so that neither another build's measurement nor another CPU
+-- model's under the same slug is reused. Without cpu: the library build's
+-- prefix that M.of_build matches (what a tuned table records of its build).
+function M.build_id(version, templates, tcc, cpu)
+  local id = ("%s-%s-tcc%s"):format(version, templates, tcc)
+  return cpu and (id .. "-" .. cpu) or id
+end
+
+-- Whether log build id b is of library build prefix (M.build_id without cpu),
+-- on any CPU; logs written before the CPU joined the id end at the prefix.
+function M.of_build(b, prefix)
+  return b == prefix or b:sub(1, #prefix + 1) == prefix .. "-"
+end
 
 -- A text field with tabs and newlines replaced.
 local function clean(s) return (tostring(s):gsub("[\t\r\n]", " ")) end

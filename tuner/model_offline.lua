@@ -42,7 +42,7 @@ function M.truth(paths, build)
       for line in fh:lines() do
         if line:sub(1, 1) ~= "#" and line ~= "" then
           local r = tlog.parse(line)
-          if r and r.ok and r.build == build and r.cache == "cold" then
+          if r and r.ok and tlog.of_build(r.build, build) and r.cache == "cold" then
             local k = r.shape .. "\t" .. r.bucket
             local row = rows[k] or { jobs = {} }
             rows[k] = row
@@ -83,7 +83,7 @@ function M.evaluate(opts)
     local text = assert(files.read(tpath), tpath)
     local t = export.parse(text:gsub("\n" .. facts.MODEL_LINE .. "\t[^\n]*", ""), tpath)   -- its rows; the model is refitted
     local id = t.identity
-    local truth = M.truth(opts.truth, ("%s-%s-tcc%s"):format(id.library, id.templates, id.tcc))
+    local truth = M.truth(opts.truth, tlog.build_id(id.library, id.templates, id.tcc))
     for _, r in ipairs(t.rows) do
       local row = truth[r.shape .. "\t" .. r.bucket]
       if not models[r.shape] then

@@ -40,6 +40,7 @@ local fd = require("flashdecode")
 local key = require("key")
 local space = require("space")
 local files = require("files")
+local tmachine = require("tuner.machine")
 local sys = require("tuner.sys")
 local tlog = require("tuner.log")
 local tuned = require("tuner.tuned")
@@ -80,10 +81,10 @@ local function rows_of(shapes)
   return rows
 end
 
--- The build id of log lines (as tuner/tune.lua's).
+-- The build id of log lines (tuner/log.lua build_id): this library build on this CPU.
 local function build_id()
   local b = fd.build_info()
-  return ("%s-%s-tcc%s"):format(b.version, b.templates_hash, b.tcc_version)
+  return tlog.build_id(b.version, b.templates_hash, b.tcc_version, tmachine.cpu_id())
 end
 
 -- The tuned table's rows, or nil and why not.

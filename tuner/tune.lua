@@ -76,10 +76,10 @@ local function jobs_of(shapes, cfg)
   return jobs
 end
 
--- The build id of log lines: library version, template hash, tcc version.
+-- The build id of log lines (tuner/log.lua build_id): this library build on this CPU.
 local function build_id()
   local b = fd.build_info()
-  return ("%s-%s-tcc%s"):format(b.version, b.templates_hash, b.tcc_version)
+  return tlog.build_id(b.version, b.templates_hash, b.tcc_version, machine.cpu_id())
 end
 
 -- Seconds of budget for job i: the rest, shared by the square root of KV bytes.
