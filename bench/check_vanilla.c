@@ -84,7 +84,8 @@ static void ref(const fd_shape *s, const fd_args *a, double *out, double *lse) {
 
 /* Run one configuration through vanilla and the reference; compare. */
 static void check_case(int B, int Hq, int Hkv, int D, int S, int qdt, int kvdt, int odt, int mm, int lay) {
-  fd_shape s = {B, Hq, Hkv, D, S, qdt, kvdt, odt, mm, lay, 0};
+  fd_shape s = { .batch = B, .n_q_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .kv_len = S, .q_dtype = qdt,
+                 .kv_dtype = kvdt, .out_dtype = odt, .mask_mode = mm, .layout = lay };
   size_t nq = (size_t)B * Hq * D, nkv = (size_t)B * Hkv * S * D, nm = (size_t)B * Hq * S;
   void *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *out = malloc(nq * 4);
   float *mask = malloc(nm * 4), *lse = malloc((size_t)B * Hq * 4), *sc = malloc(fdb_vanilla_scores_bytes(&s));
@@ -96,7 +97,7 @@ static void check_case(int B, int Hq, int Hkv, int D, int S, int qdt, int kvdt, 
   for (int i = 0; i < S; i++) mask[i] = -INFINITY;           /* row (0,0) fully masked */
   for (int b = 0; b < B; b++) cur[b] = (b * 7 + 3) % S;
   cur[0] = 0;
-  fd_args a = {q, k, v, cur, mask, 0, 0, 0, 0, out, lse};
+  fd_args a = { .q = q, .k = k, .v = v, .cur_pos = cur, .mask = mask, .out = out, .lse = lse };
   expect(fdb_vanilla(&s, &a, 2, sc) == 0, "vanilla accepts the shape");
   ref(&s, &a, ro, rl);
   double tol = odt == 0 ? 1e-5 : odt == 1 ? 2e-3 : 1.6e-2, bad = 0;
