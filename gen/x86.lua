@@ -133,6 +133,8 @@ local OPS = {
   -- packed dword integer
   { "vpaddd",       "VE", "0F",   "66", 0xFE, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
   { "vpsubd",       "VE", "0F",   "66", 0xFA, 0, "RVM",  "V,V,VM",      "xyz", "fv",  "b" },
+  { "vpmaddwd",     "V",  "0F",   "66", 0xF5, 0, "RVM",  "V,V,VM",      "xy",  "-",   "" },
+  { "vpackssdw",    "V",  "0F",   "66", 0x6B, 0, "RVM",  "V,V,VM",      "xy",  "-",   "" },
   { "vpslld",       "V",  "0F",   "66", 0x72, 0, "VMI",  "V,V,I",       "xy",  "-",   "/6" },
   { "vpslld",       "E",  "0F",   "66", 0x72, 0, "VMI",  "V,VM,I",      "xyz", "fv",  "b /6" },
   { "vpsrld",       "V",  "0F",   "66", 0x72, 0, "VMI",  "V,V,I",       "xy",  "-",   "/2" },
@@ -160,6 +162,7 @@ local OPS = {
   { "vpmovzxbd",    "VE", "0F38", "66", 0x31, 0, "RM",   "V,QM",        "xyz", "qvm", "" },
   { "vpmovzxbw",    "VE", "0F38", "66", 0x30, 0, "RM",   "V,HM",        "xyz", "hvm", "" },
   { "vpmovsxbd",    "VE", "0F38", "66", 0x21, 0, "RM",   "V,QM",        "xyz", "qvm", "" },
+  { "vpmovsxbw",    "V",  "0F38", "66", 0x20, 0, "RM",   "V,HM",        "xy",  "-",   "" },
   { "vpmovdw",      "E",  "0F38", "F3", 0x33, 0, "MR",   "HM,V",        "xyz", "hvm", "" },
   { "vpmovdb",      "E",  "0F38", "F3", 0x31, 0, "MR",   "QM,V",        "xyz", "qvm", "" },
   -- lane moves and shuffles
@@ -179,6 +182,7 @@ local OPS = {
   { "vshuff32x4",   "E",  "0F3A", "66", 0x23, 0, "RVMI", "V,V,VM,I",    "yz",  "fv",  "b" },
   { "vshuff64x2",   "E",  "0F3A", "66", 0x23, 1, "RVMI", "V,V,VM,I",    "yz",  "fv",  "b" },
   { "vperm2f128",   "V",  "0F3A", "66", 0x06, 0, "RVMI", "V,V,VM,I",    "y",   "-",   "" },
+  { "vblendps",     "V",  "0F3A", "66", 0x0C, 0, "RVMI", "V,V,VM,I",    "xy",  "-",   "" },
   -- compares: VEX writes a vector, EVEX an opmask
   { "vcmpps",       "V",  "0F",   "",   0xC2, 0, "RVMI", "V,V,VM,I",    "xy",  "-",   "" },
   { "vcmpps",       "E",  "0F",   "",   0xC2, 0, "RVMI", "K,V,VM,I",    "xyz", "fv",  "b nozero" },
