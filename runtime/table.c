@@ -268,13 +268,15 @@ static int parse_row(char *line, fd_table_row *r, char *why, size_t n) {
   return check_ratio_ci(f[9], why, n);
 }
 
-/* The end line "end\t<n>" at line: it counts t's rows and nothing follows it. */
+/* The end line "end\t<n>" at line: it counts t's rows, in the digits the
+   writer gives (no leading zero: one text per table), and nothing follows it. */
 static int check_end(const char *path, const char *text, const char *after, int line, const fd_table *t,
                      char *note, size_t notelen) {
   char *end, why[128];
   errno = 0;
   long long n = strtoll(text + 4, &end, 10);
-  if (text[4] < '0' || text[4] > '9' || *end || errno || n != (long long)t->n) {
+  int leading_zero = text[4] == '0' && text[5] != 0;
+  if (text[4] < '0' || text[4] > '9' || *end || errno || leading_zero || n != (long long)t->n) {
     snprintf(why, sizeof why, "the end line does not close %zu rows", t->n);
     return refuse(note, notelen, path, line, why);
   }
