@@ -196,6 +196,8 @@ local function keydefs()
     facts.PAGE_SIZE_MIN, facts.PAGE_SIZE_MAX, facts.Q_LEN_MAX)
   out[#out + 1] = ("#define FD_H_CHUNK %d\n#define FD_H_CHUNK_SIMD %d"):format(facts.H_CHUNK, facts.H_CHUNK_SIMD)
   out[#out + 1] = ("#define FD_H_PLANES %d"):format(facts.H_PLANES)
+  out[#out + 1] = ("#define FD_MSD16_TILE_LO %d\n#define FD_MSD16_TILE_HI %d\n#define FD_MSD16_D %d"):format(
+    facts.MSD16_TILES[1], facts.MSD16_TILES[2], facts.MSD16_D)
   out[#out + 1] = ("#define FD_FLAG_SPLIT %d\n#define FD_FLAG_LSE %d\n#define FD_FLAG_RESERVED %d"):format(
     facts.FLAG_SPLIT, facts.FLAG_LSE, facts.FLAG_RESERVED)
   local vf, vn = {}, {}

@@ -82,7 +82,7 @@ M.isas = {
   [0] = { name = "c", enum = "FD_ISA_C", text = "portable C", W = 1, nregs = 0, max_tile = 99, fallback = -1,
           groups = {}, cpuid = {}, xcr0 = 0 },
   { name = "avx2", enum = "FD_ISA_AVX2", text = "AVX2+FMA+F16C", short = "AVX2", W = 8, reg = "ymm", nregs = 16,
-    max_tile = 12, fallback = 0, groups = { fma = true, f16c = true }, other_hint = "prefetcht1",
+    max_tile = 12, fallback = 0, groups = { fma = true, f16c = true, msd16 = true }, other_hint = "prefetcht1",
     cpuid = { "avx2", "fma", "f16c" }, xcr0 = 0x6 },
   { name = "avx512", enum = "FD_ISA_AVX512", text = "AVX-512", short = "AVX-512", W = 16, reg = "zmm", nregs = 32,
     max_tile = 32, head_lane_tile = 16, fallback = 1, other_hint = "prefetcht1",
@@ -131,7 +131,9 @@ function M.isas_upto(max_isa)
   return out
 end
 -- The instruction groups a record may name, in this order in generated C.
-M.GROUPS = { "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "bf16", "vnni" }
+-- msd16: MSD scores by int16 pair products (vpmaddwd, AVX2): 2 planes only,
+-- held as one int16 plane of q (M.msd16_fits).
+M.GROUPS = { "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "bf16", "vnni", "msd16" }
 -- Where CPUID reports each feature: leaf, subleaf, register (0 eax .. 3 edx), bit.
 M.CPUID = {
   avx2 = { 7, 0, 1, 5 }, fma = { 1, 0, 2, 12 }, f16c = { 1, 0, 2, 29 },
@@ -167,6 +169,19 @@ M.H_PLANES = 3
 -- states the same bound in C.
 function M.planes_fit(n, D)
   return n * D + 8 * n <= 4 * D
+end
+
+-- MSD scores on a record with the msd16 group (AVX2, no int8 dot products):
+-- q as one int16 plane, Q = round(q 32767 / max |q|) (the bits of 2 int8
+-- planes and one more), each vpmaddwd the products of 16 K elements widened
+-- to int16, summed exactly in int32 (|Q k| < 2^22, D <= 999: below 2^31),
+-- in the direct scores of 2 keys a group (tiles of MSD16_TILES heads) over
+-- whole 16-element pieces of a row (head_dim a multiple of MSD16_D). Only the
+-- planes digit 2 (2 int8 planes' accuracy, fast precision's) takes it.
+M.MSD16_TILES = { 3, 4 }
+M.MSD16_D = 16
+function M.msd16_fits(tile, D)
+  return (tile == M.MSD16_TILES[1] or tile == M.MSD16_TILES[2]) and D % M.MSD16_D == 0
 end
 
 -- The tuned table: magic line, identity lines (name TAB value), columns.

@@ -44,8 +44,9 @@ function M.has_flag(flags, bit)
 end
 
 -- Why MSD planes (the planes digit) cannot serve the key's other fields, or
--- nil: 2 or 3 planes, int8 K, an isa record with the vnni group, not both
--- per-channel K and beams.
+-- nil: 2 or 3 planes, int8 K, an isa record with the vnni group (or with the
+-- msd16 group: 2 planes, gen/facts.lua msd16_fits), not both per-channel K
+-- and beams.
 function M.planes_misfit(t)
   local n = t.planes or 0
   if n == 0 then return nil end
@@ -53,7 +54,14 @@ function M.planes_misfit(t)
   if F.dtypes[t.kv_dtype].name ~= "i8" then
     return ("MSD planes need int8 K, not kv_dtype %s"):format(F.dtypes[t.kv_dtype].name)
   end
-  if not F.isas[t.isa].groups.vnni then
+  local groups = F.isas[t.isa].groups
+  if groups.msd16 and not groups.vnni then   -- one int16 plane (gen/facts.lua msd16_fits)
+    if n ~= 2 then return ("isa %s serves 2 planes only (q as one int16 plane, vpmaddwd), not %d"):format(F.isas[t.isa].name, n) end
+    if not F.msd16_fits(t.group_tile, t.head_dim) then
+      return ("isa %s serves planes with group tile %d or %d and head_dim a multiple of %d, not tile %d, head_dim %d"):format(
+        F.isas[t.isa].name, F.MSD16_TILES[1], F.MSD16_TILES[2], F.MSD16_D, t.group_tile, t.head_dim)
+    end
+  elseif not groups.vnni then
     return ("MSD planes need an isa with int8 dot products (vpdpbusd), not isa %s"):format(F.isas[t.isa].name)
   end
   if (t.k_per_channel or 0) == 1 and (t.beams or 0) == 1 then
@@ -166,7 +174,8 @@ function M.describe(key)
   if M.has_flag(t.flags, F.FLAG_SPLIT) then flags[#flags + 1] = "split partials" end
   if M.has_flag(t.flags, F.FLAG_LSE) then flags[#flags + 1] = "lse" end
   local extra = ((t.k_per_channel or 0) == 1 and ", K scales per channel" or "") .. ((t.beams or 0) == 1 and ", beams" or "")
-    .. ((t.planes or 0) > 0 and (", MSD scores in %d int8 planes"):format(t.planes) or "")
+    .. ((t.planes or 0) > 0 and (F.isas[t.isa].groups.vnni and (", MSD scores in %d int8 planes"):format(t.planes)
+                                  or ", MSD scores in one int16 plane (the planes digit 2)") or "")
     .. ((t.precision or 0) == 1 and ", fast precision (bf16 weights)" or "")
   return ("template %d, chunk %d, head_dim %d, group tile %d, %s, %s, %s, out %s, kv %s, q %s, %s%s"):format(
     t.template, t.chunk, t.head_dim, t.group_tile, F.isas[t.isa].text,

@@ -96,6 +96,7 @@ M.CONST_FLOATS = {
   -- ALiBi's key offsets: lane i holds i (a row of distinct lanes); the two vector widths
   { "iota", (function() local t = {} for i = 0, 15 do t[#t + 1] = i .. ".0f" end return t end)() },
   { "eight_f", "8.0f" }, { "sixteen_f", "16.0f" },
+  { "i16max_f", "32767.0f" },                                       -- AVX2 MSD: the int16 plane's range
 }
 -- The exp's coefficient rows after log2e, highest power first: e<k> holds
 -- the coefficient of f^k (M.EXP2_COEFS[k + 1]), scaled.
@@ -941,6 +942,58 @@ local function store_lanes(b, p, h, R)
   end
 end
 
+-- AVX2 MSD scores (the planes digit on a record with the msd16 group,
+-- gen/facts.lua msd16_fits: tiles of 3 and 4 heads, 2 keys a group, head_dim
+-- a multiple of 16): each head's q row holds one int16 plane Q (q ~= s Q,
+-- M.q_planes) and its scale s after the plane (byte 2 D); each 16-element
+-- piece of a K row is widened to int16 once (vpmovsxbw) and multiplied with
+-- every head's piece of Q by vpmaddwd (16 products summed in pairs into 8
+-- exact int32 lanes), added up in int32 (below 2^31: gen/facts.lua); the
+-- sums are converted to f32 and reduced as the f32 scores are, then times
+-- the two keys' row scales (scaled_group) and the heads' s (MSD16_QSCALE).
+-- In a standalone loop of Llama's scores (4 heads, 2 keys a group, K from
+-- L1) on the Zen 3 VM: 36 cycles a key against the f32 FMA scores' 61.
+local MSD16_QSCALE, MSD16_TMPS = 13, { 8, 9, 10, 11, 12 }
+
+-- Register MSD16_QSCALE = the tile's q scales in the reduced group's lanes
+-- (s0 s0 s1 s1 | s2 s2 s3 s3: head h's two keys), register 8 scratch.
+local function msd16_scales(b, p)
+  local at = function(h) return mem("rdi", h * 4 * p.D + 2 * p.D) end
+  local qs = b.r(MSD16_QSCALE)
+  b.v("vbroadcastss", qs, at(0))
+  for h = 1, p.T - 1 do
+    b.v("vbroadcastss", b.r(8), at(h))
+    b.v("vblendps", qs, qs, b.r(8), 3 * 4 ^ h)
+  end
+end
+
+-- The int32 sums of a group of R keys (rows rsi and ROW_PTR) times the
+-- tile's int16 planes, in the accumulators of the f32 scores (slot_of),
+-- converted to f32 there.
+local function msd16_group(b, p, R, kreg)
+  local n = 0
+  for c = 0, p.D / 16 - 1 do
+    for r = 0, R - 1 do
+      local kr = b.r(kreg + r % 2)
+      b.v("vpmovsxbw", kr, mem(r == 0 and "rsi" or ROW_PTR[r], c * 16))
+      for h = 0, p.T - 1 do
+        local acc, q = b.r(slot_of(b.isa, h * R + r)), mem("rdi", h * 4 * p.D + c * 32)
+        if c == 0 then b.v("vpmaddwd", acc, kr, q)
+        else
+          local tmp = b.r(MSD16_TMPS[n % #MSD16_TMPS + 1])
+          n = n + 1
+          b.v("vpmaddwd", tmp, kr, q)
+          b.v("vpaddd", acc, acc, tmp)
+        end
+      end
+    end
+  end
+  for k = 0, R * p.T - 1 do
+    local acc = b.r(slot_of(b.isa, k))
+    b.v("vcvtdq2ps", acc, acc)
+  end
+end
+
 -- Scores without staging: groups of R keys times the T heads (R*T <= W
 -- accumulators, one per key and head), K converted once per row into a
 -- register, q read once per d-block; one shuffle tree reduces the group
@@ -995,6 +1048,8 @@ local function scores_direct(isa, p, R)
     b.gp(("mov %d(%%rax), %%r11"):format(ARG.scl))
     b.v("vbroadcastss", b.r(29), mem("r11", 0))
   end
+  local m16 = M.msd(isa, p)   -- AVX2 MSD: q one int16 plane, K widened to int16 (msd16_group)
+  if m16 then msd16_scales(b, p) end
   b.gp(("imul $%d, %%r8, %%rax"):format(R))
   if key_blocks(b, R) then b.gp("xor %r9, %r9") end
   b.gp("test %rcx, %rcx")
@@ -1009,7 +1064,7 @@ local function scores_direct(isa, p, R)
     while ahead * R < M.K_ROWS_AHEAD do ahead = ahead * 2 end
     if not p.NO_AHEAD then prefetch_group_ahead(b, p, R, ahead) end
   end
-  for c = 0, dp and -1 or NCH - 1 do
+  for c = 0, (dp or m16) and -1 or NCH - 1 do
     if q_in_regs then
       for h = 0, T - 1 do b.v("vmovups", b.r(qbase + h), mem("rdi", (h * p.D + c * W) * 4)) end
     end
@@ -1031,9 +1086,11 @@ local function scores_direct(isa, p, R)
     b.v("vxorps", z, z, z)
   end
   for c = 0, dp and math.floor(p.D / 32) - 1 or -1 do dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs) end
+  if m16 then msd16_group(b, p, R, kreg) end
   tree(b, kreg)
   if scaled then scaled_group(b) end
   if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
+  if m16 then b.v("vmulps", b.r(0), b.r(0), b.r(MSD16_QSCALE)) end
   if key_blocks(b, R) then
     key_block_next(b, p, kreg)
   else
@@ -1421,7 +1478,7 @@ end
 -- tree (no per-key horizontal sums). Lanes past n hold scores of stale staged
 -- rows (or repeated last rows); the caller pads them.
 function M.scores(isa, p)
-  if M.msd(isa, p) then return scores_msd(isa, p) end
+  if M.msd(isa, p) then return evex(GEOM[isa]) and scores_msd(isa, p) or scores_direct(isa, p, 2) end
   if M.head_lanes(isa, p) then return scores_hl(isa, p) end
   local R = M.direct_rows(isa, p)
   if R then return scores_direct(isa, p, R) end
@@ -2650,6 +2707,65 @@ local function planes_biases(b, P, bias)
   end
 end
 
+-- AVX2 MSD q (M.msd on a record with the msd16 group): for each of n heads,
+-- its f32 q row at ptr + h D floats (scaled, any K scales folded) becomes in
+-- place one int16 plane Q = q 32767 / max |q| rounded to nearest (even), D
+-- int16 in element order (vpackssdw, then vpermq to undo its lane
+-- interleave), then the plane's scale s = max |q| / 32767 (f32) at byte 2 D,
+-- so q ~= s Q. Each 16 floats are read before their 32 plane bytes are
+-- written below them. A non-finite q gives a NaN scale (NaN scores, as the
+-- f32 kernel's); an all-zero row the scale 0.
+local function q_plane16(isa, p)
+  local b = new_block(isa, p)
+  local D = p.D
+  prologue(b, { "ptr", "n", "consts" }, true)
+  b.v("vmovups", b.r(15), mem("r11", C.abs))
+  b.gp("test %rcx, %rcx")
+  b.gp("jz 9f")
+  b.gp("1:")
+  b.v("vxorps", b.r(8), b.r(8), b.r(8))                        -- max |q|
+  b.v("vxorps", b.r(9), b.r(9), b.r(9))                        -- sum of q - q: 0, or NaN
+  b.gp("xor %r12, %r12")
+  b.gp("2:")
+  b.v("vmovups", b.r(0), mem("rdi", 0, "r12", 1))
+  b.v("vsubps", b.r(1), b.r(0), b.r(0))
+  b.v("vaddps", b.r(9), b.r(9), b.r(1))
+  b.v("vandps", b.r(0), b.r(0), b.r(15))
+  b.v("vmaxps", b.r(8), b.r(8), b.r(0))
+  b.gp("add $32, %r12")
+  b.gp(("cmp $%d, %%r12"):format(4 * D))
+  b.gp("jb 2b")
+  reduce(b, 8, 10, "vmaxps")
+  reduce(b, 9, 10, "vaddps")
+  b.v("vmovss", "xmm11", mem("r11", C.i16max_f))
+  b.v("vdivss", "xmm12", "xmm11", "xmm8")                      -- 32767 / max (inf for 0: capped)
+  b.v("vminss", "xmm12", "xmm12", mem("r11", C.two120))
+  b.v("vbroadcastss", b.r(12), "xmm12")
+  b.v("vdivss", "xmm13", "xmm8", "xmm11")                      -- s
+  b.v("vaddss", "xmm13", "xmm13", "xmm9")                      -- NaN for a non-finite value
+  b.gp("xor %r12, %r12")
+  b.gp("xor %r9, %r9")
+  b.gp("3:")
+  b.v("vmulps", b.r(0), b.r(12), mem("rdi", 0, "r12", 1))
+  b.v("vmulps", b.r(1), b.r(12), mem("rdi", 32, "r12", 1))
+  b.v("vcvtps2dq", b.r(0), b.r(0))
+  b.v("vcvtps2dq", b.r(1), b.r(1))
+  b.v("vpackssdw", b.r(0), b.r(0), b.r(1))
+  b.v("vpermq", b.r(0), b.r(0), 0xD8)
+  b.v("vmovups", mem("rdi", 0, "r9", 1), b.r(0))
+  b.gp("add $64, %r12")
+  b.gp("add $32, %r9")
+  b.gp(("cmp $%d, %%r12"):format(4 * D))
+  b.gp("jb 3b")
+  b.v("vmovss", mem("rdi", 2 * D), "xmm13")
+  b.gp(("add $%d, %%rdi"):format(4 * D))
+  b.gp("dec %rcx")
+  b.gp("jnz 1b")
+  b.gp("9:")
+  restore_regs(b)
+  return M.statement(b)
+end
+
 -- MSD q planes (M.msd): for each of n heads, its f32 q row at ptr + h D
 -- floats (scaled, any K scales folded) becomes P int8 planes in place, the
 -- s = max |q| / 127, q / s rounded to nearest
@@ -2659,6 +2775,7 @@ end
 -- (f32). A non-finite q gives NaN scales (NaN scores, as the f32 kernel's).
 -- The row is staged at stage first: the planes overwrite it.
 function M.q_planes(isa, p)
+  if not evex(GEOM[isa]) then return q_plane16(isa, p) end
   local b = new_block(isa, p)
   local D, P = p.D, p.PLANES
   prologue(b, { "ptr", "n", "consts", "stage" }, true)

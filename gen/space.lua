@@ -163,13 +163,15 @@ function M.isas(D, T)
   return out
 end
 
--- The planes digits (MSD int8 scores) a shape's key may take on isa: 0, and
--- 2 and 3 where the key codec allows them (int8 K, an isa with the vnni
--- group) and they fit the head_dim.
-function M.planes(s, isa)
+-- The planes digits (MSD int8 scores) a shape's key may take on isa with
+-- group tile: 0, and 2 and 3 where the key codec allows them (int8 K, an isa
+-- with the vnni group, or 2 on one with the msd16 group at the tiles and
+-- head_dims it serves) and they fit the head_dim.
+function M.planes(s, isa, tile)
   local out, n = { 0 }, M.numeric(s)
   for _, p in ipairs { 2, 3 } do
-    if not key.planes_misfit { kv_dtype = n.kv_dtype, isa = isa, planes = p } and facts.planes_fit(p, s.head_dim) then
+    local f = { kv_dtype = n.kv_dtype, isa = isa, planes = p, group_tile = tile, head_dim = s.head_dim }
+    if not key.planes_misfit(f) and facts.planes_fit(p, s.head_dim) then
       out[#out + 1] = p
     end
   end
@@ -183,7 +185,7 @@ function M.variants(s)
   for _, chunk in ipairs(M.chunks(G)) do
     for _, tile in ipairs(M.tiles(G)) do
       for _, isa in ipairs(M.isas(s.head_dim, tile)) do
-        for _, planes in ipairs(M.planes(s, isa)) do
+        for _, planes in ipairs(M.planes(s, isa, tile)) do
           for _, flags in ipairs(flag_sets) do
             local f = M.shape_fields(s)
             f.chunk, f.group_tile, f.flags, f.isa, f.planes = chunk, tile, flags, isa, planes

@@ -288,6 +288,25 @@ static int check_shape(const fd_ctx *ctx, const fd_shape *s) {
   return FD_OK;
 }
 
+static int heuristic_tile(int G, int isa, fd_dtype kv);
+
+/* Whether isa takes MSD planes only as one int16 plane of q (the msd16 group
+   without int8 dot products: AVX2; gen/facts.lua msd16_fits). */
+static int msd16_isa(int isa) { return fd_isa_table[isa].msd16 && !fd_isa_table[isa].vnni; }
+
+/* Whether the int16 plane serves group tile and head_dim D (gen/facts.lua msd16_fits). */
+static int msd16_fits(int tile, int D) {
+  return (tile == FD_MSD16_TILE_LO || tile == FD_MSD16_TILE_HI) && D % FD_MSD16_D == 0;
+}
+
+/* Whether fast precision takes FD_FAST_PLANES planes as one int16 plane for
+   shape s on isa at group tile: int8 K and V on an msd16 isa, a tile and
+   head_dim it serves, not both per-channel K and beams (planes_misfit). */
+static int fast_msd16(const fd_shape *s, int isa, int tile) {
+  if (s->kv_dtype != FD_I8 || !msd16_isa(isa) || !msd16_fits(tile, s->head_dim)) return 0;
+  return !((s->features & FD_K_PER_CHANNEL) && (s->features & FD_BEAMS));
+}
+
 /* The heuristic planes digit (MSD int8 scores) for isa: FD_H_PLANES for int8
    K on a record with int8 dot products where the planes fit a head's q row
    (gen/generate.lua: planes x D + 8 planes <= 4 D) and not both per-channel
@@ -310,7 +329,14 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs int8 K (MSD scores), not kv_dtype %s", o->planes,
                    fd_dtype_names[s->kv_dtype]);
   int isa = o->isa ? o->isa - 1 : ctx->max_isa;
-  if (!fd_isa_table[isa].vnni)
+  if (msd16_isa(isa)) {
+    int tile = o->group_tile ? o->group_tile : heuristic_tile(s->n_q_heads / s->n_kv_heads, isa, s->kv_dtype);
+    if (o->planes != FD_FAST_PLANES || !msd16_fits(tile, s->head_dim))
+      return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d on isa %s (one int16 plane of q) needs %d planes, group tile "
+                     "%d or %d and shape.head_dim a multiple of %d, not group tile %d, head_dim %d", o->planes,
+                     fd_isa_table[isa].name, FD_FAST_PLANES, FD_MSD16_TILE_LO, FD_MSD16_TILE_HI, FD_MSD16_D, tile,
+                     s->head_dim);
+  } else if (!fd_isa_table[isa].vnni)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa %s",
                    o->planes, fd_isa_table[isa].name);
   if ((s->features & FD_K_PER_CHANNEL) && (s->features & FD_BEAMS))
@@ -320,16 +346,25 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
 }
 
 /* opts.precision 1 on int8 K and V: fast precision takes FD_FAST_PLANES MSD
-   planes, so it needs an isa with int8 dot products, a shape that takes
-   planes (heuristic_planes) and no other count forced by opts.planes. */
+   planes, so it needs an isa with int8 dot products and a shape that takes
+   planes (heuristic_planes), or an msd16 isa (AVX2) and a group tile and
+   head_dim its int16 plane serves (fast_msd16), and no other count forced by
+   opts.planes. */
 static int check_fast_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts *o, int isa) {
-  if (!fd_isa_table[isa].vnni)
+  int m16 = msd16_isa(isa);
+  if (!m16 && !fd_isa_table[isa].vnni)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V (%d MSD planes) needs an isa with int8 dot "
                    "products (avx512vnni, avx512bf16), not isa %s", FD_FAST_PLANES, fd_isa_table[isa].name);
   if (o->planes && o->planes != FD_FAST_PLANES)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V takes %d MSD planes, but opts.planes %d "
                    "forces %s", FD_FAST_PLANES, o->planes, o->planes < 0 ? "f32 FMA scores" : "another count");
-  if (!o->planes && !heuristic_planes(s, isa))
+  int tile = o->group_tile ? o->group_tile : heuristic_tile(s->n_q_heads / s->n_kv_heads, isa, s->kv_dtype);
+  if (m16 && !fast_msd16(s, isa, tile))
+    return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V on isa %s takes one int16 plane of q, which "
+                   "needs group tile %d or %d and shape.head_dim a multiple of %d (not group tile %d, head_dim %d), "
+                   "and not FD_K_PER_CHANNEL with FD_BEAMS", fd_isa_table[isa].name, FD_MSD16_TILE_LO,
+                   FD_MSD16_TILE_HI, FD_MSD16_D, tile, s->head_dim);
+  if (!m16 && !o->planes && !heuristic_planes(s, isa))
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V needs MSD planes, which this shape does not "
                    "take (shape.head_dim %d too small for %d planes of q, or FD_K_PER_CHANNEL with FD_BEAMS)",
                    s->head_dim, FD_H_PLANES);
@@ -447,9 +482,10 @@ static int bucket_splits(const fd_plan *p, const fd_plan_opts *o, const fd_bucke
 
 /* Whether isa and planes serve fast precision for shape s: int8 K and
    V with MSD planes on an isa with int8 dot products (fast_digits lowers
-   them to FD_FAST_PLANES), else fd_precision_fits. */
+   them to FD_FAST_PLANES) or as AVX2's int16 plane (fast_digits sets them),
+   else fd_precision_fits. */
 static int serves_fast(const fd_shape *s, int isa, int planes) {
-  if (s->kv_dtype == FD_I8) return fd_isa_table[isa].vnni && planes > 0;
+  if (s->kv_dtype == FD_I8) return (fd_isa_table[isa].vnni || msd16_isa(isa)) && planes > 0;
   return fd_precision_fits(s, isa);
 }
 
@@ -510,10 +546,12 @@ static void decide_bucket(const fd_plan *p, const char *sig, const fd_plan_opts 
    (a tuned row's key, precision 0 and FD_H_PLANES planes, takes it like the
    features): the precision digit returned, 1 for bf16 V (fd_precision_fits);
    for int8 K and V the planes digit lowered to FD_FAST_PLANES unless
-   opts.planes forced a count (0 stays 0: no MSD). */
+   opts.planes forced a count (0 stays 0: no MSD, except on an msd16 isa
+   (AVX2) at a tile and head_dim its int16 plane serves: FD_FAST_PLANES). */
 static int fast_digits(const fd_plan *p, fd_bucket *b) {
   if (!p->fast) return 0;
   if (!p->forced_planes && b->planes > FD_FAST_PLANES) b->planes = FD_FAST_PLANES;
+  if (!p->forced_planes && !b->planes && fast_msd16(&p->shape, b->isa, b->tile)) b->planes = FD_FAST_PLANES;
   return fd_precision_fits(&p->shape, b->isa);
 }
 

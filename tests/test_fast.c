@@ -18,7 +18,7 @@
    - a tuned row's int8 key (3 planes) takes the int8 arm on a FAST context
      (its chunk and tile kept, planes 2);
    - FAST on a shape it cannot serve (f16 V; an isa without
-     int8 dot products) plans the default key and runs it; opts.precision -1
+     int8 dot products or AVX2's int16 plane) plans the default key and runs it; opts.precision -1
      turns it off, a forced opts.planes keeps its count;
    - the refusals: config.precision 2 / -1 (no context), opts.precision 2, and
      opts.precision 1 where it cannot apply, each naming the field.
@@ -337,20 +337,24 @@ static void permission(void) {
 /* The int8 arm: FAST takes FD_FAST_PLANES planes where the planes digit
    would be FD_H_PLANES (on the best record with int8 dot products); the
    precision digit stays 0; a default context, opts.precision -1 and a forced
-   opts.planes keep theirs, an isa without int8 dot products has none. */
+   opts.planes keep theirs; AVX2 (the msd16 group) takes FD_FAST_PLANES as one
+   int16 plane of q (tile 4 here; tests/test_msd.c checks its kernels), an
+   isa with neither int8 dot products nor msd16 has none. */
 static void int8_permission(void) {
   int on = msd_isa >= 0, isa = msd_isa + 1, p;   /* without one, isa 0: the planner's (no planes) */
+  int plain = kx_plain_isa(), int16 = fd_isa_table[plain].msd16;   /* AVX2: 2 planes as one int16 plane */
+  int fast_want = on || (int16 && plain == fd_cpu_max_isa()) ? FD_FAST_PLANES : 0;
   p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa }, FD_KF_PLANES);
-  t_check(p == (on ? FD_FAST_PLANES : 0), "FAST, int8: planes %d (want %d)", p, on ? FD_FAST_PLANES : 0);
+  t_check(p == fast_want, "FAST, int8: planes %d (want %d)", p, fast_want);
   p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa }, FD_KF_PRECISION);
   t_check(p == 0, "FAST, int8: precision digit %d", p);
   p = planned(FD_PRECISION_DEFAULT, FD_I8, 4, (fd_plan_opts){ .isa = isa }, FD_KF_PLANES);
   t_check(p == (on ? FD_H_PLANES : 0), "default context, int8: planes %d", p);
   p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa, .precision = -1 }, FD_KF_PLANES);
   t_check(p == (on ? FD_H_PLANES : 0), "FAST, int8, opts.precision -1: planes %d", p);
-  int plain = kx_plain_isa();                    /* AVX-512, else AVX2: no int8 dot products */
   p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = plain + 1 }, FD_KF_PLANES);
-  t_check(p == 0, "FAST, int8, forced isa %s: planes %d", fd_isa_table[plain].name, p);
+  t_check(p == (int16 ? FD_FAST_PLANES : 0), "FAST, int8, forced isa %s: planes %d (want %d)", fd_isa_table[plain].name,
+          p, int16 ? FD_FAST_PLANES : 0);
   if (on) {
     p = planned(FD_PRECISION_FAST, FD_I8, 4, (fd_plan_opts){ .isa = isa, .planes = 3 }, FD_KF_PLANES);
     t_check(p == 3, "FAST, int8, opts.planes 3: planes %d", p);
@@ -502,9 +506,17 @@ static void refusals(void) {
   refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 needs bf16 V (bf16 weights) or "
           "int8 K and V (2 MSD planes), not kv_dtype f16", "f16 V");
   s.kv_dtype = FD_I8;
-  snprintf(want, sizeof want, "opts.precision 1 on int8 K and V (2 MSD planes) needs an isa with int8 dot products "
-           "(avx512vnni, avx512bf16), not isa %s", pname);
-  refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = plain + 1 }, FD_EUNSUPPORTED, want, "int8, plain isa");
+  if (fd_isa_table[plain].msd16) {               /* AVX2: one int16 plane of q, at tiles 3 and 4, head_dim 16k */
+    s.head_dim = 72;
+    snprintf(want, sizeof want, "opts.precision 1 on int8 K and V on isa %s takes one int16 plane of q, which needs "
+             "group tile 3 or 4 and shape.head_dim a multiple of 16 (not group tile 4, head_dim 72)", pname);
+    refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = plain + 1 }, FD_EUNSUPPORTED, want, "int8, plain isa, D 72");
+    s.head_dim = 64;
+  } else {
+    snprintf(want, sizeof want, "opts.precision 1 on int8 K and V (2 MSD planes) needs an isa with int8 dot products "
+             "(avx512vnni, avx512bf16), not isa %s", pname);
+    refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = plain + 1 }, FD_EUNSUPPORTED, want, "int8, plain isa");
+  }
   if (msd_isa >= 0) {
     refused(ctx, s, (fd_plan_opts){ .precision = 1, .planes = -1 }, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V "
             "takes 2 MSD planes, but opts.planes -1 forces f32 FMA scores", "int8, planes -1");

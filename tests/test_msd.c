@@ -21,7 +21,13 @@
      each plan's key must carry the planes digit;
    - the refusals: a sentence naming opts.planes, nothing run.
    Runs on the best record with int8 dot products this CPU has (isa digit 3,
-   AVX-512+BF16+VNNI, or 4, AVX-512+VNNI); without one only the refusals run. */
+   AVX-512+BF16+VNNI, or 4, AVX-512+VNNI); without one only the refusals run.
+   First, on AVX2 (the msd16 group: 2 planes as one int16 plane of q, scores
+   by vpmaddwd; gen/facts.lua msd16_fits), on any CPU that has it: the output
+   and score errors against the f32 kernel's (printed; within 1e-3 and 1e-4),
+   the guarded V and K tails, the sweep (every mode, layout, tiles 3 and 4,
+   head_dims 48-128, splits, both K scale modes) under tcc and cc, FAST
+   taking it where it serves and nowhere else, and its refusals. */
 #include "compare.h"
 #include "internal.h"
 #include "cpu.h"
@@ -252,23 +258,25 @@ static void output_errors(fd_ctx *ctx, const char *backend) {
 /* The last partial chunk (203 keys: at chunk 64 the last holds 11) with V
    and v_scale ending at an inaccessible page: no byte past the last row or
    scale is read (pscale's masked tail); against the reference. */
-static void guard_tail(fd_ctx *ctx, int planes, int chunk) {
+static void guard_tail(fd_ctx *ctx, int planes, int chunk, int guard_k) {
   const int D = 80, S = 203, G = 4;
   kproblem kp;
   kp_init(&kp, 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 777);
   kp.cur_pos[0] = S - 1;
-  void *vmap, *smap;
-  size_t vlen, slen;
+  void *vmap, *smap, *kmap = NULL;
+  size_t vlen, slen, klen = 0;
   void *v = t_guarded(kp.v, (size_t)S * D, &vmap, &vlen);
   float *vs = t_guarded(kp.v_scale, sizeof(float) * S, &smap, &slen);
-  if (!t_check(v && vs, "guarded V copies")) { kp_free(&kp); return; }
+  void *k = guard_k ? t_guarded(kp.k, (size_t)S * D, &kmap, &klen) : kp.k;
+  if (!t_check(v && vs && k, "guarded V (and K) copies")) { kp_free(&kp); return; }
   float out[G * 80], lse[G];
   double rout[G * 80], rlse[G];
   fd_shape s = { 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  fd_args a = { kp.q, kp.k, v, kp.cur_pos, NULL, kp.k_scale, vs, NULL, 0, out, lse };
+  fd_args a = { kp.q, k, v, kp.cur_pos, NULL, kp.k_scale, vs, NULL, 0, out, lse };
   fd_plan_opts o = { chunk, G, 1, 1, msd_isa + 1, planes };
   char name[64];
-  snprintf(name, sizeof name, "guarded V tail, planes %d, chunk %d", planes, chunk);
+  snprintf(name, sizeof name, "guarded V%s tail, planes %d, chunk %d, isa %s", guard_k ? " and K" : "", planes, chunk,
+           fd_isa_table[msd_isa].name);
   int rc = run_planes(ctx, &s, &o, &a, name);
   if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
     ref_attention(&kp.ref, rout, rlse);
@@ -277,6 +285,7 @@ static void guard_tail(fd_ctx *ctx, int planes, int chunk) {
   }
   munmap(vmap, vlen);
   munmap(smap, slen);
+  if (kmap) munmap(kmap, klen);
   kp_free(&kp);
 }
 
@@ -407,8 +416,11 @@ static void refusals(void) {
   s.kv_dtype = FD_I8;
   int plain = kx_plain_isa();                    /* AVX-512, else AVX2 (else C, refused below as well) */
   char want[160];
-  snprintf(want, sizeof want, "needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa %s",
-           fd_isa_table[plain].name);
+  if (fd_isa_table[plain].msd16)                 /* AVX2: 2 planes only, as one int16 plane (msd16) */
+    snprintf(want, sizeof want, "opts.planes 3 on isa %s (one int16 plane of q) needs 2 planes", fd_isa_table[plain].name);
+  else
+    snprintf(want, sizeof want, "needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa %s",
+             fd_isa_table[plain].name);
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = plain + 1 }, FD_EUNSUPPORTED, want, fd_isa_table[plain].name);
   refused(ctx, s, (fd_plan_opts){ .planes = 3, .isa = FD_ISA_C }, FD_EUNSUPPORTED, "not isa c", "portable C");
   s.features = FD_K_PER_CHANNEL | FD_BEAMS;
@@ -416,12 +428,156 @@ static void refusals(void) {
      CPU without int8 dot products the isa is refused first */
   refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED,
           msd_isa >= 0 ? "with shape.features FD_K_PER_CHANNEL and FD_BEAMS"
+          : fd_isa_table[fd_cpu_max_isa()].msd16 ? "(one int16 plane of q) needs 2 planes"
                                    : "needs an isa with int8 dot products (avx512vnni, avx512bf16), not isa",
           "per-channel K + beams");
   fd_destroy(ctx);
 }
 
+/* The present isa record with the msd16 group and no int8 dot products
+   (AVX2: 2 planes as one int16 plane of q, vpmaddwd), or -1. */
+static int msd16_record(void) {
+  for (int isa = 0; isa < FD_ISA_COUNT; isa++)
+    if (fd_isa_table[isa].msd16 && !fd_isa_table[isa].vnni && fd_cpu_has_isa(isa)) return isa;
+  return -1;
+}
+
+/* The int16 plane's cases (msd_isa the msd16 record): every mode variant x
+   layout, tiles 3 and 4, head_dims 48-128 (multiples of 16: gen/facts.lua
+   msd16_fits), 1 and 3 splits, per-row and per-channel K scales, 2 planes;
+   every every-th case. */
+static void sweep16(fd_ctx *ctx, int every) {
+  static const int DS[5] = { 64, 96, 128, 48, 80 };
+  int idx = 0, mode, q_len;
+  for (int m = 0; m < 4; m++)
+    for (int layout = FD_BHSD; layout <= FD_BSHD; layout++)
+      for (int v = 0; v < 4; v++) {
+        mode_of(m, &mode, &q_len);
+        int kpc = layout == FD_BHSD && v % 2, tile = 3 + (v + m) % 2, D = DS[(v + 2 * m + layout) % 5];
+        if (idx % every == 0) run_case(ctx, 2, layout, D, tile, mode, q_len, kpc, v / 2 ? 3 : 1, idx);
+        idx++;
+      }
+}
+
+/* The int16 plane's output and score errors against the f32 kernel's on the
+   same cases (printed; within the 2-plane bounds and coarser than f32). */
+static void errors16(fd_ctx *ctx, const char *backend) {
+  static const int PL[2] = { -1, 2 };
+  double e[2];
+  for (int i = 0; i < 2; i++) {
+    g_out_err = 0;
+    run_case(ctx, PL[i], FD_BHSD, 128, 4, FD_CAUSAL, 1, 0, 1, 0);
+    run_case(ctx, PL[i], FD_BHSD, 80, 3, FD_MASK, 1, 1, 3, 9);
+    run_case(ctx, PL[i], FD_BSHD, 48, 4, FD_CAUSAL, 3, 0, 1, 45);
+    run_case(ctx, PL[i], FD_BHSD, 64, 3, FD_FULL, 1, 0, 3, 63);
+    e[i] = g_out_err;
+  }
+  printf("%s: %s int16 plane output error vs the double reference (relative to the largest |output|): f32 scores %.3g, "
+         "one int16 plane %.3g\n", backend, fd_isa_table[msd_isa].name, e[0], e[1]);
+  t_check(e[0] <= 1e-5 && e[1] <= 1e-3 && e[1] > e[0], "int16-plane outputs within 1e-3 and coarser than f32 (%.3g vs %.3g)",
+          e[1], e[0]);
+  for (int kpc = 0; kpc <= 1; kpc++)
+    for (int D = 64; D <= 128; D += 64) {
+      double e0 = score_error(ctx, 0, kpc, D), e2 = score_error(ctx, 2, kpc, D);
+      printf("%s: %s score error vs the double reference (%s K scales, head_dim %d): f32 FMA %.3g, one int16 plane %.3g "
+             "(relative to the largest |score|)\n", backend, fd_isa_table[msd_isa].name, kpc ? "per-channel" : "per-row",
+             D, e0, e2);
+      t_check(e2 <= 1e-4 && e2 > e0, "int16-plane scores within 1e-4 and coarser than f32 (%.3g vs %.3g)", e2, e0);
+    }
+}
+
+/* The planes digit planned for int8 K, Hq query heads over 2 kv heads and
+   head_dim D with opts o on a FAST context limited to isa_limit. */
+static int fast_planes(int isa_limit, int Hq, int D, fd_plan_opts o) {
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = isa_limit, .precision = FD_PRECISION_FAST });
+  fd_shape s = { 1, Hq, 2, D, 4096, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  fd_plan *plan = NULL;
+  fd_plan_info info = { 0 };
+  int rc = fd_plan_create_opts(ctx, &s, &o, &plan);
+  if (!rc) rc = fd_plan_info_get(plan, 4096, &info);
+  t_check(rc == 0, "FAST plan, Hq %d, D %d: %s", Hq, D, fd_errmsg(ctx));
+  fd_plan_destroy(plan);
+  fd_destroy(ctx);
+  size_t len = strlen(info.key);
+  return len > PLANES_POS ? info.key[len - 1 - PLANES_POS] - '0' : 0;
+}
+
+/* The planner and the refusals on the msd16 record (limit l = its FD_ISA_*):
+   FAST takes 2 planes where the int16 plane serves (tiles 3 and 4, head_dim
+   a multiple of 16), none elsewhere or with opts.planes -1; the default
+   precision none; forced counts and fast precision refused where it cannot
+   serve, naming the field. */
+static void plans16(int isa) {
+  int l = isa + 1, p;
+  p = fast_planes(l, 8, 128, (fd_plan_opts){ 0 });
+  t_check(p == 2, "FAST, G 4, D 128: planes %d (want 2)", p);
+  p = fast_planes(l, 6, 64, (fd_plan_opts){ 0 });
+  t_check(p == 2, "FAST, G 3, D 64: planes %d (want 2)", p);
+  p = fast_planes(l, 8, 72, (fd_plan_opts){ 0 });
+  t_check(p == 0, "FAST, head_dim 72: planes %d (want 0)", p);
+  p = fast_planes(l, 4, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "FAST, G 2 (tile 2): planes %d (want 0)", p);
+  p = fast_planes(l, 8, 128, (fd_plan_opts){ .group_tile = 2 });
+  t_check(p == 0, "FAST, forced tile 2: planes %d (want 0)", p);
+  p = fast_planes(l, 8, 128, (fd_plan_opts){ .planes = -1 });
+  t_check(p == 0, "FAST, opts.planes -1: planes %d (want 0)", p);
+  p = planned_planes(l, FD_I8, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "default precision on %s: planes %d (want 0)", fd_isa_table[isa].name, p);
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .isa_limit = l });
+  fd_shape s = { NB, 8, HKV, 64, S_CAP, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
+  char want[200];
+  snprintf(want, sizeof want, "opts.planes 3 on isa %s (one int16 plane of q) needs 2 planes", fd_isa_table[isa].name);
+  refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED, want, "int16 plane, 3 planes");
+  refused(ctx, s, (fd_plan_opts){ .planes = 2, .group_tile = 2 }, FD_EUNSUPPORTED, "not group tile 2, head_dim 64",
+          "int16 plane, tile 2");
+  s.head_dim = 72;
+  refused(ctx, s, (fd_plan_opts){ .planes = 2 }, FD_EUNSUPPORTED, "not group tile 4, head_dim 72", "int16 plane, D 72");
+  refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "takes one int16 plane of q, which needs group "
+          "tile 3 or 4 and shape.head_dim a multiple of 16 (not group tile 4, head_dim 72)", "int16 plane, fast, D 72");
+  s.head_dim = 64;
+  refused(ctx, s, (fd_plan_opts){ .precision = 1, .planes = -1 }, FD_EUNSUPPORTED, "takes 2 MSD planes, but opts.planes "
+          "-1 forces f32 FMA scores", "int16 plane, fast, planes -1");
+  s.features = FD_K_PER_CHANNEL | FD_BEAMS;
+  refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "and not FD_K_PER_CHANNEL with FD_BEAMS",
+          "int16 plane, fast, per-channel K + beams");
+  fd_destroy(ctx);
+}
+
+/* AVX2's int16 plane (the msd16 record, run here on any CPU that has it):
+   the errors, the guarded tails (V, and K read in 16-byte pieces), the
+   sweep under tcc and (every 4th case) the cc backend, the plans. */
+static void msd16(void) {
+  int isa = msd16_record(), saved = msd_isa;
+  if (isa < 0) { printf("skipped the int16-plane MSD kernels: no AVX2\n"); return; }
+  msd_isa = isa;
+  printf("MSD kernels on isa %d (%s): 2 planes as one int16 plane\n", isa, fd_isa_table[isa].text);
+  fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
+  errors16(ctx, "tcc");
+  guard_tail(ctx, 2, 64, 1);
+  guard_tail(ctx, 2, 4096, 1);
+  sweep16(ctx, 1);
+  fd_destroy(ctx);
+  char tmp[] = "/tmp/fd_msd16_XXXXXX";
+  const char *dir = getenv("FD_TEST_CACHE_DIR");
+  if (!dir) dir = mkdtemp(tmp);
+  if (t_check(dir != NULL, "temporary cache_dir")) {
+    ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir });
+    t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
+    errors16(ctx, "cc");
+    sweep16(ctx, 4);
+    fd_destroy(ctx);
+  }
+  if (dir == tmp) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
+  }
+  plans16(isa);
+  msd_isa = saved;
+}
+
 int main(void) {
+  msd16();
   msd_isa = kx_msd_isa();
   if (msd_isa < 0) {
     printf("skipped the MSD kernels: this CPU has no AVX512-VNNI (isa digit %d at most)\n", fd_cpu_max_isa());
@@ -430,9 +586,9 @@ int main(void) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
     score_errors(ctx, "tcc");
     output_errors(ctx, "tcc");
-    guard_tail(ctx, 3, 64);
-    guard_tail(ctx, 2, 64);
-    guard_tail(ctx, 2, 4096);
+    guard_tail(ctx, 3, 64, 0);
+    guard_tail(ctx, 2, 64, 0);
+    guard_tail(ctx, 2, 4096, 0);
     sweep(ctx, 1);
     fd_destroy(ctx);
     char tmp[] = "/tmp/fd_msd_XXXXXX";
