@@ -207,6 +207,29 @@ static double body_rate(int threads, int reps, double (*body)(long), int per_ins
   return (double)iters * 12 * per_ins * threads / best * 1e-9;
 }
 
+int fdb_has_int16_madd(void) { return __builtin_cpu_supports("avx2") != 0; }
+
+/* One vpmaddwd of x and y into t and its vpaddd into chain a (the AVX2 MSD
+   scores' step, gen/simd.lua msd16_group). */
+#define FDB_MADD(a) __asm__ volatile("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(a), "=&x"(t) : "x"(x), "x"(y))
+
+/* One thread's `iters` rounds of 12 (vpmaddwd, vpaddd) pairs; a sum of the accumulators. */
+__attribute__((target("avx2"), noinline)) static double int16_body(long iters) {
+  __m256i x = _mm256_set1_epi16(3), y = x, t;
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+          a9 = a0, a10 = a0, a11 = a0;
+  for (long i = 0; i < iters; i++) {
+    FDB_MADD(a0); FDB_MADD(a1); FDB_MADD(a2); FDB_MADD(a3); FDB_MADD(a4); FDB_MADD(a5);
+    FDB_MADD(a6); FDB_MADD(a7); FDB_MADD(a8); FDB_MADD(a9); FDB_MADD(a10); FDB_MADD(a11);
+  }
+  __m256i s = _mm256_add_epi32(_mm256_add_epi32(a0, a5), a11);
+  return (double)_mm256_extract_epi32(s, 0);
+}
+
+double fdb_int16_gmadds(int threads, int reps) {
+  return fdb_has_int16_madd() ? body_rate(threads, reps, int16_body, 16) : -1;
+}
+
 double fdb_bf16_gdots(int threads, int reps) {
   return fdb_has_bf16_dot() ? body_rate(threads, reps, bf16_body, 32) : -1;
 }
@@ -218,6 +241,8 @@ int fdb_has_bf16_dot(void) { return 0; }
 int fdb_has_int8_dot(void) { return 0; }
 double fdb_bf16_gdots(int threads, int reps) { (void)threads; (void)reps; return -1; }
 double fdb_int8_gdots(int threads, int reps) { (void)threads; (void)reps; return -1; }
+int fdb_has_int16_madd(void) { return 0; }
+double fdb_int16_gmadds(int threads, int reps) { (void)threads; (void)reps; return -1; }
 #endif
 
 /* f32 lanes of the FMA probe's vector (16 zmm, 8 ymm, 0 without FMA). */

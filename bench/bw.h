@@ -34,6 +34,15 @@ double fdb_bf16_gdots(int threads, int reps);
    (absent) without AVX512-VNNI. */
 double fdb_int8_gdots(int threads, int reps);
 
+/* 1 when the CPU has AVX2 (vpmaddwd on ymm); else 0. */
+int fdb_has_int16_madd(void);
+
+/* Peak int16 multiply-add rate in G multiply-adds/s as the AVX2 MSD scores
+   run them: 12 independent chains per thread of vpmaddwd (16 int16
+   products summed in pairs) and the vpaddd that accumulates it, 16
+   multiply-adds per pair, best of reps; -1 (absent) without AVX2. */
+double fdb_int16_gmadds(int threads, int reps);
+
 /* Evict the caches of every core: all threads read one word of every line
    of a buffer of 4x the last-level cache (allocated and written once, kept
    until exit), so the caches hold its clean lines. The tuner's flush

@@ -56,7 +56,8 @@ end
 
 -- The arithmetic of a kernel from its tiling key (digit string or nil), as
 -- the generator decides it (gen/generate.lua params, gen/simd.lua): { scores
--- = "bf16" (vdpbf16ps), "int8" (MSD planes) or "fma", planes = the planes
+-- = "bf16" (vdpbf16ps), "int8" (MSD planes), "int16" (AVX2's MSD: one int16
+-- plane of q by vpmaddwd) or "fma", planes = the planes
 -- digit, pv = "bf16" (fast precision: key digit precision) or nil (f32
 -- FMA; int8 V too: its P.V is f32 over the dequantized V)
 -- }; nil for a key the generator does not take.
@@ -65,13 +66,14 @@ function M.kernel_arith(key_text)
   local ok, p = pcall(function() return require("generate").params(tostring(key_text)) end)
   if not ok or not p then return nil end
   local planes = p.FIELDS.planes or 0
-  return { scores = planes > 0 and "int8" or p.DPBF16 and "bf16" or "fma", planes = planes,
+  local int8 = planes > 0 and require("facts").isas[p.FIELDS.isa].groups.vnni
+  return { scores = int8 and "int8" or planes > 0 and "int16" or p.DPBF16 and "bf16" or "fma", planes = planes,
            pv = (p.FIELDS.precision or 0) > 0 and "bf16" or nil }
 end
 
 -- The arithmetic kinds: the rate they run at (rates[rate]) and their name.
 local ARITH = { fma = { rate = "fma", label = "f32 FMA" }, bf16 = { rate = "bf16", label = "bf16 dot" },
-                int8 = { rate = "int8", label = "int8 dot" } }
+                int8 = { rate = "int8", label = "int8 dot" }, int16 = { rate = "int16", label = "int16 madd" } }
 M.ARITH = ARITH
 
 -- The arithmetic of a run's P.V: run.pv ("bf16", "int8") when given and its
@@ -98,7 +100,7 @@ end
 -- FMA), backend ("tcc", "cc", ...), scores (the kernel's own scores
 -- arithmetic, M.kernel_arith; nil: M.scores_arith's guess), planes (the key's MSD plane count: int8
 -- scores at planes int8 multiply-adds per product), pv ("fma" default,
--- "bf16", "int8": P.V's arithmetic) }; rates: { fma, bf16, int8 (nil:
+-- "bf16", "int8": P.V's arithmetic) }; rates: { fma, bf16, int8, int16 (nil:
 -- absent), lanes (default 16) } in G multiply-adds/s. Returns { gbs = ceiling
 -- GB/s, G, esz, scores = "bf16" | "int8" | "fma", pv, r_scores, r_pv, label
 -- (e.g. "f32 FMA", "bf16 dot + f32 FMA", "int8 dot x3 + f32 FMA") }, or nil
@@ -114,7 +116,7 @@ function M.ceiling(run, rates)
   local scale = W and math.min(W, lanes) / lanes or 1
   local planes = run.planes or 0
   local scores = run.scores or M.scores_arith(run.isa, run.q_dtype, run.kv_dtype)
-  if planes > 0 then scores = "int8" end
+  if planes > 0 and scores ~= "int16" then scores = "int8" end   -- (int16: one plane, one pass)
   if scores ~= "fma" and not (rates[ARITH[scores].rate] and rates[ARITH[scores].rate] > 0) then scores = "fma" end
   local pv = pv_arith(run, rates)
   local per = function(kind) return kind == "int8" and math.max(planes, 1) or 1 end

@@ -89,6 +89,12 @@ T.eq(c.label, "int8 dot x3 + f32 FMA", "3 planes: label")
 T.eq(c.scores_label, "int8 dot x3", "3 planes: the scores' label")
 near(roof.ceiling(llama("i8", { planes = 2 }), rates).r_scores, 300, "2 planes: 600/2")
 near(roof.ceiling(llama("i8", { planes = 3 }), { fma = 100, lanes = 16 }).gbs, 25, "int8 rate absent: f32 FMA")
+-- AVX2's MSD (one int16 plane of q, vpmaddwd): scores at the int16 madd rate, one pass whatever the planes digit.
+c = roof.ceiling(llama("i8", { planes = 2, scores = "int16", isa = 1 }), { fma = 100, int16 = 160, lanes = 16 })
+near(c.r_scores, 160 * 8 / 16, "int16 plane: the int16 rate at AVX2's 8 of the probe's 16 lanes")
+T.eq(c.label, "int16 madd + f32 FMA", "int16 plane: label")
+near(roof.ceiling(llama("i8", { planes = 2, scores = "int16", isa = 1 }), { fma = 100, lanes = 16 }).r_scores, 50,
+     "int16 rate absent: f32 FMA")
 -- P.V's arithmetic: int8 with the planes (MSD weights), bf16 (fast precision).
 c = roof.ceiling(llama("i8", { planes = 3, pv = "int8" }), rates)
 near(c.gbs, 2 / (8 / 200), "int8 scores and P.V, 3 planes")
@@ -114,6 +120,8 @@ if isa3 then
   T.ok(k.scores == "int8" and k.planes == 3 and k.pv == nil, "int8 K/V, planes 3: scores by int8 dot, P.V by f32 FMA")
   k = roof.kernel_arith("20010256128043002320")
   T.ok(k.scores == "int8" and k.planes == 2 and k.pv == nil, "int8 K/V, planes 2: scores by int8 dot, P.V by f32 FMA")
+  k = roof.kernel_arith("20010256128041002320")
+  T.ok(k.scores == "int16" and k.planes == 2 and k.pv == nil, "int8 K/V, planes 2 on avx2: scores by int16 madd")
   near(roof.ceiling(llama("bf16", { isa = isa3, scores = "fma" }), rates).gbs, 50, "the kernel's FMA scores on isa 3: 50")
   T.eq(roof.kernel_arith("10256128043002220").pv, nil, "default precision: P.V by f32 FMA")
   T.eq(roof.kernel_arith("100010256128043002220").pv, "bf16", "precision digit 1: P.V by bf16 dot")

@@ -93,7 +93,7 @@ end
 -- a dot rate the CPU lacks (CPUID) is nil: absent, not 0.
 -- Measured at the start and at the end of the run; the higher of the two is
 -- kept (load from elsewhere only lowers them), like the bandwidth.
--- info.rates[threads] = { fma, bf16, int8, lanes }; info.fma_all, fma_one kept.
+-- info.rates[threads] = { fma, bf16, int8, int16, lanes }; info.fma_all, fma_one kept.
 local function arithmetic_rates(info, progress, when)
   local function rate(x) x = tonumber(x) return x and x > 0 and x or nil end
   local function best(a, b) return (a and b) and math.max(a, b) or a or b end
@@ -104,9 +104,11 @@ local function arithmetic_rates(info, progress, when)
     info.rates[t] = { fma = best(old.fma, rate(fdb.fdb_fma_gfmas(t, info.rate_reps))),
                       bf16 = best(old.bf16, rate(fdb.fdb_bf16_gdots(t, info.rate_reps))),
                       int8 = best(old.int8, rate(fdb.fdb_int8_gdots(t, info.rate_reps))),
+                      int16 = best(old.int16, rate(fdb.fdb_int16_gmadds(t, info.rate_reps))),
                       lanes = tonumber(fdb.fdb_fma_lanes()) }
   end
   info.has_bf16, info.has_int8 = fdb.fdb_has_bf16_dot() ~= 0, fdb.fdb_has_int8_dot() ~= 0
+  info.has_int16 = fdb.fdb_has_int16_madd() ~= 0
   info.fma_all, info.fma_one = info.rates[info.threads].fma, info.rates[1].fma
 end
 
