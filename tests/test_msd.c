@@ -543,6 +543,38 @@ static void plans16(int isa) {
   fd_destroy(ctx);
 }
 
+/* Run body on a cc-backend context whose kernel cache is a temporary
+   directory (or $FD_TEST_CACHE_DIR), removed after. */
+static void on_cc(void (*body)(fd_ctx *ctx)) {
+  char tmp[] = "/tmp/fd_msd_XXXXXX";
+  const char *dir = getenv("FD_TEST_CACHE_DIR");
+  if (!dir) dir = mkdtemp(tmp);
+  if (t_check(dir != NULL, "temporary cache_dir")) {
+    fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir });
+    t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
+    body(ctx);
+    fd_destroy(ctx);
+  }
+  if (dir == tmp) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
+  }
+}
+
+/* The int8-dot (VNNI) checks under the cc backend: the errors, every 4th sweep case. */
+static void cc_vnni(fd_ctx *ctx) {
+  score_errors(ctx, "cc");
+  output_errors(ctx, "cc");
+  sweep(ctx, 4);
+}
+
+/* The int16 plane's checks under the cc backend: the errors, every 4th sweep case. */
+static void cc_int16(fd_ctx *ctx) {
+  errors16(ctx, "cc");
+  sweep16(ctx, 4);
+}
+
 /* AVX2's int16 plane (the msd16 record, run here on any CPU that has it):
    the errors, the guarded tails (V, and K read in 16-byte pieces), the
    sweep under tcc and (every 4th case) the cc backend, the plans. */
@@ -557,21 +589,7 @@ static void msd16(void) {
   guard_tail(ctx, 2, 4096, 1);
   sweep16(ctx, 1);
   fd_destroy(ctx);
-  char tmp[] = "/tmp/fd_msd16_XXXXXX";
-  const char *dir = getenv("FD_TEST_CACHE_DIR");
-  if (!dir) dir = mkdtemp(tmp);
-  if (t_check(dir != NULL, "temporary cache_dir")) {
-    ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir });
-    t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
-    errors16(ctx, "cc");
-    sweep16(ctx, 4);
-    fd_destroy(ctx);
-  }
-  if (dir == tmp) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
-  }
+  on_cc(cc_int16);
   plans16(isa);
   msd_isa = saved;
 }
@@ -591,22 +609,7 @@ int main(void) {
     guard_tail(ctx, 2, 4096, 0);
     sweep(ctx, 1);
     fd_destroy(ctx);
-    char tmp[] = "/tmp/fd_msd_XXXXXX";
-    const char *dir = getenv("FD_TEST_CACHE_DIR");
-    if (!dir) dir = mkdtemp(tmp);
-    if (t_check(dir != NULL, "temporary cache_dir")) {
-      ctx = fd_create(&(fd_config){ .threads = 2, .backend = FD_BACKEND_CC, .cache_dir = dir });
-      t_check(fd_ctx_backend(ctx) == FD_BACKEND_CC, "cc backend in use (%s)", fd_errmsg(ctx));
-      score_errors(ctx, "cc");
-      output_errors(ctx, "cc");
-      sweep(ctx, 4);
-      fd_destroy(ctx);
-    }
-    if (dir == tmp) {
-      char cmd[128];
-      snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-      if (system(cmd) != 0) printf("note: could not remove %s\n", tmp);
-    }
+    on_cc(cc_vnni);
   }
   refusals();
   heuristic();
