@@ -299,6 +299,11 @@ static int msd16_fits(int tile, int D) {
   return (tile == FD_MSD16_TILE_LO || tile == FD_MSD16_TILE_HI) && D % FD_MSD16_D == 0;
 }
 
+/* The group tile opts o gives shape s on isa: forced, else the heuristic's. */
+static int opts_tile(const fd_shape *s, const fd_plan_opts *o, int isa) {
+  return o->group_tile ? o->group_tile : heuristic_tile(s->n_q_heads / s->n_kv_heads, isa, s->kv_dtype);
+}
+
 /* Whether fast precision takes FD_FAST_PLANES planes as one int16 plane for
    shape s on isa at group tile: int8 K and V on an msd16 isa, a tile and
    head_dim it serves, not both per-channel K and beams (planes_misfit). */
@@ -330,7 +335,7 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
                    fd_dtype_names[s->kv_dtype]);
   int isa = o->isa ? o->isa - 1 : ctx->max_isa;
   if (msd16_isa(isa)) {
-    int tile = o->group_tile ? o->group_tile : heuristic_tile(s->n_q_heads / s->n_kv_heads, isa, s->kv_dtype);
+    int tile = opts_tile(s, o, isa);
     if (o->planes != FD_FAST_PLANES || !msd16_fits(tile, s->head_dim))
       return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d on isa %s (one int16 plane of q) needs %d planes, group tile "
                      "%d or %d and shape.head_dim a multiple of %d, not group tile %d, head_dim %d", o->planes,
@@ -358,7 +363,7 @@ static int check_fast_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan
   if (o->planes && o->planes != FD_FAST_PLANES)
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V takes %d MSD planes, but opts.planes %d "
                    "forces %s", FD_FAST_PLANES, o->planes, o->planes < 0 ? "f32 FMA scores" : "another count");
-  int tile = o->group_tile ? o->group_tile : heuristic_tile(s->n_q_heads / s->n_kv_heads, isa, s->kv_dtype);
+  int tile = opts_tile(s, o, isa);
   if (m16 && !fast_msd16(s, isa, tile))
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V on isa %s takes one int16 plane of q, which "
                    "needs group tile %d or %d and shape.head_dim a multiple of %d (not group tile %d, head_dim %d), "

@@ -233,21 +233,26 @@ static void sweep(fd_ctx *ctx, int every) {
   run_case(ctx, 2, FD_BHSD, 64, 16, FD_MASK, 1, 1, 3, idx++);
 }
 
+/* The largest output error (f32 out) at planes over 4 cases (causal D 128,
+   mask D 80 with per-channel K and 3 splits, bshd D 48 with q_len 3, full D 64
+   with 3 splits) at group tiles tiles[0..3]. */
+static double out_error(fd_ctx *ctx, int planes, const int tiles[4]) {
+  g_out_err = 0;
+  run_case(ctx, planes, FD_BHSD, 128, tiles[0], FD_CAUSAL, 1, 0, 1, 0);
+  run_case(ctx, planes, FD_BHSD, 80, tiles[1], FD_MASK, 1, 1, 3, 9);
+  run_case(ctx, planes, FD_BSHD, 48, tiles[2], FD_CAUSAL, 3, 0, 1, 45);
+  run_case(ctx, planes, FD_BHSD, 64, tiles[3], FD_FULL, 1, 0, 3, 63);
+  return g_out_err;
+}
+
 /* The output error per plane count (-1: the f32 scores and P.V over the
    dequantized V; 3 and 2: MSD scores, the f32 P.V) over the same cases (f32 q and
    out, both K scale modes, bhsd/paged/bshd, head_dims 128/80/48, windows,
    splits 1 and 3), printed; the f32 kernel and 3 planes within 1e-5. */
 static void output_errors(fd_ctx *ctx, const char *backend) {
-  static const int PL[3] = { -1, 3, 2 };
+  static const int PL[3] = { -1, 3, 2 }, TILES[4] = { 4, 3, 5, 16 };
   double e[3];
-  for (int i = 0; i < 3; i++) {
-    g_out_err = 0;
-    run_case(ctx, PL[i], FD_BHSD, 128, 4, FD_CAUSAL, 1, 0, 1, 0);
-    run_case(ctx, PL[i], FD_BHSD, 80, 3, FD_MASK, 1, 1, 3, 9);
-    run_case(ctx, PL[i], FD_BSHD, 48, 5, FD_CAUSAL, 3, 0, 1, 45);
-    run_case(ctx, PL[i], FD_BHSD, 64, 16, FD_FULL, 1, 0, 3, 63);
-    e[i] = g_out_err;
-  }
+  for (int i = 0; i < 3; i++) e[i] = out_error(ctx, PL[i], TILES);
   printf("%s: MSD output error vs the double reference (relative to the largest |output|): f32 scores and P.V %.3g, "
          "3 planes %.3g, 2 planes %.3g\n", backend, e[0], e[1], e[2]);
   t_check(e[0] <= 1e-5 && e[1] <= 1e-5, "f32 and 3-plane outputs within 1e-5 (%.3g, %.3g)", e[0], e[1]);
@@ -462,16 +467,8 @@ static void sweep16(fd_ctx *ctx, int every) {
 /* The int16 plane's output and score errors against the f32 kernel's on the
    same cases (printed; within the 2-plane bounds and coarser than f32). */
 static void errors16(fd_ctx *ctx, const char *backend) {
-  static const int PL[2] = { -1, 2 };
-  double e[2];
-  for (int i = 0; i < 2; i++) {
-    g_out_err = 0;
-    run_case(ctx, PL[i], FD_BHSD, 128, 4, FD_CAUSAL, 1, 0, 1, 0);
-    run_case(ctx, PL[i], FD_BHSD, 80, 3, FD_MASK, 1, 1, 3, 9);
-    run_case(ctx, PL[i], FD_BSHD, 48, 4, FD_CAUSAL, 3, 0, 1, 45);
-    run_case(ctx, PL[i], FD_BHSD, 64, 3, FD_FULL, 1, 0, 3, 63);
-    e[i] = g_out_err;
-  }
+  static const int TILES[4] = { 4, 3, 4, 3 };   /* the int16 plane's tiles (gen/facts.lua msd16_fits) */
+  double e[2] = { out_error(ctx, -1, TILES), out_error(ctx, 2, TILES) };
   printf("%s: %s int16 plane output error vs the double reference (relative to the largest |output|): f32 scores %.3g, "
          "one int16 plane %.3g\n", backend, fd_isa_table[msd_isa].name, e[0], e[1]);
   t_check(e[0] <= 1e-5 && e[1] <= 1e-3 && e[1] > e[0], "int16-plane outputs within 1e-3 and coarser than f32 (%.3g vs %.3g)",
