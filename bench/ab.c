@@ -12,8 +12,10 @@
                                      (default 0 = the planner's choice, and
                                      FD_ISA_AVX512_BF16)
      ab precision [ROUNDS [TABLE]]   `make bench-fast`: Llama-3.1-8B int8 KV
-                                     and bf16, the MQA batch and Falcon-40B
-                                     bf16 on a context with
+                                     and bf16, int8 KV at groups of 2, 7, 8
+                                     and 16 heads (Gemma-2-9B, Qwen2.5-7B,
+                                     the MQA batch, Falcon-40B), the MQA
+                                     batch and Falcon-40B bf16 on a context with
                                      FD_PRECISION_FAST and the tuned table
                                      TABLE (none: the heuristic), A with
                                      fd_plan_opts.precision -1 (the default
@@ -43,6 +45,10 @@ static const ab_row ISA_ROWS[] = {
 static const ab_row PRECISION_ROWS[] = {
   { "llama3-8b-int8", 1, 32, 8, 128, 16384, FD_I8 },
   { "llama3-8b-int8", 1, 32, 8, 128, 65536, FD_I8 },
+  { "gemma2-9b-int8", 1, 16, 8, 256, 16384, FD_I8 },     /* G 2 */
+  { "qwen2.5-7b-int8", 1, 28, 4, 128, 16384, FD_I8 },    /* G 7 */
+  { "mqa-b8-int8", 8, 8, 1, 128, 16384, FD_I8 },         /* G 8 */
+  { "falcon-40b-int8", 32, 128, 8, 64, 2048, FD_I8 },    /* G 16 */
   { "llama3-8b-bf16", 1, 32, 8, 128, 16384, FD_BF16 },
   { "mqa-b8-bf16", 8, 8, 1, 128, 16384, FD_BF16 },
   { "falcon-40b-bf16", 32, 128, 8, 64, 2048, FD_BF16 },

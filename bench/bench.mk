@@ -90,9 +90,10 @@ bench-history: $(B)/fdgen
 # cores (bench/ab.c; ROUNDS overrides):
 # `make bench-isa`: the bf16 grouped shapes, A the planner's isa, B FD_ISA_AVX512_BF16 forced
 # (a CPU with AVX512-BF16; ISA_A, ISA_B override): results/bench/isa-<machine>.md;
-# `make bench-fast`: Llama-3.1-8B int8 KV (16k, 64k) and bf16 (16k), the MQA batch and Falcon-40B
+# `make bench-fast`: Llama-3.1-8B int8 KV (16k, 64k) and bf16 (16k), int8 KV at groups of 2, 7, 8
+# and 16 heads (Gemma-2-9B, Qwen2.5-7B, the MQA batch, Falcon-40B), the MQA batch and Falcon-40B
 # bf16, A the default precision,
-# B fast precision where served (int8 needs AVX512-VNNI), with the machine's committed tuned
+# B fast precision where served (int8: AVX512-VNNI, or AVX2's int16 plane), with the machine's committed tuned
 # table where there is one: results/bench/fast-<machine>.md.
 $(B)/ab: bench/ab.c $(FDB_SRC) $(FDB_HDR) $(B)/libflashdecode.a
 	$(CC) $(FDB_CFLAGS) bench/ab.c $(FDB_SRC) $(B)/libflashdecode.a -lm -lpthread -ldl -o $@

@@ -178,13 +178,15 @@ local function c_str(s)
 end
 
 -- The default row: key default_key, or the first row's fields with the
--- heuristic chunk and group tile 1 (which divides every group size).
+-- heuristic chunk and group tile 1 (which divides every group size), and no
+-- MSD planes where they do not serve tile 1 (AVX2's int16 plane of q).
 local function default_row(t, default_key)
   local k = default_key
   if not k then
     if #t.rows == 0 then error("fdgen export: the table has no rows; give --default KEY", 0) end
     local f = key.decode(t.rows[1].key)
     f.chunk, f.group_tile, f.flags = M.DEFAULT_CHUNK, 1, 0
+    if key.planes_misfit(f) then f.planes = 0 end
     k = key.encode(f)
   end
   local ok, f = pcall(key.decode, k)

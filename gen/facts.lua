@@ -175,13 +175,14 @@ end
 -- q as one int16 plane, Q = round(q 32767 / max |q|) (the bits of 2 int8
 -- planes and one more), each vpmaddwd the products of 16 K elements widened
 -- to int16, summed exactly in int32 (|Q k| < 2^22, D <= 999: below 2^31),
--- in the direct scores of 2 keys a group (tiles of MSD16_TILES heads) over
--- whole 16-element pieces of a row (head_dim a multiple of MSD16_D). Only the
--- planes digit 2 (2 int8 planes' accuracy, fast precision's) takes it.
-M.MSD16_TILES = { 3, 4 }
+-- in the direct scores (groups of 8 / tile keys, tiles of MSD16_TILES[1] to
+-- MSD16_TILES[2] heads: one key's heads fill the 8 accumulators at most)
+-- over whole 16-element pieces of a row (head_dim a multiple of MSD16_D).
+-- Only the planes digit 2 (2 int8 planes' accuracy, fast precision's) takes it.
+M.MSD16_TILES = { 2, 8 }
 M.MSD16_D = 16
 function M.msd16_fits(tile, D)
-  return (tile == M.MSD16_TILES[1] or tile == M.MSD16_TILES[2]) and D % M.MSD16_D == 0
+  return tile >= M.MSD16_TILES[1] and tile <= M.MSD16_TILES[2] and D % M.MSD16_D == 0
 end
 
 -- The tuned table: magic line, identity lines (name TAB value), columns.

@@ -58,7 +58,7 @@ function M.planes_misfit(t)
   if groups.msd16 and not groups.vnni then   -- one int16 plane (gen/facts.lua msd16_fits)
     if n ~= 2 then return ("isa %s serves 2 planes only (q as one int16 plane, vpmaddwd), not %d"):format(F.isas[t.isa].name, n) end
     if not F.msd16_fits(t.group_tile, t.head_dim) then
-      return ("isa %s serves planes with group tile %d or %d and head_dim a multiple of %d, not tile %d, head_dim %d"):format(
+      return ("isa %s serves planes with group tiles %d to %d and head_dim a multiple of %d, not tile %d, head_dim %d"):format(
         F.isas[t.isa].name, F.MSD16_TILES[1], F.MSD16_TILES[2], F.MSD16_D, t.group_tile, t.head_dim)
     end
   elseif not groups.vnni then

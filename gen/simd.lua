@@ -689,35 +689,54 @@ end
 -- the staged kernel's row-by-row reads stream better, so it keeps tile 1.
 function M.direct_rows(isa, p)
   local W = GEOM[isa].W
-  if M.direct_scaled(isa, p) then return 2 end
+  if M.direct_scaled(isa, p) then return math.floor(W / p.T) end
   if p.T == 1 or p.QUANT or p.T > W then return nil end
   return math.floor(W / p.T)
 end
 
--- Whether the direct scores kernel serves int8 K with row scales (AVX2 tiles
--- of 3 and 4 heads, groups of 2 keys): the rows converted unscaled, the
--- reduced group times its two keys' scales (scaled_group), where the staged
--- kernel scaled every element.
+-- Whether the direct scores kernel serves int8 K with row scales (AVX2: tiles
+-- of 3 and 4 heads, groups of 2 keys; with the int16 plane of q, M.msd, the
+-- tiles it serves, 2 to 8 heads, groups of 8 / T keys): the rows converted
+-- unscaled, the reduced group times its keys' scales (scaled_group), where
+-- the staged kernel scaled every element.
 function M.direct_scaled(isa, p)
   return not evex(GEOM[isa]) and M.vector(isa) and facts.dtypes[p.KV_DTYPE].name == "i8"
-    and (p.T == 3 or p.T == 4)
+    and (p.T == 3 or p.T == 4 or M.msd(isa, p))
 end
 
--- Multiply the reduced group (register 0, lanes of keys 0, 1 per head) by its
--- keys' scales: r12 row 0's, r15 row 1's (row 0's past the n keys), built as
--- (s0 s1 s0 s1 | s0 s1 s0 s1) in register 1; then r12 to the next group's.
-local function scaled_group(b)
-  local x1, x2 = b.r(1, "xmm"), b.r(2, "xmm")
-  b.gp("lea (%r12,%r13), %r15")
-  b.gp("cmp $1, %rcx")
+-- Point r15 at the scale of the group's row r (r15 row r - 1's, r13 the
+-- stride), or at row 0's (r12) past the n keys (rcx).
+local function next_scale_row(b, r)
+  b.gp("lea (%r15,%r13), %r15")
+  b.gp(("cmp $%d, %%rcx"):format(r))
   b.gp("cmovbe %r12, %r15")
-  b.v("vmovss", x1, mem("r12", 0))
-  b.v("vmovss", x2, mem("r15", 0))
-  b.v("vunpcklps", x1, x1, x2)
-  b.v("vshufps", x1, x1, x1, 0x44)
-  b.v("vinsertf128", b.r(1), b.r(1), x1, 1)
+end
+
+-- Multiply the reduced group (register 0, lane h R + r: head h, key r; R = 1,
+-- 2 or 4) by its keys' scales (r12 row 0's, r13 the stride; a row past the n
+-- keys takes row 0's), built in register 1 as s0 broadcast, (s0 s1 s0 s1 |
+-- s0 s1 s0 s1) or (s0 s1 s2 s3 | s0 s1 s2 s3); then r12 to the next group's.
+local function scaled_group(b, R)
+  local x = function(i) return b.r(i, "xmm") end
+  if R == 1 then
+    b.v("vbroadcastss", b.r(1), mem("r12", 0))
+  else
+    b.gp("mov %r12, %r15")
+    b.v("vmovss", x(1), mem("r12", 0))
+    for r = 1, R - 1 do
+      next_scale_row(b, r)
+      b.v("vmovss", x(r + 1), mem("r15", 0))
+    end
+    b.v("vunpcklps", x(1), x(1), x(2))
+    if R == 2 then b.v("vshufps", x(1), x(1), x(1), 0x44)
+    else
+      b.v("vunpcklps", x(3), x(3), x(4))
+      b.v("vshufps", x(1), x(1), x(3), 0x44)
+    end
+    b.v("vinsertf128", b.r(1), b.r(1), x(1), 1)
+  end
   b.v("vmulps", b.r(0), b.r(0), b.r(1))
-  b.gp("lea (%r12,%r13,2), %r12")
+  b.gp(R == 1 and "add %r13, %r12" or ("lea (%%r12,%%r13,%d), %%r12"):format(R))
 end
 
 -- Pointer registers of rows 1..R-1 of a direct group (row 0 is rsi).
@@ -943,27 +962,28 @@ local function store_lanes(b, p, h, R)
 end
 
 -- AVX2 MSD scores (the planes digit on a record with the msd16 group,
--- gen/facts.lua msd16_fits: tiles of 3 and 4 heads, 2 keys a group, head_dim
--- a multiple of 16): each head's q row holds one int16 plane Q (q ~= s Q,
--- M.q_planes) and its scale s after the plane (byte 2 D); each 16-element
--- piece of a K row is widened to int16 once (vpmovsxbw) and multiplied with
--- every head's piece of Q by vpmaddwd (16 products summed in pairs into 8
--- exact int32 lanes), added up in int32 (below 2^31: gen/facts.lua); the
--- sums are converted to f32 and reduced as the f32 scores are, then times
--- the two keys' row scales (scaled_group) and the heads' s (MSD16_QSCALE).
+-- gen/facts.lua msd16_fits: tiles of 2 to 8 heads, groups of R = 8 / T keys
+-- (direct_rows), head_dim a multiple of 16): each head's q row holds one
+-- int16 plane Q (q ~= s Q, M.q_planes) and its scale s after the plane
+-- (byte 2 D); each 16-element piece of a K row is widened to int16 once
+-- (vpmovsxbw) and multiplied with every head's piece of Q by vpmaddwd (16
+-- products summed in pairs into 8 exact int32 lanes), added up in int32
+-- (below 2^31: gen/facts.lua); the sums are converted to f32 and reduced as
+-- the f32 scores are, then times the keys' row scales (scaled_group) and the
+-- heads' s (MSD16_QSCALE).
 -- In a standalone loop of Llama's scores (4 heads, 2 keys a group, K from
 -- L1) on the Zen 3 VM: 36 cycles a key against the f32 FMA scores' 61.
 local MSD16_QSCALE, MSD16_TMPS = 13, { 8, 9, 10, 11, 12 }
 
 -- Register MSD16_QSCALE = the tile's q scales in the reduced group's lanes
--- (s0 s0 s1 s1 | s2 s2 s3 s3: head h's two keys), register 8 scratch.
-local function msd16_scales(b, p)
+-- (lane h R + r: head h's, key r; R keys a group), register 8 scratch.
+local function msd16_scales(b, p, R)
   local at = function(h) return mem("rdi", h * 4 * p.D + 2 * p.D) end
   local qs = b.r(MSD16_QSCALE)
   b.v("vbroadcastss", qs, at(0))
   for h = 1, p.T - 1 do
     b.v("vbroadcastss", b.r(8), at(h))
-    b.v("vblendps", qs, qs, b.r(8), 3 * 4 ^ h)
+    b.v("vblendps", qs, qs, b.r(8), math.floor((2 ^ R - 1) * 2 ^ (h * R)))
   end
 end
 
@@ -1049,7 +1069,7 @@ local function scores_direct(isa, p, R)
     b.v("vbroadcastss", b.r(29), mem("r11", 0))
   end
   local m16 = M.msd(isa, p)   -- AVX2 MSD: q one int16 plane, K widened to int16 (msd16_group)
-  if m16 then msd16_scales(b, p) end
+  if m16 then msd16_scales(b, p, R) end
   b.gp(("imul $%d, %%r8, %%rax"):format(R))
   if key_blocks(b, R) then b.gp("xor %r9, %r9") end
   b.gp("test %rcx, %rcx")
@@ -1088,7 +1108,7 @@ local function scores_direct(isa, p, R)
   for c = 0, dp and math.floor(p.D / 32) - 1 or -1 do dpbf16_block(b, p, R, c, kreg, qbase, q_in_regs) end
   if m16 then msd16_group(b, p, R, kreg) end
   tree(b, kreg)
-  if scaled then scaled_group(b) end
+  if scaled then scaled_group(b, R) end
   if dp then b.v("vmulps", b.r(0), b.r(0), b.r(29)) end
   if m16 then b.v("vmulps", b.r(0), b.r(0), b.r(MSD16_QSCALE)) end
   if key_blocks(b, R) then
@@ -1478,7 +1498,7 @@ end
 -- tree (no per-key horizontal sums). Lanes past n hold scores of stale staged
 -- rows (or repeated last rows); the caller pads them.
 function M.scores(isa, p)
-  if M.msd(isa, p) then return evex(GEOM[isa]) and scores_msd(isa, p) or scores_direct(isa, p, 2) end
+  if M.msd(isa, p) and evex(GEOM[isa]) then return scores_msd(isa, p) end
   if M.head_lanes(isa, p) then return scores_hl(isa, p) end
   local R = M.direct_rows(isa, p)
   if R then return scores_direct(isa, p, R) end

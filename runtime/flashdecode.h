@@ -117,7 +117,7 @@ typedef struct fd_config {
   int precision;            /* FD_PRECISION_DEFAULT (0): f32 softmax weights. FD_PRECISION_FAST (1): P.V takes the
                                weights rounded to bf16, two keys per vdpbf16ps, where a kernel can serve it (bf16 V,
                                FD_ISA_AVX512_BF16); int8 K with MSD planes takes 2 planes of q instead of 3, and
-                               int8 K and V on FD_ISA_AVX2 (group tiles 3 and 4, head_dim a multiple of 16) one
+                               int8 K and V on FD_ISA_AVX2 (group tiles 2 to 8, head_dim a multiple of 16) one
                                int16 plane of q (2 planes' digit) instead of f32 FMA scores; other shapes run at the default
                                precision (a permission, not a demand). README "Fast precision" has the errors */
 } fd_config;
@@ -217,7 +217,7 @@ typedef struct fd_plan_opts {
   int isa;                  /* FD_ISA_C, FD_ISA_AVX2, FD_ISA_AVX512, FD_ISA_AVX512_VNNI or FD_ISA_AVX512_BF16 */
   int planes;               /* MSD int8 scores (the key's planes digit): 2 or 3 int8 planes of q through
                                vpdpbusd, int8 K on FD_ISA_AVX512_VNNI or _BF16; on FD_ISA_AVX2 2 only, as one
-                               int16 plane of q through vpmaddwd, at group tiles 3 and 4 and head_dims that are
+                               int16 plane of q through vpmaddwd, at group tiles 2 to 8 and head_dims that are
                                multiples of 16; -1 off (f32 FMA scores); 0 the planner's choice (a tuned
                                row's, else FD_H_PLANES for int8 K on an isa with int8 dot products) */
   int precision;            /* fast precision (the key's precision digit for bf16 V, 2 MSD planes for int8 K and

@@ -296,7 +296,7 @@ static int msd16_isa(int isa) { return fd_isa_table[isa].msd16 && !fd_isa_table[
 
 /* Whether the int16 plane serves group tile and head_dim D (gen/facts.lua msd16_fits). */
 static int msd16_fits(int tile, int D) {
-  return (tile == FD_MSD16_TILE_LO || tile == FD_MSD16_TILE_HI) && D % FD_MSD16_D == 0;
+  return tile >= FD_MSD16_TILE_LO && tile <= FD_MSD16_TILE_HI && D % FD_MSD16_D == 0;
 }
 
 /* The group tile opts o gives shape s on isa: forced, else the heuristic's. */
@@ -337,8 +337,8 @@ static int check_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan_opts
   if (msd16_isa(isa)) {
     int tile = opts_tile(s, o, isa);
     if (o->planes != FD_FAST_PLANES || !msd16_fits(tile, s->head_dim))
-      return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d on isa %s (one int16 plane of q) needs %d planes, group tile "
-                     "%d or %d and shape.head_dim a multiple of %d, not group tile %d, head_dim %d", o->planes,
+      return fd_fail(ctx, FD_EUNSUPPORTED, "opts.planes %d on isa %s (one int16 plane of q) needs %d planes, group tiles "
+                     "%d to %d and shape.head_dim a multiple of %d, not group tile %d, head_dim %d", o->planes,
                      fd_isa_table[isa].name, FD_FAST_PLANES, FD_MSD16_TILE_LO, FD_MSD16_TILE_HI, FD_MSD16_D, tile,
                      s->head_dim);
   } else if (!fd_isa_table[isa].vnni)
@@ -366,7 +366,7 @@ static int check_fast_planes(const fd_ctx *ctx, const fd_shape *s, const fd_plan
   int tile = opts_tile(s, o, isa);
   if (m16 && !fast_msd16(s, isa, tile))
     return fd_fail(ctx, FD_EUNSUPPORTED, "opts.precision 1 on int8 K and V on isa %s takes one int16 plane of q, which "
-                   "needs group tile %d or %d and shape.head_dim a multiple of %d (not group tile %d, head_dim %d), "
+                   "needs group tiles %d to %d and shape.head_dim a multiple of %d (not group tile %d, head_dim %d), "
                    "and not FD_K_PER_CHANNEL with FD_BEAMS", fd_isa_table[isa].name, FD_MSD16_TILE_LO,
                    FD_MSD16_TILE_HI, FD_MSD16_D, tile, s->head_dim);
   if (!m16 && !o->planes && !heuristic_planes(s, isa))

@@ -506,10 +506,10 @@ static void refusals(void) {
   refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "opts.precision 1 needs bf16 V (bf16 weights) or "
           "int8 K and V (2 MSD planes), not kv_dtype f16", "f16 V");
   s.kv_dtype = FD_I8;
-  if (fd_isa_table[plain].msd16) {               /* AVX2: one int16 plane of q, at tiles 3 and 4, head_dim 16k */
+  if (fd_isa_table[plain].msd16) {               /* AVX2: one int16 plane of q, at tiles 2 to 8, head_dim 16k */
     s.head_dim = 72;
     snprintf(want, sizeof want, "opts.precision 1 on int8 K and V on isa %s takes one int16 plane of q, which needs "
-             "group tile 3 or 4 and shape.head_dim a multiple of 16 (not group tile 4, head_dim 72)", pname);
+             "group tiles 2 to 8 and shape.head_dim a multiple of 16 (not group tile 4, head_dim 72)", pname);
     refused(ctx, s, (fd_plan_opts){ .precision = 1, .isa = plain + 1 }, FD_EUNSUPPORTED, want, "int8, plain isa, D 72");
     s.head_dim = 64;
   } else {

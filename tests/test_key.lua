@@ -89,7 +89,7 @@ T.raises("field planes: MSD planes need int8 K, not kv_dtype fp8", "fp8 K", key.
 T.raises("field planes: MSD planes need an isa with int8 dot products %(vpdpbusd%), not isa avx512", "isa avx512",
          key.encode, { head_dim = 64, chunk = 64, kv_dtype = "i8", isa = 2, planes = 2 })
 T.raises("field planes", "a key with planes and f16 K does not decode", key.decode, "30010064064013000100")
--- AVX2 (the msd16 group): 2 planes as one int16 plane of q, group tiles 3 and 4, head_dim a multiple of 16.
+-- AVX2 (the msd16 group): 2 planes as one int16 plane of q, group tiles 2 to 8, head_dim a multiple of 16.
 local k16 = key.encode { head_dim = 128, chunk = 256, kv_dtype = "i8", isa = "avx2", group_tile = 4, planes = 2 }
 T.eq(k16, "20010256128041000300", "avx2, 2 planes")
 T.ok(key.describe(k16):find("MSD scores in one int16 plane", 1, true) ~= nil, "describe names the int16 plane",
@@ -98,8 +98,14 @@ T.eq(key.decode(key.encode { head_dim = 48, chunk = 64, kv_dtype = "i8", isa = 1
      "avx2, tile 3, head_dim 48")
 T.raises("field planes: isa avx2 serves 2 planes only %(q as one int16 plane, vpmaddwd%), not 3", "avx2, 3 planes",
          key.encode, { head_dim = 128, chunk = 64, kv_dtype = "i8", isa = 1, group_tile = 4, planes = 3 })
-T.raises("field planes: isa avx2 serves planes with group tile 3 or 4 and head_dim a multiple of 16, not tile 2, head_dim 128",
-         "avx2, tile 2", key.encode, { head_dim = 128, chunk = 64, kv_dtype = "i8", isa = 1, group_tile = 2, planes = 2 })
+for _, t in ipairs { 2, 5, 8 } do
+  T.eq(key.decode(key.encode { head_dim = 64, chunk = 64, kv_dtype = "i8", isa = 1, group_tile = t, planes = 2 }).group_tile,
+       t, "avx2, 2 planes, tile " .. t)
+end
+T.raises("field planes: isa avx2 serves planes with group tiles 2 to 8 and head_dim a multiple of 16, not tile 1, head_dim 128",
+         "avx2, tile 1", key.encode, { head_dim = 128, chunk = 64, kv_dtype = "i8", isa = 1, group_tile = 1, planes = 2 })
+T.raises("not tile 9, head_dim 64", "avx2, tile 9", key.encode,
+         { head_dim = 64, chunk = 64, kv_dtype = "i8", isa = 1, group_tile = 9, planes = 2 })
 T.raises("not tile 4, head_dim 72", "avx2, head_dim 72", key.encode,
          { head_dim = 72, chunk = 64, kv_dtype = "i8", isa = 1, group_tile = 4, planes = 2 })
 T.raises("field planes: MSD planes need an isa with int8 dot products %(vpdpbusd%), not isa c", "portable C",

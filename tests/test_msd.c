@@ -25,7 +25,7 @@
    First, on AVX2 (the msd16 group: 2 planes as one int16 plane of q, scores
    by vpmaddwd; gen/facts.lua msd16_fits), on any CPU that has it: the output
    and score errors against the f32 kernel's (printed; within 1e-3 and 1e-4),
-   the guarded V and K tails, the sweep (every mode, layout, tiles 3 and 4,
+   the guarded V and K tails, the sweep (every mode, layout, tiles 2 to 8,
    head_dims 48-128, splits, both K scale modes) under tcc and cc, FAST
    taking it where it serves and nowhere else, and its refusals. */
 #include "compare.h"
@@ -261,27 +261,30 @@ static void output_errors(fd_ctx *ctx, const char *backend) {
 }
 
 /* The last partial chunk (203 keys: at chunk 64 the last holds 11) with V
-   and v_scale ending at an inaccessible page: no byte past the last row or
-   scale is read (pscale's masked tail); against the reference. */
-static void guard_tail(fd_ctx *ctx, int planes, int chunk, int guard_k) {
-  const int D = 80, S = 203, G = 4;
+   and v_scale (guard_k: K and k_scale too) ending at an inaccessible page, G
+   query heads (at most 8) a group tile: no byte past the last row or scale is
+   read (pscale's masked tail, the direct scores' partial groups); against
+   the reference. */
+static void guard_tail(fd_ctx *ctx, int planes, int chunk, int guard_k, int G) {
+  const int D = 80, S = 203;
   kproblem kp;
   kp_init(&kp, 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 777);
   kp.cur_pos[0] = S - 1;
-  void *vmap, *smap, *kmap = NULL;
-  size_t vlen, slen, klen = 0;
+  void *vmap, *smap, *kmap = NULL, *ksmap = NULL;
+  size_t vlen, slen, klen = 0, kslen = 0;
   void *v = t_guarded(kp.v, (size_t)S * D, &vmap, &vlen);
   float *vs = t_guarded(kp.v_scale, sizeof(float) * S, &smap, &slen);
   void *k = guard_k ? t_guarded(kp.k, (size_t)S * D, &kmap, &klen) : kp.k;
-  if (!t_check(v && vs && k, "guarded V (and K) copies")) { kp_free(&kp); return; }
-  float out[G * 80], lse[G];
-  double rout[G * 80], rlse[G];
+  float *ks = guard_k ? t_guarded(kp.k_scale, sizeof(float) * S, &ksmap, &kslen) : kp.k_scale;
+  if (!t_check(v && vs && k && ks, "guarded V (and K) copies")) { kp_free(&kp); return; }
+  float out[8 * 80], lse[8];
+  double rout[8 * 80], rlse[8];
   fd_shape s = { 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
-  fd_args a = { kp.q, k, v, kp.cur_pos, NULL, kp.k_scale, vs, NULL, 0, out, lse };
+  fd_args a = { kp.q, k, v, kp.cur_pos, NULL, ks, vs, NULL, 0, out, lse };
   fd_plan_opts o = { chunk, G, 1, 1, msd_isa + 1, planes };
-  char name[64];
-  snprintf(name, sizeof name, "guarded V%s tail, planes %d, chunk %d, isa %s", guard_k ? " and K" : "", planes, chunk,
-           fd_isa_table[msd_isa].name);
+  char name[128];
+  snprintf(name, sizeof name, "guarded V%s tail, planes %d, chunk %d, tile %d, isa %s", guard_k ? " and K" : "", planes,
+           chunk, G, fd_isa_table[msd_isa].name);
   int rc = run_planes(ctx, &s, &o, &a, name);
   if (t_check(rc == 0, "%s: run: %s", name, fd_errmsg(ctx))) {
     ref_attention(&kp.ref, rout, rlse);
@@ -291,6 +294,7 @@ static void guard_tail(fd_ctx *ctx, int planes, int chunk, int guard_k) {
   munmap(vmap, vlen);
   munmap(smap, slen);
   if (kmap) munmap(kmap, klen);
+  if (ksmap) munmap(ksmap, kslen);
   kp_free(&kp);
 }
 
@@ -448,9 +452,9 @@ static int msd16_record(void) {
 }
 
 /* The int16 plane's cases (msd_isa the msd16 record): every mode variant x
-   layout, tiles 3 and 4, head_dims 48-128 (multiples of 16: gen/facts.lua
-   msd16_fits), 1 and 3 splits, per-row and per-channel K scales, 2 planes;
-   every every-th case. */
+   layout, tiles 2 to 8 (groups of 4, 2 and 1 keys), head_dims 48-128
+   (multiples of 16: gen/facts.lua msd16_fits), 1 and 3 splits, per-row and
+   per-channel K scales, 2 planes; every every-th case. */
 static void sweep16(fd_ctx *ctx, int every) {
   static const int DS[5] = { 64, 96, 128, 48, 80 };
   int idx = 0, mode, q_len;
@@ -458,7 +462,7 @@ static void sweep16(fd_ctx *ctx, int every) {
     for (int layout = FD_BHSD; layout <= FD_BSHD; layout++)
       for (int v = 0; v < 4; v++) {
         mode_of(m, &mode, &q_len);
-        int kpc = layout == FD_BHSD && v % 2, tile = 3 + (v + m) % 2, D = DS[(v + 2 * m + layout) % 5];
+        int kpc = layout == FD_BHSD && v % 2, tile = 2 + (v + 2 * m + 3 * layout) % 7, D = DS[(v + 2 * m + layout) % 5];
         if (idx % every == 0) run_case(ctx, 2, layout, D, tile, mode, q_len, kpc, v / 2 ? 3 : 1, idx);
         idx++;
       }
@@ -467,7 +471,7 @@ static void sweep16(fd_ctx *ctx, int every) {
 /* The int16 plane's output and score errors against the f32 kernel's on the
    same cases (printed; within the 2-plane bounds and coarser than f32). */
 static void errors16(fd_ctx *ctx, const char *backend) {
-  static const int TILES[4] = { 4, 3, 4, 3 };   /* the int16 plane's tiles (gen/facts.lua msd16_fits) */
+  static const int TILES[4] = { 4, 2, 8, 5 };   /* the int16 plane's tiles (gen/facts.lua msd16_fits) */
   double e[2] = { out_error(ctx, -1, TILES), out_error(ctx, 2, TILES) };
   printf("%s: %s int16 plane output error vs the double reference (relative to the largest |output|): f32 scores %.3g, "
          "one int16 plane %.3g\n", backend, fd_isa_table[msd_isa].name, e[0], e[1]);
@@ -500,7 +504,7 @@ static int fast_planes(int isa_limit, int Hq, int D, fd_plan_opts o) {
 }
 
 /* The planner and the refusals on the msd16 record (limit l = its FD_ISA_*):
-   FAST takes 2 planes where the int16 plane serves (tiles 3 and 4, head_dim
+   FAST takes 2 planes where the int16 plane serves (tiles 2 to 8, head_dim
    a multiple of 16), none elsewhere or with opts.planes -1; the default
    precision none; forced counts and fast precision refused where it cannot
    serve, naming the field. */
@@ -513,9 +517,15 @@ static void plans16(int isa) {
   p = fast_planes(l, 8, 72, (fd_plan_opts){ 0 });
   t_check(p == 0, "FAST, head_dim 72: planes %d (want 0)", p);
   p = fast_planes(l, 4, 128, (fd_plan_opts){ 0 });
-  t_check(p == 0, "FAST, G 2 (tile 2): planes %d (want 0)", p);
-  p = fast_planes(l, 8, 128, (fd_plan_opts){ .group_tile = 2 });
-  t_check(p == 0, "FAST, forced tile 2: planes %d (want 0)", p);
+  t_check(p == 2, "FAST, G 2 (tile 2): planes %d (want 2)", p);
+  p = fast_planes(l, 16, 128, (fd_plan_opts){ 0 });
+  t_check(p == 2, "FAST, G 8 (tile 8): planes %d (want 2)", p);
+  p = fast_planes(l, 2, 128, (fd_plan_opts){ 0 });
+  t_check(p == 0, "FAST, G 1 (tile 1): planes %d (want 0)", p);
+  p = fast_planes(l, 8, 128, (fd_plan_opts){ .group_tile = 1 });
+  t_check(p == 0, "FAST, forced tile 1: planes %d (want 0)", p);
+  p = fast_planes(l, 24, 128, (fd_plan_opts){ .group_tile = 12 });
+  t_check(p == 0, "FAST, forced tile 12: planes %d (want 0)", p);
   p = fast_planes(l, 8, 128, (fd_plan_opts){ .planes = -1 });
   t_check(p == 0, "FAST, opts.planes -1: planes %d (want 0)", p);
   p = planned_planes(l, FD_I8, 128, (fd_plan_opts){ 0 });
@@ -525,12 +535,12 @@ static void plans16(int isa) {
   char want[200];
   snprintf(want, sizeof want, "opts.planes 3 on isa %s (one int16 plane of q) needs 2 planes", fd_isa_table[isa].name);
   refused(ctx, s, (fd_plan_opts){ .planes = 3 }, FD_EUNSUPPORTED, want, "int16 plane, 3 planes");
-  refused(ctx, s, (fd_plan_opts){ .planes = 2, .group_tile = 2 }, FD_EUNSUPPORTED, "not group tile 2, head_dim 64",
-          "int16 plane, tile 2");
+  refused(ctx, s, (fd_plan_opts){ .planes = 2, .group_tile = 1 }, FD_EUNSUPPORTED, "not group tile 1, head_dim 64",
+          "int16 plane, tile 1");
   s.head_dim = 72;
   refused(ctx, s, (fd_plan_opts){ .planes = 2 }, FD_EUNSUPPORTED, "not group tile 4, head_dim 72", "int16 plane, D 72");
   refused(ctx, s, (fd_plan_opts){ .precision = 1 }, FD_EUNSUPPORTED, "takes one int16 plane of q, which needs group "
-          "tile 3 or 4 and shape.head_dim a multiple of 16 (not group tile 4, head_dim 72)", "int16 plane, fast, D 72");
+          "tiles 2 to 8 and shape.head_dim a multiple of 16 (not group tile 4, head_dim 72)", "int16 plane, fast, D 72");
   s.head_dim = 64;
   refused(ctx, s, (fd_plan_opts){ .precision = 1, .planes = -1 }, FD_EUNSUPPORTED, "takes 2 MSD planes, but opts.planes "
           "-1 forces f32 FMA scores", "int16 plane, fast, planes -1");
@@ -582,8 +592,8 @@ static void msd16(void) {
   printf("MSD kernels on isa %d (%s): 2 planes as one int16 plane\n", isa, fd_isa_table[isa].text);
   fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
   errors16(ctx, "tcc");
-  guard_tail(ctx, 2, 64, 1);
-  guard_tail(ctx, 2, 4096, 1);
+  for (int G = 2; G <= 8; G *= 2) guard_tail(ctx, 2, 64, 1, G);   /* groups of 4, 2 and 1 keys */
+  guard_tail(ctx, 2, 4096, 1, 4);
   sweep16(ctx, 1);
   fd_destroy(ctx);
   on_cc(cc_int16);
@@ -601,9 +611,9 @@ int main(void) {
     fd_ctx *ctx = fd_create(&(fd_config){ .threads = 2 });
     score_errors(ctx, "tcc");
     output_errors(ctx, "tcc");
-    guard_tail(ctx, 3, 64, 0);
-    guard_tail(ctx, 2, 64, 0);
-    guard_tail(ctx, 2, 4096, 0);
+    guard_tail(ctx, 3, 64, 0, 4);
+    guard_tail(ctx, 2, 64, 0, 4);
+    guard_tail(ctx, 2, 4096, 0, 4);
     sweep(ctx, 1);
     fd_destroy(ctx);
     on_cc(cc_vnni);

@@ -207,6 +207,19 @@ awk -F'\t' -v OFS='\t' 'NR <= 7 { print; next } $1 == "end" { print "end", $2 + 
   "$tmp/t.tsv" >"$tmp/blocks.tsv"
 check "blocks: the table holds q8_0 and q4_0 rows" test "$(grep -cE $'\tkvq[84]_0|\.kvq[84]_0\.' "$tmp/blocks.tsv")" -ge 3
 compare_table blocks "$tmp/blocks.tsv"
+# AVX2's int16 plane of q (the planes digit 2 on isa 1: vpmaddwd) through the
+# header: the int8 row alone, its key at group tile 4 on avx2 with 2 planes,
+# header against the JIT (and the double reference).
+if grep -qw avx2 /proc/cpuinfo; then
+  ikey=$(awk -F'\t' '$9 == "tiny-mask" { print $3; exit }' "$tmp/t.tsv")
+  ifields=$($F key decode "$ikey" | awk 'NF == 2 && $1 != "group_tile" && $1 != "isa" && $1 != "planes" { printf "%s=%s ", $1, $2 }')
+  mkey=$($F key encode $ifields group_tile=4 isa=avx2 planes=2)
+  awk -F'\t' -v OFS='\t' -v k="$mkey" 'NR <= 7 { print; next } $1 == "end" { print "end", 1; next }
+    $9 == "tiny-mask" { $3 = k; print }' "$tmp/t.tsv" >"$tmp/msd16.tsv"
+  check "msd16: the int8 row's key takes one int16 plane ($mkey)" \
+    bash -c "$F key decode '$mkey' | grep -q 'MSD scores in one int16 plane'"
+  compare_table msd16 "$tmp/msd16.tsv"
+fi
 # Feature rows beside the plain ones (signature tokens, gen/facts.lua SIGNATURE):
 # each causal row again with a window of its bucket and softcap, and with ALiBi
 # and sink logits (3 splits); every row's shape must find its own row in the
