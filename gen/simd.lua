@@ -694,14 +694,17 @@ function M.direct_rows(isa, p)
   return math.floor(W / p.T)
 end
 
--- Whether the direct scores kernel serves int8 K with row scales (AVX2: tiles
--- of 3 and 4 heads, groups of 2 keys; with the int16 plane of q, M.msd, the
--- tiles it serves, 2 to 8 heads, groups of 8 / T keys): the rows converted
--- unscaled, the reduced group times its keys' scales (scaled_group), where
--- the staged kernel scaled every element.
+-- Whether the direct scores kernel serves int8 K with row scales (AVX2 tiles
+-- of 2 to 8 heads, groups of 8 / T keys; the int16 plane of q, M.msd, too):
+-- the rows converted unscaled, the reduced group times its keys' scales
+-- (scaled_group), where the staged kernel scaled every element. Tiles 2 and
+-- 5-8 against the staged kernel on the Zen 3 VM (make bench-builds, the f32
+-- FMA scores): warm, Gemma-2-9B int8 (tile 2, D 256) 0.833x the time,
+-- Qwen2.5-7B int8 (7) 0.977x, the MQA batch int8 (8) 0.977x; cold 0.96-0.97x
+-- on Qwen, 0.988x on the MQA batch, Gemma within its spread (0.97-1.02x).
 function M.direct_scaled(isa, p)
   return not evex(GEOM[isa]) and M.vector(isa) and facts.dtypes[p.KV_DTYPE].name == "i8"
-    and (p.T == 3 or p.T == 4 or M.msd(isa, p))
+    and p.T >= 2 and p.T <= GEOM[isa].W
 end
 
 -- Point r15 at the scale of the group's row r (r15 row r - 1's, r13 the
