@@ -266,7 +266,8 @@ static void output_errors(fd_ctx *ctx, const char *backend) {
    read (pscale's masked tail, the direct scores' partial groups); against
    the reference. */
 static void guard_tail(fd_ctx *ctx, int planes, int chunk, int guard_k, int G) {
-  const int D = 80, S = 203;
+  enum { D = 80, S = 203, MAX_G = 8 };
+  if (!t_check(G >= 1 && G <= MAX_G, "guard_tail: G %d outside 1..%d", G, MAX_G)) return;
   kproblem kp;
   kp_init(&kp, 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 777);
   kp.cur_pos[0] = S - 1;
@@ -277,8 +278,8 @@ static void guard_tail(fd_ctx *ctx, int planes, int chunk, int guard_k, int G) {
   void *k = guard_k ? t_guarded(kp.k, (size_t)S * D, &kmap, &klen) : kp.k;
   float *ks = guard_k ? t_guarded(kp.k_scale, sizeof(float) * S, &ksmap, &kslen) : kp.k_scale;
   if (!t_check(v && vs && k && ks, "guarded V (and K) copies")) { kp_free(&kp); return; }
-  float out[8 * 80], lse[8];
-  double rout[8 * 80], rlse[8];
+  float out[MAX_G * D], lse[MAX_G];
+  double rout[MAX_G * D], rlse[MAX_G];
   fd_shape s = { 1, G, 1, D, S, FD_F32, FD_I8, FD_F32, FD_CAUSAL, FD_BHSD, 0 };
   fd_args a = { kp.q, k, v, kp.cur_pos, NULL, ks, vs, NULL, 0, out, lse };
   fd_plan_opts o = { chunk, G, 1, 1, msd_isa + 1, planes };
